@@ -1,0 +1,36 @@
+# veritrain: two commands set everything up.
+#   make demo   train, record and verify a small run on the embedded defaults, then serve its audit page
+#   make test   unit + integration + e2e tests against real PostgreSQL and SeaweedFS
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test venv services-start services-stop lint typecheck clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/veritrain demo
+
+# Services are started, the tests run, and the services are stopped even when tests fail.
+test: $(STAMP)
+	scripts/services.sh start $(VENV)
+	. .ci-state/env && status=0; \
+	  CI=$${CI:-true} $(BIN)/python -m pytest $(PYTEST_ARGS) || status=$$?; \
+	  scripts/services.sh stop $(VENV); exit $$status
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) .ci-state veritrain-data .pytest_cache .mypy_cache

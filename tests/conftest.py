@@ -1,0 +1,122 @@
+"""Shared fixtures: the real servers the integration tests run against.
+
+``make test`` starts PostgreSQL and SeaweedFS (scripts/services.sh) and exports where they
+are. When ``CI=true`` or ``VERITRAIN_REQUIRE_SERVICES=1`` a missing server is a test
+*failure*, never a skip, so CI cannot go green without running the integration tests.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+TESTVECTORS = SHARED / "testvectors"
+
+
+def _services_required() -> bool:
+    return os.environ.get("CI", "").lower() == "true" or os.environ.get("VERITRAIN_REQUIRE_SERVICES") == "1"
+
+
+def _missing(what: str, variable: str) -> None:
+    message = f"{what} is not available: {variable} is unset (run the tests with `make test`)"
+    if _services_required():
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Tests are marked by the folder they live in, so `-m "not integration"` gives the fast suite.
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        if "integration" in parts:
+            item.add_marker(pytest.mark.integration)
+        if "e2e" in parts:
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def testvectors() -> Path:
+    """The shared test vectors (transparency-dev merkle proofs, kat.json)."""
+    if not TESTVECTORS.is_dir():
+        pytest.fail(f"test vectors not found at {TESTVECTORS}")
+    return TESTVECTORS
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'ledger.db'}"
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+    admin_url = os.environ.get("VERITRAIN_TEST_POSTGRES_URL")
+    if not admin_url:
+        _missing("PostgreSQL", "VERITRAIN_TEST_POSTGRES_URL")
+    assert admin_url is not None
+    import sqlalchemy as sa
+
+    name = f"vt_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    url = sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@dataclass(frozen=True)
+class S3Server:
+    endpoint: str
+    access_key: str
+    secret_key: str
+    region: str = "us-east-1"
+
+    def client(self):  # type: ignore[no-untyped-def]
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name=self.region,
+            config=Config(signature_version="s3v4", s3={"addressing_style": "path"}),
+        )
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> S3Server:
+    endpoint = os.environ.get("VERITRAIN_TEST_S3_ENDPOINT")
+    if not endpoint:
+        _missing("SeaweedFS (S3)", "VERITRAIN_TEST_S3_ENDPOINT")
+    assert endpoint is not None
+    return S3Server(
+        endpoint=endpoint,
+        access_key=os.environ.get("VERITRAIN_TEST_S3_ACCESS_KEY", ""),
+        secret_key=os.environ.get("VERITRAIN_TEST_S3_SECRET_KEY", ""),
+    )
+
+
+@pytest.fixture
+def s3_store_url(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``s3://<fresh bucket>/<prefix>`` on the real SeaweedFS, with the AWS_* variables set
+    the way a production deployment sets them (boto3 honours AWS_ENDPOINT_URL)."""
+    bucket = f"veritrain-{uuid.uuid4().hex[:12]}"
+    s3_server.client().create_bucket(Bucket=bucket)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", s3_server.region)
+    return f"s3://{bucket}/objects"

@@ -1,0 +1,1 @@
+"""Outer optimisation: pseudo-gradients, compression, the outer Nesterov step, one-step delay."""

@@ -1,0 +1,109 @@
+"""The seam between the distributed runtime and the outer (DiLoCo / DiLoCoX) algorithm.
+
+The runtime (``trainer/runtime``) owns processes, process groups, pipelining, data, timing and
+the asynchronous exchange; the outer algorithm (this package) owns everything numerical about
+an outer step: the pseudo-gradient, compression, error feedback, the outer Nesterov step, the
+one-step-delay rule, rank adaptation and anomaly flags. One ``OuterAlgorithm`` object lives in
+every process and handles the parameters of that process's pipeline stage for its cluster.
+
+Call order, per round ``t`` (H inner steps on every cluster, then):
+
+* blocking (``overlapped == False``)::
+
+      c_t = algo.contribution(t, local)           # no communication
+      g_t = all_gather(c_t.payload, outer group)  # payloads of every cluster, cluster order
+      u_t = algo.apply(t, g_t, local, signals)    # updates global state, rewrites `local`
+
+* overlapped (``overlapped == True``, DiLoCoX one-step delay)::
+
+      c_t = algo.contribution(t, local)
+      h_t = all_gather_async(c_t.payload)         # runs while round t+1 computes
+      if t > 0: u_{t-1} = algo.apply(t - 1, wait(h_{t-1}), local, signals)
+      ... round t+1 computes from `local` as apply left it ...
+      (after the last round the runtime waits for and applies the final exchange)
+
+Payloads are 1-D ``torch.uint8`` tensors whose length is identical on every cluster for a given
+round (rank and bits are decided from shared information only), so a plain ``all_gather`` works.
+``state_dict`` must hold everything needed to continue bit-exactly (global fp32 parameters,
+outer momentum, error feedback, warm-start factors, rank state, a pending own payload).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+
+@dataclass(frozen=True, kw_only=True)
+class Contribution:
+    """What one cluster sends for one round, for one pipeline stage."""
+
+    payload: torch.Tensor
+    """1-D uint8 bytes to all-gather; identical length on every cluster for the round."""
+    digest: str
+    """Hex SHA-256 of ``payload``'s bytes (the cluster signs and the ledger records it)."""
+    stats: Mapping[str, float] = field(default_factory=dict)
+    """Local numbers worth reporting (pseudo-gradient norm, error-feedback norm, ...)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Anomaly:
+    cluster: int
+    reason: str
+    """Human-readable, e.g. 'norm 812.4 is 96x the median 8.45'."""
+    excluded: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundSignals:
+    """Numbers the runtime has made identical on every rank (all-reduced) before ``apply``."""
+
+    mean_train_loss: float
+    """Mean over clusters of the last round's training loss."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OuterUpdate:
+    """The result of applying one round's exchange."""
+
+    round: int
+    contribution_digests: Sequence[str]
+    """Hex SHA-256 of every cluster's payload, in cluster order."""
+    anomalies: Sequence[Anomaly]
+    payload_bytes: int
+    """Bytes of one cluster's payload for this stage (what it put on the wire once)."""
+    rank: int
+    """Low-rank rank used this round (0 = uncompressed)."""
+    bits: int
+    """Quantisation bits used this round (32 = fp32, 16 = bf16)."""
+    stats: Mapping[str, float] = field(default_factory=dict)
+    """Norms of the averaged pseudo-gradient, the outer step, the global parameters, ..."""
+
+
+class OuterAlgorithm(Protocol):
+    overlapped: bool
+    """True when the runtime should exchange round t while round t+1 computes."""
+
+    def contribution(self, round: int, local: Sequence[torch.Tensor]) -> Contribution:
+        """Compute this cluster's payload for ``round`` from the local parameters."""
+        ...
+
+    def apply(
+        self,
+        round: int,
+        gathered: Sequence[torch.Tensor],
+        local: Sequence[torch.Tensor],
+        signals: RoundSignals,
+    ) -> OuterUpdate:
+        """Combine every cluster's payload (cluster order), step the global parameters and
+        write the parameters the next inner round starts from into ``local`` (in place)."""
+        ...
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        ...
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        ...
