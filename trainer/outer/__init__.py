@@ -1,1 +1,57 @@
-"""Outer optimisation: pseudo-gradients, compression, the outer Nesterov step, one-step delay."""
+"""Outer optimisation: pseudo-gradients, compression, the outer Nesterov step, one-step delay.
+
+``build_outer_algorithm`` is the one entry point the runtime needs; see protocol.py for the call
+order and docs/outer-algorithm.md for the algorithm and the measurements behind its defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from trainer.errors import ConfigError
+from trainer.outer.adaptive import next_inner_steps
+from trainer.outer.algorithm import OuterLoop, payload_digest
+from trainer.outer.codec import Codec, DenseCodec
+from trainer.outer.config import OuterConfig
+from trainer.outer.protocol import (
+    Anomaly,
+    Contribution,
+    OuterAlgorithm,
+    OuterUpdate,
+    ResumableOuterAlgorithm,
+    RoundSignals,
+)
+
+__all__ = [
+    "Anomaly",
+    "Contribution",
+    "OuterAlgorithm",
+    "OuterConfig",
+    "OuterLoop",
+    "OuterUpdate",
+    "ResumableOuterAlgorithm",
+    "RoundSignals",
+    "build_outer_algorithm",
+    "next_inner_steps",
+    "payload_digest",
+]
+
+
+def build_outer_algorithm(
+    config: OuterConfig,
+    *,
+    named_params: Sequence[tuple[str, torch.Tensor]],
+    cluster: int,
+    n_clusters: int,
+    seed: int,
+) -> ResumableOuterAlgorithm:
+    """The outer algorithm for one process: its stage's parameters (``named_params``, the
+    initial values θ₀, copied to fp32), its cluster index and the run seed shared by every
+    cluster (the low-rank bases are drawn from it, so every cluster must pass the same)."""
+    if config.kind != "diloco":
+        raise ConfigError(f"OuterConfig.kind {config.kind!r} is not built yet; use 'diloco'")
+    shapes = [p.shape for _, p in named_params]
+    codec: Codec = DenseCodec(shapes)
+    return OuterLoop(config, named_params=named_params, codec=codec, cluster=cluster, n_clusters=n_clusters)

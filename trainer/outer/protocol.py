@@ -107,3 +107,15 @@ class OuterAlgorithm(Protocol):
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         ...
+
+
+class ResumableOuterAlgorithm(OuterAlgorithm, Protocol):
+    """Optional extension (added by trainer/outer; every algorithm built by
+    ``build_outer_algorithm`` has it). In overlapped mode a checkpoint taken after
+    ``apply(t - 1)`` still has round t's exchange in flight; a runtime resuming from it calls
+    ``pending_contribution()`` after ``load_state_dict`` and starts that all-gather again before
+    computing round t+1."""
+
+    def pending_contribution(self) -> Contribution | None:
+        """The contribution sent but not yet applied, or None when nothing is pending."""
+        ...

@@ -1,0 +1,83 @@
+"""A poisoned cluster is flagged in the round it appears (single process, gather = a list)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from outer_helpers import blocking_round, build_clusters, start_locals, train_locals
+
+from trainer.outer import OuterConfig
+
+KINDS = [OuterConfig(kind="diloco")]
+
+
+def poison(local: list[torch.Tensor], start: list[torch.Tensor], how: str, seed: int = 99) -> None:
+    """Rewrite one cluster's local parameters so its pseudo-gradient is ×100 or pure noise of
+    the same norm (what a faulty or malicious cluster could send)."""
+    g = torch.Generator().manual_seed(seed)
+    for p, s in zip(local, start, strict=True):
+        delta = s - p
+        if how == "scale":
+            bad = 100.0 * delta
+        else:
+            noise = torch.randn(delta.shape, generator=g)
+            bad = noise * (delta.norm() / noise.norm())
+        p.copy_(s - bad)
+
+
+def run(config, named_params, n_clusters, poisoned_round, poisoned_cluster, how, rounds):
+    algos = build_clusters(config, named_params, n_clusters)
+    locals_ = start_locals(named_params, n_clusters)
+    history = []
+    for round in range(rounds):
+        start = [p.clone() for p in locals_[0]]
+        train_locals(locals_, named_params, round)
+        if round == poisoned_round:
+            poison(locals_[poisoned_cluster], start, how)
+        history.append(blocking_round(algos, locals_, round))
+    return history
+
+
+@pytest.mark.parametrize("config", KINDS, ids=lambda c: c.kind)
+@pytest.mark.parametrize("how", ["scale", "noise"])
+def test_poisoned_cluster_is_flagged_in_its_round_with_two_clusters(config, named_params, how):
+    history = run(config, named_params, 2, poisoned_round=3, poisoned_cluster=1, how=how, rounds=4)
+    for round, updates in enumerate(history[:3]):
+        assert [list(u.anomalies) for u in updates] == [[], []], f"honest round {round} flagged"
+    flagged = history[3][0].anomalies
+    assert [a.cluster for a in flagged] == [1]
+    assert ("norm" if how == "scale" else "cosine with the outer momentum") in flagged[0].reason
+    assert all(list(u.anomalies) == list(flagged) for u in history[3]), "clusters must agree"
+
+
+@pytest.mark.parametrize("config", KINDS, ids=lambda c: c.kind)
+def test_scaled_cluster_is_flagged_in_round_zero_with_two_clusters(config, named_params):
+    history = run(config, named_params, 2, poisoned_round=0, poisoned_cluster=0, how="scale", rounds=1)
+    assert [a.cluster for a in history[0][0].anomalies] == [0]
+
+
+@pytest.mark.parametrize("config", KINDS, ids=lambda c: c.kind)
+def test_noise_in_round_zero_with_three_clusters_is_pinned_on_the_noisy_one(config, named_params):
+    history = run(config, named_params, 3, poisoned_round=0, poisoned_cluster=2, how="noise", rounds=1)
+    assert [a.cluster for a in history[0][0].anomalies] == [2]
+
+
+def test_noise_in_round_zero_with_two_clusters_is_flagged_as_ambiguous(named_params):
+    history = run(OuterConfig(), named_params, 2, poisoned_round=0, poisoned_cluster=1, how="noise", rounds=1)
+    flagged = history[0][0].anomalies
+    assert [a.cluster for a in flagged] == [0, 1]
+    assert all("ambiguous" in a.reason for a in flagged)
+
+
+def test_excluded_contribution_does_not_move_the_global_parameters(named_params):
+    excluding = OuterConfig(anomaly_exclude=True)
+    history = run(excluding, named_params, 3, poisoned_round=0, poisoned_cluster=1, how="scale", rounds=1)
+    update = history[0][0]
+    assert [(a.cluster, a.excluded) for a in update.anomalies] == [(1, True)]
+    assert update.stats["included_clusters"] == 2.0
+    # The step is the one the two honest clusters (0 and 2) alone would give.
+    locals_ = start_locals(named_params, 3)
+    train_locals(locals_, named_params, round=0)
+    honest_mean = [((p - a) + (p - b)) / 2 for (_, p), a, b in zip(named_params, locals_[0], locals_[2], strict=True)]
+    expected = sum(float(m.double().pow(2).sum()) for m in honest_mean) ** 0.5
+    assert update.stats["mean_pseudo_gradient_norm"] == pytest.approx(expected, rel=1e-6)

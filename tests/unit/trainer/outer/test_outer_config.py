@@ -1,0 +1,40 @@
+"""OuterConfig validation names the offending field."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainer.errors import ConfigError
+from trainer.outer import OuterConfig
+
+
+def test_defaults_are_the_diloco_paper_values():
+    config = OuterConfig()
+    assert (config.kind, config.outer_lr, config.outer_momentum, config.nesterov) == ("diloco", 0.7, 0.9, True)
+    assert not config.overlapped and not config.compressed
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"kind": "adam"}, "OuterConfig.kind"),
+        ({"outer_lr": 0.0}, "OuterConfig.outer_lr"),
+        ({"outer_momentum": 1.0}, "OuterConfig.outer_momentum"),
+        ({"bits": 6}, "OuterConfig.bits"),
+        ({"quant_block": 7}, "OuterConfig.quant_block"),
+        ({"min_rank": 8, "max_rank": 4, "rank": 4}, "OuterConfig.max_rank"),
+        ({"rank": 64}, "OuterConfig.rank"),
+        ({"rank_energy": 1.5}, "OuterConfig.rank_energy"),
+        ({"anomaly_norm_ratio": 1.0}, "OuterConfig.anomaly_norm_ratio"),
+        ({"min_inner_steps": 20, "max_inner_steps": 10}, "OuterConfig.max_inner_steps"),
+    ],
+)
+def test_invalid_field_is_named(overrides, field):
+    with pytest.raises(ConfigError, match=field):
+        OuterConfig(**overrides)
+
+
+def test_to_dict_is_json_able():
+    import json
+
+    assert json.loads(json.dumps(OuterConfig(kind="dilocox").to_dict()))["kind"] == "dilocox"

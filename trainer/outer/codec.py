@@ -1,0 +1,115 @@
+"""How pseudo-gradients become payload bytes and back: the ``Codec`` seam and the plain
+(uncompressed fp32) codec of DiLoCo.
+
+A codec maps a cluster's pseudo-gradient to a 1-D ``uint8`` payload, and a payload to
+*coordinates*: fp32 tensors in which inner products equal those of the decoded pseudo-gradients
+in parameter space (for fp32 the coordinates are the tensors themselves; for the low-rank codec
+they are the factors ``P`` of ``P·Qᵀ`` with an orthonormal ``Q`` shared by every cluster). The
+algorithm sums coordinates in cluster order, runs the anomaly checks on them and expands the
+sum to parameter space once. Multi-byte values are stored little-endian (the native order of
+every platform torch supports; checked at import).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import torch
+
+from trainer.outer.errors import PayloadError
+from trainer.outer.protocol import RoundSignals
+
+if sys.byteorder != "little":  # pragma: no cover - no such torch platform today
+    raise ImportError("trainer.outer payloads are little-endian; this host is big-endian")
+
+
+class Codec(Protocol):
+    rank: int
+    """Low-rank rank of the round being encoded (0 = uncompressed)."""
+    bits: int
+    """Bits per transmitted element of the round being encoded."""
+
+    def payload_length(self, round: int) -> int:
+        """Bytes of every cluster's payload for ``round`` (identical on every cluster)."""
+        ...
+
+    def encode(self, round: int, pseudo_gradient: Sequence[torch.Tensor]) -> torch.Tensor:
+        """This cluster's payload; updates the error feedback if the codec keeps one."""
+        ...
+
+    def coordinates(self, round: int, payload: torch.Tensor) -> list[torch.Tensor]:
+        """Decode any cluster's payload of ``round`` into coordinates (fp32)."""
+        ...
+
+    def expand(self, round: int, coordinates: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Coordinates of ``round`` -> tensors shaped like the parameters (fp32)."""
+        ...
+
+    def project(self, round: int, dense: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Parameter-space tensors -> coordinates of ``round`` (orthogonal projection)."""
+        ...
+
+    def finish_round(
+        self, round: int, gathered: Sequence[Sequence[torch.Tensor]], signals: RoundSignals
+    ) -> None:
+        """Every cluster's coordinates of ``round`` are known: adapt what later rounds use."""
+        ...
+
+    def state_dict(self, prefix: str) -> dict[str, torch.Tensor]:
+        ...
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor], prefix: str) -> None:
+        ...
+
+
+class DenseCodec:
+    """Plain DiLoCo: every pseudo-gradient element as little-endian fp32, no error feedback."""
+
+    rank = 0
+    bits = 32
+
+    def __init__(self, shapes: Sequence[torch.Size]) -> None:
+        self.shapes = [torch.Size(s) for s in shapes]
+        self.numels = [s.numel() for s in self.shapes]
+
+    def payload_length(self, round: int) -> int:
+        return 4 * sum(self.numels)
+
+    def encode(self, round: int, pseudo_gradient: Sequence[torch.Tensor]) -> torch.Tensor:
+        flat = torch.cat([g.detach().to(torch.float32).reshape(-1) for g in pseudo_gradient])
+        return flat.view(torch.uint8)
+
+    def coordinates(self, round: int, payload: torch.Tensor) -> list[torch.Tensor]:
+        check_payload(payload, self.payload_length(round))
+        values = payload.view(torch.float32)
+        return [v.view(shape) for v, shape in zip(torch.split(values, self.numels), self.shapes, strict=True)]
+
+    def expand(self, round: int, coordinates: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return list(coordinates)
+
+    def project(self, round: int, dense: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return list(dense)
+
+    def finish_round(
+        self, round: int, gathered: Sequence[Sequence[torch.Tensor]], signals: RoundSignals
+    ) -> None:
+        return None  # nothing adapts
+
+    def state_dict(self, prefix: str) -> dict[str, torch.Tensor]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor], prefix: str) -> None:
+        return None  # stateless
+
+
+def check_payload(payload: torch.Tensor, expected_length: int) -> None:
+    """Raise ``PayloadError`` unless ``payload`` is a 1-D uint8 tensor of the expected length."""
+    if payload.dtype != torch.uint8 or payload.dim() != 1:
+        raise PayloadError(
+            f"expected a 1-D torch.uint8 payload, got dtype {payload.dtype} with shape "
+            f"{tuple(payload.shape)}"
+        )
+    if payload.numel() != expected_length:
+        raise PayloadError(f"expected a payload of {expected_length} bytes, got {payload.numel()}")

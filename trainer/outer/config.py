@@ -1,0 +1,131 @@
+"""Configuration of the outer algorithm (plain DiLoCo or DiLoCoX).
+
+One flat, keyword-only dataclass so that a run's outer hyperparameters serialise to one JSON
+object for the ledger's ``run.genesis`` entry. Fields that only DiLoCoX reads (compression,
+overlap, adaptive rank) are ignored when ``kind == "diloco"``: plain DiLoCo is always blocking,
+uncompressed fp32 (Douillard et al. 2023, "DiLoCo", arXiv 2311.08105). The DiLoCoX defaults
+below were chosen from the measurements in docs/outer-algorithm.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from trainer.errors import ConfigError
+
+OuterKind = Literal["diloco", "dilocox"]
+QuantBits = Literal[4, 8, 16, 32]
+
+
+@dataclass(frozen=True, kw_only=True)
+class OuterConfig:
+    """Hyperparameters of the outer loop; validated on construction."""
+
+    kind: OuterKind = "diloco"
+    """``"diloco"``: blocking, uncompressed fp32 pseudo-gradients. ``"dilocox"``: low-rank +
+    quantised pseudo-gradients with error feedback, optionally overlapped with a one-step delay."""
+
+    outer_lr: float = 0.7
+    """Outer learning rate (DiLoCo: 0.7)."""
+    outer_momentum: float = 0.9
+    """Outer momentum (DiLoCo: 0.9)."""
+    nesterov: bool = True
+    """Nesterov momentum in the outer SGD step (DiLoCo uses it; False gives heavy-ball SGD)."""
+
+    # --- compression (DiLoCoX only) -------------------------------------------------------
+    rank: int = 16
+    """Low-rank rank used in the first round (and the cap when ``adaptive_rank`` is off)."""
+    bits: QuantBits = 8
+    """Bits per low-rank factor element: 8 or 4 (block absmax quantisation), 16 (bf16) or 32."""
+    quant_block: int = 64
+    """Elements per quantisation block; each block carries one fp16 absmax scale."""
+    error_feedback: bool = True
+    """Carry what compression dropped into the next round's pseudo-gradient (Seide et al. 2014;
+    Karimireddy et al. 2019)."""
+    min_compress_dim: int = 32
+    """Matrices whose smaller side is below this, and all 1-D tensors, are sent in bf16: their
+    factors would not be smaller than the tensor itself."""
+
+    # --- adaptive rank (DiLoCoX only) -----------------------------------------------------
+    adaptive_rank: bool = True
+    """Let the rank shrink as the pseudo-gradients' spectral energy concentrates."""
+    min_rank: int = 2
+    """Lower bound of the adaptive rank."""
+    max_rank: int = 32
+    """Upper bound of the adaptive rank (it only grows back when the loss stalls)."""
+    rank_energy: float = 0.9
+    """Keep the smallest rank whose leading directions hold this fraction of the captured
+    spectral energy."""
+    stall_rounds: int = 3
+    """Rounds without a ``stall_tolerance`` relative loss improvement that count as a stall."""
+    stall_tolerance: float = 0.002
+    """Relative improvement of the mean training loss below which a round counts as stalled."""
+
+    # --- overlap (DiLoCoX only) -----------------------------------------------------------
+    overlap: bool = True
+    """One-step-delay overlap: round t's exchange runs while round t+1 computes."""
+
+    # --- anomaly checks (both kinds) ------------------------------------------------------
+    anomaly_checks: bool = True
+    """Flag contributions whose norm or direction is an outlier (see trainer/outer/anomaly.py)."""
+    anomaly_exclude: bool = False
+    """Leave flagged contributions out of the average (non-finite ones are always left out)."""
+    anomaly_norm_ratio: float = 10.0
+    """A norm more than this many times the reference norm is flagged."""
+    anomaly_min_cosine: float = 0.02
+    """A contribution whose cosine with the reference direction is below this is flagged."""
+    anomaly_history: int = 8
+    """Rounds of accepted norms kept as the reference when the other clusters are too few."""
+
+    # --- adaptive inner steps (runtime reads these; see trainer/outer/adaptive.py) --------
+    adaptive_inner_steps: bool = False
+    """Let the runtime change H between rounds so the exchange stays hidden behind compute."""
+    min_inner_steps: int = 10
+    """Lower bound of the adaptive H."""
+    max_inner_steps: int = 500
+    """Upper bound of the adaptive H."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("diloco", "dilocox"):
+            raise ConfigError(f"OuterConfig.kind must be 'diloco' or 'dilocox', got {self.kind!r}")
+        _require(self, "outer_lr", math.isfinite(self.outer_lr) and self.outer_lr > 0, "> 0")
+        _require(self, "outer_momentum", 0.0 <= self.outer_momentum < 1.0, "in [0, 1)")
+        _require(self, "rank", self.rank >= 1, ">= 1")
+        _require(self, "bits", self.bits in (4, 8, 16, 32), "one of 4, 8, 16, 32")
+        _require(self, "quant_block", self.quant_block >= 2 and self.quant_block % 2 == 0,
+                 "an even number >= 2")
+        _require(self, "min_compress_dim", self.min_compress_dim >= 1, ">= 1")
+        _require(self, "min_rank", self.min_rank >= 1, ">= 1")
+        _require(self, "max_rank", self.max_rank >= self.min_rank, f">= min_rank ({self.min_rank})")
+        _require(self, "rank", self.min_rank <= self.rank <= self.max_rank,
+                 f"between min_rank ({self.min_rank}) and max_rank ({self.max_rank})")
+        _require(self, "rank_energy", 0.0 < self.rank_energy <= 1.0, "in (0, 1]")
+        _require(self, "stall_rounds", self.stall_rounds >= 1, ">= 1")
+        _require(self, "stall_tolerance", self.stall_tolerance >= 0.0, ">= 0")
+        _require(self, "anomaly_norm_ratio", self.anomaly_norm_ratio > 1.0, "> 1")
+        _require(self, "anomaly_min_cosine", -1.0 <= self.anomaly_min_cosine < 1.0, "in [-1, 1)")
+        _require(self, "anomaly_history", self.anomaly_history >= 1, ">= 1")
+        _require(self, "min_inner_steps", self.min_inner_steps >= 1, ">= 1")
+        _require(self, "max_inner_steps", self.max_inner_steps >= self.min_inner_steps,
+                 f">= min_inner_steps ({self.min_inner_steps})")
+
+    @property
+    def compressed(self) -> bool:
+        """True when pseudo-gradients go through low-rank compression."""
+        return self.kind == "dilocox"
+
+    @property
+    def overlapped(self) -> bool:
+        """True when the runtime should use the one-step-delay call order."""
+        return self.kind == "dilocox" and self.overlap
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form, for the run's genesis entry."""
+        return asdict(self)
+
+
+def _require(config: OuterConfig, name: str, ok: bool, expected: str) -> None:
+    if not ok:
+        raise ConfigError(f"OuterConfig.{name} must be {expected}, got {getattr(config, name)!r}")
