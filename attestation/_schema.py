@@ -100,7 +100,9 @@ def _describe_sizes(sizes: Set[int]) -> str:
     ordered = sorted(sizes)
     if len(ordered) > 2 and ordered == list(range(ordered[0], ordered[-1] + 1)):
         return f"{ordered[0]}..{ordered[-1]}"
-    return " or ".join(str(n) for n in ordered)
+    if len(ordered) == 1:
+        return str(ordered[0])
+    return ", ".join(str(n) for n in ordered[:-1]) + f" or {ordered[-1]}"
 
 
 def read_base64(obj: Mapping[str, Any], key: str, *, what: str) -> bytes:
