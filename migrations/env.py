@@ -1,0 +1,64 @@
+"""Alembic environment for the ledger schema.
+
+The database URL comes, in order, from ``config.attributes["database_url"]`` (set by
+:func:`ledger.db.upgrade`), the ``sqlalchemy.url`` ini option, or the ``VERITRAIN_*``
+settings. SQLite runs in batch mode (``render_as_batch``): it cannot ALTER most of a table
+in place, so Alembic rebuilds the table instead.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import context
+from sqlalchemy.pool import NullPool
+
+from ledger.db import database_url
+from ledger.models import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def _url() -> str:
+    url = config.attributes.get("database_url") or config.get_main_option("sqlalchemy.url")
+    if not url:
+        from veritrain.settings import load_settings  # only when Alembic is run by hand
+
+        url = load_settings().database_url
+    return database_url(str(url)).render_as_string(hide_password=False)
+
+
+def _configure(**kwargs: object) -> None:
+    url = _url()
+    context.configure(
+        target_metadata=target_metadata,
+        render_as_batch=sa.make_url(url).get_backend_name() == "sqlite",
+        compare_type=True,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def run_migrations_offline() -> None:
+    """Write the SQL to stdout instead of running it (``alembic upgrade head --sql``)."""
+    _configure(url=_url(), literal_binds=True, dialect_opts={"paramstyle": "named"})
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    # A plain engine, not ledger.db.create_engine: migrations run with SQLite's foreign-key
+    # enforcement off (its default), as batch-mode table rebuilds require.
+    engine = sa.create_engine(_url(), poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            _configure(connection=connection)
+            with context.begin_transaction():
+                context.run_migrations()
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()
