@@ -1,0 +1,109 @@
+"""What the ledger's read API returns: plain frozen values, detached from any session, so
+the web layer and the verifier can hold them after the transaction has ended."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ledger.envelope import Envelope, parse_body
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """A run and the state of its log."""
+
+    run_id: str
+    origin: str
+    """C2SP log origin, also the log key's name."""
+    status: str
+    """``running`` or ``finished``."""
+    size: int
+    """Entries in the log (= size of the latest signed tree head)."""
+    latest_step: int | None
+    outer_steps: int
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class EntryRecord:
+    """One log entry as stored."""
+
+    run_id: str
+    index: int
+    kind: str
+    step: int | None
+    body: bytes
+    """The canonical JSON body; the leaf hash is SHA-256(0x00 || body)."""
+    leaf_hash: bytes
+    recorded_at: datetime
+
+    def envelope(self) -> Envelope:
+        """The body's fields, checked to be a canonical, well-formed envelope."""
+        return parse_body(self.body)
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The caller's object recorded in this entry."""
+        payload: dict[str, Any] = json.loads(self.body)["payload"]
+        return payload
+
+
+@dataclass(frozen=True)
+class SignedTreeHead:
+    """A signed tree head: the run's log at one size."""
+
+    run_id: str
+    size: int
+    root_hash: bytes
+    note: str
+    """The C2SP signed checkpoint note."""
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    """A public key enrolled in the ledger."""
+
+    run_id: str | None
+    role: str
+    name: str
+    key_id: str
+    vkey: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class MetricPoint:
+    """One metric value at one outer step."""
+
+    step: int
+    key: str
+    value: float
+    entry_index: int
+
+
+@dataclass(frozen=True)
+class InclusionProof:
+    """RFC 9162 inclusion proof of entry ``index`` in the tree of ``size`` entries."""
+
+    index: int
+    size: int
+    leaf_hash: bytes
+    hashes: tuple[bytes, ...]
+    root_hash: bytes
+
+
+@dataclass(frozen=True)
+class ConsistencyProof:
+    """RFC 9162 proof that the tree of ``new`` entries extends the tree of ``old`` entries."""
+
+    old: int
+    new: int
+    hashes: tuple[bytes, ...]
+    old_root: bytes
+    new_root: bytes
