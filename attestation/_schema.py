@@ -20,6 +20,7 @@ from attestation.canonical import CanonicalizationError, parse_canonical_json
 from attestation.errors import ParseError
 
 _HEX = re.compile(r"[0-9a-f]*")
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # RFC 3339, UTC, whole seconds
 
 
@@ -103,6 +104,12 @@ def _describe_sizes(sizes: Set[int]) -> str:
     if len(ordered) == 1:
         return str(ordered[0])
     return ", ".join(str(n) for n in ordered[:-1]) + f" or {ordered[-1]}"
+
+
+def check_sha256_hex(value: str, name: str) -> None:
+    """Raise ValueError unless ``value`` is a hex SHA-256 digest (64 lower-case digits)."""
+    if _SHA256_HEX.fullmatch(value) is None:
+        raise ValueError(f"{name}: expected 64 lower-case hex digits, got {value!r}")
 
 
 def read_base64(obj: Mapping[str, Any], key: str, *, what: str) -> bytes:

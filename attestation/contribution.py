@@ -9,10 +9,9 @@ never be taken for another kind of statement.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from attestation._schema import load_object, read_int, read_str, require_fields
+from attestation._schema import check_sha256_hex, load_object, read_int, read_str, require_fields
 from attestation.canonical import canonical_json
 from attestation.dsse import Envelope, sign_envelope, verify_envelope
 from attestation.errors import ContributionMismatchError, ParseError
@@ -20,7 +19,6 @@ from attestation.keys import PublicKey, SigningKey
 
 CONTRIBUTION_PAYLOAD_TYPE = "application/vnd.veritrain.contribution.v1+json"
 
-_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _FIELDS = ("run_id", "step", "cluster", "stage", "payload_digest")
 
 
@@ -42,10 +40,7 @@ class Contribution:
             value = getattr(self, name)
             if value < 0:
                 raise ValueError(f"{name}: expected >= 0, got {value}")
-        if _SHA256_HEX.fullmatch(self.payload_digest) is None:
-            raise ValueError(
-                f"payload_digest: expected 64 lower-case hex digits, got {self.payload_digest!r}"
-            )
+        check_sha256_hex(self.payload_digest, "payload_digest")
 
     def to_json(self) -> bytes:
         return canonical_json(

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from attestation._schema import as_object, read_list, read_str
+from attestation._schema import as_object, check_sha256_hex, read_list, read_str
 from attestation.canonical import CanonicalizationError, canonical_json, parse_canonical_json
 from attestation.errors import ParseError
 
@@ -45,7 +45,6 @@ OUTER_STEP_BUILD_TYPE = "https://veritrain.dev/build-types/outer-step/v1"
 DEFAULT_BUILDER_ID = "https://veritrain.dev/builders/diloco-x/v1"
 
 _CHECKPOINT_NAME = re.compile(r"checkpoint/step-(\d{6,})")
-_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _GIT_COMMIT_HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256 object format
 _CODE = "code"
 _DATA_PREFIX = "data/"
@@ -68,7 +67,7 @@ class CodeDigest:
     git_commit: str | None = None
 
     def __post_init__(self) -> None:
-        _check_sha256(self.source_sha256, "source_sha256")
+        check_sha256_hex(self.source_sha256, "source_sha256")
         if self.git_commit is not None and _GIT_COMMIT_HEX.fullmatch(self.git_commit) is None:
             raise ValueError(
                 f"git_commit: expected 40 or 64 lower-case hex digits, got {self.git_commit!r}"
@@ -85,7 +84,7 @@ class DataShard:
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("name: expected a non-empty shard name, got ''")
-        _check_sha256(self.sha256, "sha256")
+        check_sha256_hex(self.sha256, "sha256")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,12 +113,12 @@ class OuterStepProvenance:
         if not self.run_id:
             raise ValueError("run_id: expected a non-empty run id, got ''")
         checkpoint_name(self.step)
-        _check_sha256(self.manifest_root, "manifest_root")
-        _check_sha256(self.metrics_digest, "metrics_digest")
+        check_sha256_hex(self.manifest_root, "manifest_root")
+        check_sha256_hex(self.metrics_digest, "metrics_digest")
         if self.previous_manifest_root is not None:
             if self.step == 0:
                 raise ValueError("previous_manifest_root: step 0 has no previous checkpoint")
-            _check_sha256(self.previous_manifest_root, "previous_manifest_root")
+            check_sha256_hex(self.previous_manifest_root, "previous_manifest_root")
         if not self.builder_id:
             raise ValueError("builder_id: expected a URI, got ''")
         names = [s.name for s in self.data_shards]
@@ -307,8 +306,10 @@ def _sha256_of(digest: Mapping[str, Any], what: str) -> str:
     if "sha256" not in digest:
         raise ParseError(f"{what}.digest: expected a sha256 entry, got {sorted(digest)}")
     value = _str_field(digest, "sha256", f"{what}.digest")
-    if _SHA256_HEX.fullmatch(value) is None:
-        raise ParseError(f"{what}.digest.sha256: expected 64 lower-case hex digits, got {value!r}")
+    try:
+        check_sha256_hex(value, f"{what}.digest.sha256")
+    except ValueError as exc:
+        raise ParseError(str(exc)) from None
     return value
 
 
@@ -337,8 +338,3 @@ def _expect(obj: Mapping[str, Any], key: str, expected: str, *, what: str) -> No
     got = obj.get(key)
     if got != expected:
         raise ParseError(f"{what}.{key}: expected {expected!r}, got {got!r}")
-
-
-def _check_sha256(value: str, name: str) -> None:
-    if _SHA256_HEX.fullmatch(value) is None:
-        raise ValueError(f"{name}: expected 64 lower-case hex digits, got {value!r}")
