@@ -1,0 +1,115 @@
+"""What code and which dependencies produced a run: the digests recorded in its genesis.
+
+The code digest is a SHA-256 over veritrain's own source tree (every ``.py`` file of the
+packages of DESIGN.md §1 plus the Alembic versions, in sorted path order), so it is the same
+for a git checkout and an installed copy of the same source. The git commit is recorded too
+when the source is a checkout, with a ``dirty`` flag when it has uncommitted changes.
+
+The dependency digest is a SHA-256 over the sorted ``name==version`` lines of every installed
+distribution: two environments with the same digest ran the same package versions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGES = ("attestation", "storage", "ledger", "trainer", "web", "veritrain", "migrations")
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True, kw_only=True)
+class CodeIdentity:
+    source_sha256: str
+    """SHA-256 over (relative path, file SHA-256) of every source file, sorted by path."""
+    git_commit: str | None
+    git_dirty: bool
+    files: int
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "source_sha256": self.source_sha256,
+            "git_commit": self.git_commit,
+            "git_dirty": self.git_dirty,
+            "files": self.files,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class DependencyIdentity:
+    sha256: str
+    """SHA-256 of the sorted ``name==version`` lines."""
+    python: str
+    torch: str
+    distributions: int
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "sha256": self.sha256,
+            "python": self.python,
+            "torch": self.torch,
+            "distributions": self.distributions,
+        }
+
+
+def source_files(root: Path = SOURCE_ROOT) -> list[Path]:
+    files: list[Path] = []
+    for package in PACKAGES:
+        files.extend(p for p in (root / package).rglob("*.py") if "__pycache__" not in p.parts)
+    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+
+
+def code_identity(root: Path = SOURCE_ROOT) -> CodeIdentity:
+    files = source_files(root)
+    tree = hashlib.sha256()
+    for path in files:
+        # One line per file: "<sha256>  <relative path>\n" (the sha256sum format), so an
+        # auditor can recompute the digest with coreutils alone.
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        tree.update(f"{digest}  {path.relative_to(root).as_posix()}\n".encode())
+    commit, dirty = _git_state(root)
+    return CodeIdentity(source_sha256=tree.hexdigest(), git_commit=commit, git_dirty=dirty, files=len(files))
+
+
+def dependency_identity() -> DependencyIdentity:
+    lines = sorted(
+        {
+            f"{dist.metadata['Name'].lower()}=={dist.version}"
+            for dist in importlib.metadata.distributions()
+            if dist.metadata["Name"] and dist.metadata["Name"].lower() != "veritrain"
+        }
+    )
+    digest = hashlib.sha256("".join(line + "\n" for line in lines).encode()).hexdigest()
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = "absent"
+    return DependencyIdentity(
+        sha256=digest,
+        python=f"{platform.python_implementation()} {sys.version.split()[0]}",
+        torch=torch_version,
+        distributions=len(lines),
+    )
+
+
+def _git_state(root: Path) -> tuple[str | None, bool]:
+    if not (root / ".git").exists():
+        return None, False
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", *PACKAGES],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None, False
+    return commit, bool(status.strip())
