@@ -11,13 +11,14 @@ from typing import Any
 
 import httpx
 import pytest
+from unit.storage.payloads import deterministic_chunks
+from unit.storage.s3_buckets import disposable_bucket
+from unit.storage.store_contract import DATA, Leftovers, StoreContract, Tamper, WriteRaw, sha256
 
 from storage import open_store
 from storage.errors import StorageError
 from storage.s3 import S3Store
 from storage.s3_upload import MIN_PART_SIZE, upload_once
-from unit.storage.payloads import deterministic_chunks
-from unit.storage.store_contract import DATA, Leftovers, StoreContract, Tamper, WriteRaw, sha256
 
 MiB = 1 << 20
 
@@ -34,9 +35,15 @@ def raw(s3_server: Any) -> Any:
 
 
 @pytest.fixture
-def store(s3_store_url: str, tmp_path: Path) -> Iterator[S3Store]:
+def s3_url(s3_store_url: str, raw: Any) -> Iterator[str]:
+    with disposable_bucket(s3_store_url, raw) as url:
+        yield url
+
+
+@pytest.fixture
+def store(s3_url: str, tmp_path: Path) -> Iterator[S3Store]:
     # The smallest part S3 allows, so a 12 MiB test object already takes three parts.
-    bucket, prefix = _bucket_and_prefix(s3_store_url)
+    bucket, prefix = _bucket_and_prefix(s3_url)
     spool = tmp_path / "spool"
     spool.mkdir()
     with S3Store(bucket, prefix, part_size=MIN_PART_SIZE, spool_dir=spool) as s3:
@@ -80,23 +87,21 @@ class TestS3Store(StoreContract):
     pass
 
 
-def test_open_store_finds_the_server_through_aws_endpoint_url(s3_store_url: str, raw: Any) -> None:
-    bucket, prefix = _bucket_and_prefix(s3_store_url)
+def test_open_store_finds_the_server_through_aws_endpoint_url(s3_url: str, raw: Any) -> None:
+    bucket, prefix = _bucket_and_prefix(s3_url)
 
-    with open_store(s3_store_url) as store:
+    with open_store(s3_url) as store:
         digest = store.put_bytes(DATA)
 
     assert isinstance(store, S3Store)
-    assert store.url == s3_store_url
+    assert store.url == s3_url
     stored = raw.get_object(Bucket=bucket, Key=f"{prefix}/sha256/{digest}")["Body"].read()
     assert stored == DATA
 
 
-def test_a_large_put_is_one_multipart_upload_and_leaves_none_open(
-    s3_store_url: str, raw: Any
-) -> None:
+def test_a_large_put_is_one_multipart_upload_and_leaves_none_open(s3_url: str, raw: Any) -> None:
     size = 70 * MiB
-    with open_store(s3_store_url) as store:
+    with open_store(s3_url) as store:
         assert isinstance(store, S3Store)
         tracemalloc.start()
         try:

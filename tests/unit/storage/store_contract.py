@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from unit.storage.payloads import deterministic_chunks
 
 from storage import ObjectStore
 from storage.errors import (
@@ -34,7 +35,6 @@ from storage.errors import (
     ObjectNotFoundError,
     ObjectTooLargeError,
 )
-from unit.storage.payloads import deterministic_chunks
 
 Tamper = Callable[[str, bytes], None]
 WriteRaw = Callable[[str, bytes], None]

@@ -7,10 +7,10 @@ import stat
 from pathlib import Path
 
 import pytest
+from unit.storage.store_contract import DATA, Leftovers, StoreContract, Tamper, WriteRaw, sha256
 
 from storage import LocalStore, open_store
 from storage.local import publish_once
-from unit.storage.store_contract import DATA, Leftovers, StoreContract, Tamper, WriteRaw, sha256
 
 
 @pytest.fixture
