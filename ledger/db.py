@@ -15,10 +15,10 @@ depends on how it is configured:
 
 from __future__ import annotations
 
+import importlib.util
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +117,26 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
+def schema_state(url: str) -> str:
+    """One line on the schema of the database at ``url`` relative to the shipped migrations
+    (never creates a SQLite file)."""
+    heads = head_revisions()
+    if sqlite_file_missing(url):
+        return "no ledger database yet; run `veritrain db upgrade`"
+    engine = create_engine(url)
+    try:
+        revision = current_revision(engine)
+    finally:
+        engine.dispose()
+    if revision is None:
+        return "no ledger schema yet; run `veritrain db upgrade`"
+    if revision in heads:
+        return f"schema at revision {revision} (head)"
+    return (
+        f"schema at revision {revision}, newest is {', '.join(heads)}; run `veritrain db upgrade`"
+    )
+
+
 def head_revisions() -> tuple[str, ...]:
     """The head revision(s) of the migration scripts shipped with the package."""
     from alembic.script import ScriptDirectory
@@ -130,7 +150,7 @@ def alembic_config(url: str | None) -> Any:
     ``migrations/env.py`` read it from the settings."""
     from alembic.config import Config
 
-    location = resources.files("migrations")
+    location = migrations_dir()
     config = Config(str(location / "alembic.ini"))
     config.set_main_option("script_location", str(location))
     if url is not None:
@@ -138,6 +158,19 @@ def alembic_config(url: str | None) -> Any:
         # would corrupt passwords containing '%'.
         config.attributes["database_url"] = database_url(url).render_as_string(hide_password=False)
     return config
+
+
+def migrations_dir() -> Path:
+    """The folder of the ``migrations`` package (env.py, alembic.ini, versions/).
+
+    Found through the import system, so a wheel install works; the folder must hold env.py
+    because an editable install made before the package existed maps it as a namespace
+    package with extra, non-folder path entries."""
+    spec = importlib.util.find_spec("migrations")
+    for entry in (spec.submodule_search_locations or []) if spec is not None else []:
+        if (Path(entry) / "env.py").is_file():
+            return Path(entry)
+    raise FileNotFoundError("the migrations package (Alembic env.py and versions) is not installed")
 
 
 def _sqlite_connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:

@@ -36,6 +36,7 @@ from ledger.errors import (
     LedgerError,
     RunExistsError,
     RunNotFoundError,
+    SchemaMissingError,
     TreeHeadNotFoundError,
     VerificationError,
 )
@@ -71,6 +72,18 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def read_runs(url: str) -> list[RunInfo]:
+    """The runs of the ledger at ``url``, newest first, without creating anything: a missing
+    SQLite file or an empty database raises :class:`SchemaMissingError`."""
+    if db.sqlite_file_missing(url):
+        raise SchemaMissingError(f"no ledger database at {db.display_url(url)}")
+    engine = db.create_engine(url)
+    try:
+        return Ledger(engine).list_runs()
+    finally:
+        engine.dispose()
+
+
 class Ledger:
     """Append to and query the runs' logs in one database."""
 
@@ -78,12 +91,13 @@ class Ledger:
         self,
         engine: Engine,
         *,
-        origin: str,
+        origin: str | None = None,
         log_keys: LogKeys | None = None,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         """``origin`` is the log origin prefix (``VERITRAIN_ORIGIN``); a run's log origin is
-        ``<origin>/runs/<run_id>``. Without ``log_keys`` the ledger is read-only."""
+        ``<origin>/runs/<run_id>``. Without ``origin`` and ``log_keys`` the ledger is
+        read-only (the web app's case)."""
         db.check_engine(engine)
         self._engine = engine
         self._origin = origin
@@ -97,6 +111,8 @@ class Ledger:
     def run_origin(self, run_id: str) -> str:
         """The C2SP log origin of ``run_id`` (also its log key's name)."""
         check_run_id(run_id)
+        if self._origin is None:
+            raise LedgerError("this ledger is read-only: it was opened without an origin")
         return f"{self._origin}/runs/{run_id}"
 
     def log_public_key(self, run_id: str) -> PublicKey:
