@@ -1,0 +1,50 @@
+"""Fixtures for the ledger unit tests: a real SQLite ledger (migrated with Alembic) and
+in-memory log keys."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy.engine import Engine
+
+from ledger.db import create_engine, upgrade
+from ledger.keyring import InMemoryLogKeys
+from ledger.service import Ledger
+
+ORIGIN = "test.veritrain.local"
+
+
+class StepClock:
+    """A clock that advances one second per reading, so timestamps are distinct and
+    predictable."""
+
+    def __init__(self) -> None:
+        self._now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        self._now += timedelta(seconds=1)
+        return self._now
+
+
+@pytest.fixture
+def log_keys() -> InMemoryLogKeys:
+    return InMemoryLogKeys()
+
+
+@pytest.fixture
+def engine(sqlite_url: str) -> Iterator[Engine]:
+    upgrade(sqlite_url)
+    engine = create_engine(sqlite_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def ledger(engine: Engine, log_keys: InMemoryLogKeys) -> Ledger:
+    return Ledger(engine, origin=ORIGIN, log_keys=log_keys, clock=StepClock())
+
+
+def log_vkey(log_keys: InMemoryLogKeys, run_id: str) -> str:
+    return log_keys(f"{ORIGIN}/runs/{run_id}").public.vkey
