@@ -1,0 +1,102 @@
+"""Checkpoint file names and the in-memory form of one outer step's state.
+
+A checkpoint at outer step t is a set of files (DESIGN.md §4), each handed to the recorder by
+the process that owns it -- nothing gathers the whole model in one process:
+
+* ``model-00001-of-0000S.safetensors`` .. one per pipeline stage, Hugging Face style, holding
+  full parameter names (``blocks.3.attn.qkv.weight``); the tied embedding is stored once, as
+  ``embed.wte.weight`` in stage 0's file. Written by cluster 0's process of that stage.
+* ``inner-cluster0000C-stage0000S.safetensors``: that process's AdamW state
+  (``<param>.exp_avg``, ``<param>.exp_avg_sq``, ``<param>.step``), its torch RNG state
+  (``rng.torch``) and, when the outer algorithm overlaps, its local parameters
+  (``local.<param>``: with a one-step delay they differ from the model file's).
+* ``outer-cluster0000C-stage0000S.safetensors``: the outer algorithm's ``state_dict()`` (global
+  fp32 parameters, outer momentum, error feedback, rank state, pending payload). Absent for the
+  AllReduce baseline.
+* ``trainer_state.json``: step, data cursor, the next round's H, the pending exchange's round
+  and signals, the configuration digest. Written by the coordinator (global rank 0).
+
+Tensors are handed over contiguous and on CPU; serialising them (safetensors bytes, the HF
+index, the manifest) is the recorder's job.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load, save
+
+from trainer.errors import CheckpointError
+
+TRAINER_STATE = "trainer_state.json"
+MODEL_INDEX = "model.safetensors.index.json"
+
+TensorFile = Mapping[str, torch.Tensor]
+JsonFile = Mapping[str, Any]
+
+
+def model_file(stage: int, stages: int) -> str:
+    return f"model-{stage + 1:05d}-of-{stages:05d}.safetensors"
+
+
+def inner_file(cluster: int, stage: int) -> str:
+    return f"inner-cluster{cluster:05d}-stage{stage:05d}.safetensors"
+
+
+def outer_file(cluster: int, stage: int) -> str:
+    return f"outer-cluster{cluster:05d}-stage{stage:05d}.safetensors"
+
+
+@dataclass(frozen=True)
+class CheckpointFiles:
+    """The files of one outer step: safetensors files as name -> tensors, JSON files as dicts."""
+
+    tensors: Mapping[str, TensorFile] = field(default_factory=dict)
+    json: Mapping[str, JsonFile] = field(default_factory=dict)
+
+    def names(self) -> list[str]:
+        return sorted([*self.tensors, *self.json])
+
+    def merged(self, other: CheckpointFiles) -> CheckpointFiles:
+        clash = (set(self.tensors) | set(self.json)) & (set(other.tensors) | set(other.json))
+        if clash:
+            raise CheckpointError(f"expected each checkpoint file from one process, got {sorted(clash)} twice")
+        return CheckpointFiles({**self.tensors, **other.tensors}, {**self.json, **other.json})
+
+    def tensor_file(self, name: str) -> TensorFile:
+        if name not in self.tensors:
+            raise CheckpointError(f"expected checkpoint file {name}, it is missing (have {self.names()})")
+        return self.tensors[name]
+
+    def json_file(self, name: str) -> JsonFile:
+        if name not in self.json:
+            raise CheckpointError(f"expected checkpoint file {name}, it is missing (have {self.names()})")
+        return self.json[name]
+
+    def pack(self) -> dict[str, bytes]:
+        """Plain bytes (safetensors / JSON) for sending between processes."""
+        packed = {name: save(dict(tensors)) for name, tensors in self.tensors.items()}
+        packed.update({name: json.dumps(data).encode() for name, data in self.json.items()})
+        return packed
+
+    @classmethod
+    def unpack(cls, packed: Mapping[str, bytes]) -> CheckpointFiles:
+        tensors = {n: load(b) for n, b in packed.items() if n.endswith(".safetensors")}
+        documents = {n: json.loads(b) for n, b in packed.items() if n.endswith(".json")}
+        return cls(tensors, documents)
+
+
+def load_checkpoint_directory(directory: Path) -> CheckpointFiles:
+    """Every state file of a checkpoint folder (what ``LocalDirectoryRecorder`` writes)."""
+    from safetensors.torch import load_file
+
+    if not (directory / TRAINER_STATE).is_file():
+        raise CheckpointError(f"expected {TRAINER_STATE} in {directory}, it is missing (not a checkpoint?)")
+    tensors = {p.name: load_file(p) for p in sorted(directory.glob("*.safetensors"))}
+    documents = {TRAINER_STATE: json.loads((directory / TRAINER_STATE).read_text())}
+    return CheckpointFiles(tensors, documents)

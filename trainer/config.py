@@ -1,0 +1,222 @@
+"""The configuration of a training run: one frozen tree of dataclasses, JSON-able both ways.
+
+Everything that changes what is computed lives here (so the ledger records it and a
+re-execution reproduces it); how a run is observed (progress bars, where caches live) does not.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from trainer.data.config import DataConfig
+from trainer.errors import ConfigError
+from trainer.model import ModelConfig, stage_layout
+from trainer.outer.config import OuterConfig
+
+Method = Literal["allreduce", "diloco", "dilocox"]
+METHODS: tuple[Method, ...] = ("allreduce", "diloco", "dilocox")
+Schedule = Literal["1f1b", "gpipe"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class InnerConfig:
+    """The inner optimiser: AdamW with linear warm-up and cosine decay (Loshchilov & Hutter 2019;
+    the schedule of DiLoCo, Douillard et al. 2023, §4)."""
+
+    lr: float = 3e-3
+    """Peak learning rate."""
+    min_lr_ratio: float = 0.1
+    """The cosine decays to ``lr * min_lr_ratio`` at the planned last inner step."""
+    warmup_steps: int = 10
+    """Inner steps of linear warm-up from 0."""
+    weight_decay: float = 0.1
+    """Decoupled weight decay on 2-D weights (matrices and embeddings); biases and norm gains
+    do not decay (nanoGPT's convention)."""
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0
+    """Clip the global gradient norm (over every stage of the cluster) to this; 0 disables."""
+
+    def __post_init__(self) -> None:
+        _check(self, "lr", math.isfinite(self.lr) and self.lr > 0, "> 0")
+        _check(self, "min_lr_ratio", 0.0 <= self.min_lr_ratio <= 1.0, "in [0, 1]")
+        _check(self, "warmup_steps", self.warmup_steps >= 0, ">= 0")
+        _check(self, "weight_decay", self.weight_decay >= 0, ">= 0")
+        _check(self, "beta1", 0.0 <= self.beta1 < 1.0, "in [0, 1)")
+        _check(self, "beta2", 0.0 <= self.beta2 < 1.0, "in [0, 1)")
+        _check(self, "eps", self.eps > 0, "> 0")
+        _check(self, "grad_clip", self.grad_clip >= 0, ">= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoisonForTesting:
+    """TESTS AND BENCHMARKS ONLY: make one cluster misbehave in one outer step, to check that
+    the anomaly checks flag it. Never set in a real run (the ledger records it if it is)."""
+
+    cluster: int
+    """The cluster whose contribution is poisoned."""
+    step: int
+    """The outer step (round) in which it is poisoned."""
+    kind: Literal["scale", "noise"] = "scale"
+    """``scale``: its pseudo-gradient is multiplied by ``factor``; ``noise``: replaced by
+    Gaussian noise ``factor`` times the pseudo-gradient's own RMS."""
+    factor: float = 100.0
+
+    def __post_init__(self) -> None:
+        _check(self, "kind", self.kind in ("scale", "noise"), "'scale' or 'noise'")
+        _check(self, "cluster", self.cluster >= 0, ">= 0")
+        _check(self, "step", self.step >= 0, ">= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """A whole run: model, data, topology, optimisers, budget."""
+
+    run_id: str = "run"
+    """Name of the run (the ledger's log origin ends with it)."""
+    preset: str | None = None
+    """The preset this configuration started from, if any (informational)."""
+    method: Method = "diloco"
+    """``allreduce``: data-parallel AdamW with a gradient all-reduce every inner step (the
+    baseline); ``diloco``: blocking, uncompressed DiLoCo; ``dilocox``: compressed, overlapped."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    inner: InnerConfig = field(default_factory=InnerConfig)
+    outer: OuterConfig = field(default_factory=OuterConfig)
+    """Outer algorithm settings; ``outer.kind`` must equal ``method`` unless method is allreduce."""
+    clusters: int = 2
+    """C: outer replicas (DiLoCo workers)."""
+    stages: int = 2
+    """S: pipeline stages per cluster (processes per cluster)."""
+    outer_steps: int = 5
+    """T: outer steps (rounds) of the run."""
+    inner_steps: int = 20
+    """H: inner steps per outer step (the first round's H when ``outer.adaptive_inner_steps``)."""
+    micro_batches: int = 2
+    """Micro-batches per inner step through the pipeline."""
+    micro_batch_size: int = 4
+    """Sequences per micro-batch; a cluster's batch is micro_batches * micro_batch_size."""
+    schedule: Schedule = "1f1b"
+    """Pipeline schedule: ``1f1b`` (PipeDream-flush, Narayanan et al. 2021) or ``gpipe``."""
+    eval_batches: int = 4
+    """Held-out batches evaluated after every outer step."""
+    seed: int = 0
+    """Seeds the initial weights, the data order and the outer algorithm's random bases."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """``auto``: CUDA (NCCL) when available, else CPU (gloo)."""
+    poison_for_testing: PoisonForTesting | None = None
+    """TESTS AND BENCHMARKS ONLY; see PoisonForTesting."""
+
+    def __post_init__(self) -> None:
+        _check(self, "method", self.method in METHODS, f"one of {', '.join(METHODS)}")
+        _check(self, "run_id", bool(self.run_id) and "/" not in self.run_id, "a non-empty name without '/'")
+        for name in ("clusters", "stages", "outer_steps", "inner_steps", "micro_batches", "micro_batch_size"):
+            _check(self, name, getattr(self, name) >= 1, ">= 1")
+        _check(self, "eval_batches", self.eval_batches >= 1, ">= 1")
+        _check(self, "schedule", self.schedule in ("1f1b", "gpipe"), "'1f1b' or 'gpipe'")
+        _check(self, "device", self.device in ("auto", "cpu", "cuda"), "'auto', 'cpu' or 'cuda'")
+        stage_layout(self.model.n_layer, self.stages)  # raises when S does not fit the depth
+        if self.schedule == "1f1b" and self.micro_batches < self.stages:
+            raise ConfigError(
+                f"TrainConfig.micro_batches must be >= stages ({self.stages}) for the 1F1B schedule, "
+                f"got {self.micro_batches}"
+            )
+        if self.method != "allreduce" and self.outer.kind != self.method:
+            raise ConfigError(
+                f"TrainConfig.outer.kind must equal method ({self.method!r}), got {self.outer.kind!r}"
+            )
+        if self.poison_for_testing is not None:
+            poison = self.poison_for_testing
+            if poison.cluster >= self.clusters or poison.step >= self.outer_steps:
+                raise ConfigError(
+                    f"TrainConfig.poison_for_testing must name a cluster < {self.clusters} and a step "
+                    f"< {self.outer_steps}, got cluster {poison.cluster}, step {poison.step}"
+                )
+            if self.method == "allreduce":
+                raise ConfigError("TrainConfig.poison_for_testing needs an outer method, got 'allreduce'")
+
+    @property
+    def sequences_per_step(self) -> int:
+        """B: sequences each cluster trains on per inner step."""
+        return self.micro_batches * self.micro_batch_size
+
+    @property
+    def world_size(self) -> int:
+        return self.clusters * self.stages
+
+    @property
+    def planned_inner_steps(self) -> int:
+        """The length of the learning-rate schedule: T * H (the token budget)."""
+        return self.outer_steps * self.inner_steps
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["data"] = self.data.to_dict()
+        data["outer"] = self.outer.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
+        """The inverse of ``to_dict``; unknown keys are an error (a typo must not be ignored).
+        When ``outer.kind`` is not given it follows ``method``."""
+        values = dict(_known(cls, data, "TrainConfig"))
+        sections: dict[str, type[Any]] = {
+            "model": ModelConfig,
+            "data": DataConfig,
+            "inner": InnerConfig,
+            "outer": OuterConfig,
+        }
+        for name, section in sections.items():
+            if name in values:
+                values[name] = section(**_known(section, values[name], f"TrainConfig.{name}"))
+        method = values.get("method", "diloco")
+        if method in ("diloco", "dilocox") and "kind" not in dict(data.get("outer") or {}):
+            values["outer"] = replace(values.get("outer", OuterConfig()), kind=method)
+        if values.get("poison_for_testing") is not None:
+            values["poison_for_testing"] = PoisonForTesting(
+                **_known(PoisonForTesting, values["poison_for_testing"], "TrainConfig.poison_for_testing")
+            )
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise ConfigError(f"TrainConfig: {exc}") from exc
+
+    def digest_text(self) -> str:
+        """Sorted-key JSON of the configuration (what a config digest is taken over)."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+
+def load_config_file(path: Path) -> TrainConfig:
+    """A TrainConfig from a ``.json`` or ``.toml`` file laid out like ``TrainConfig.to_dict()``."""
+    if not path.is_file():
+        raise ConfigError(f"expected a configuration file at {path}, found nothing there")
+    text = path.read_text()
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"expected valid {path.suffix.lstrip('.').upper() or 'JSON'} in {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"expected an object at the top of {path}, got {type(data).__name__}")
+    return TrainConfig.from_dict(data)
+
+
+def _known(cls: type[Any], data: Any, where: str) -> dict[str, Any]:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where} must be an object, got {type(data).__name__}")
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{where} has unknown field(s) {', '.join(unknown)}; expected some of {', '.join(sorted(names))}")
+    return dict(data)
+
+
+def _check(config: object, name: str, ok: bool, expected: str) -> None:
+    if not ok:
+        raise ConfigError(f"{type(config).__name__}.{name} must be {expected}, got {getattr(config, name)!r}")

@@ -1,0 +1,108 @@
+"""Token shards: fixed-size, headerless little-endian integer files, named by their digest.
+
+Format (so an auditor can hash and read a shard without our code)::
+
+    <sha256>.bin = token_0 token_1 ... token_{n-1}      n = shard_tokens, no header
+    each token an unsigned little-endian integer: uint16 when the vocabulary fits in 65,536
+    ids, uint32 otherwise (the manifest says which)
+
+    numpy.fromfile("<sha256>.bin", dtype="<u2")   # reads one back
+
+The trainer reads shards only through :class:`ShardSource`, so the recorder side can serve
+them from downloaded objects; :class:`DirectoryShardSource` is the folder-backed one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+import numpy as np
+
+from trainer.errors import DataError
+
+TokenDtype = Literal["uint16", "uint32"]
+_NUMPY_DTYPES: dict[str, str] = {"uint16": "<u2", "uint32": "<u4"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardInfo:
+    """One shard as the manifest lists it."""
+
+    index: int
+    """Position in the corpus's token stream (shard i holds tokens [i*n, (i+1)*n))."""
+    sha256: str
+    tokens: int
+
+
+def token_dtype(vocab_size: int) -> TokenDtype:
+    """The smallest shard integer type that holds every id of the vocabulary."""
+    return "uint16" if vocab_size <= 2**16 else "uint32"
+
+
+def shard_file_name(sha256: str) -> str:
+    return f"{sha256}.bin"
+
+
+def write_shards(
+    documents: Iterable[Sequence[int]], *, shard_tokens: int, dtype: TokenDtype, directory: Path
+) -> tuple[list[ShardInfo], int]:
+    """Concatenate the documents' tokens, cut the stream into full shards of ``shard_tokens``
+    and write them to ``directory``. Returns the shards and the number of tail tokens dropped
+    (too few for a full shard). Streams: memory stays at about one shard."""
+    directory.mkdir(parents=True, exist_ok=True)
+    shards: list[ShardInfo] = []
+    buffer = np.empty(0, dtype=_NUMPY_DTYPES[dtype])
+    for document in documents:
+        buffer = np.concatenate([buffer, np.asarray(document, dtype=_NUMPY_DTYPES[dtype])])
+        while buffer.size >= shard_tokens:
+            shards.append(_write_shard(buffer[:shard_tokens], index=len(shards), directory=directory))
+            buffer = buffer[shard_tokens:]
+    return shards, int(buffer.size)
+
+
+def _write_shard(tokens: np.ndarray, *, index: int, directory: Path) -> ShardInfo:
+    data = tokens.tobytes()
+    digest = hashlib.sha256(data).hexdigest()
+    path = directory / shard_file_name(digest)
+    if not path.exists():
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_bytes(data)
+        temporary.replace(path)  # atomic: a shard file is either whole or absent
+    return ShardInfo(index=index, sha256=digest, tokens=int(tokens.size))
+
+
+def decode_shard(data: bytes, *, info: ShardInfo, dtype: TokenDtype) -> np.ndarray:
+    """The tokens of a shard's bytes, after checking its digest and length."""
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != info.sha256:
+        raise DataError(f"expected shard {info.index} to have sha256 {info.sha256}, got {digest}")
+    values = np.frombuffer(data, dtype=_NUMPY_DTYPES[dtype])
+    if values.size != info.tokens:
+        raise DataError(f"expected shard {info.index} to hold {info.tokens} tokens, got {values.size}")
+    return values
+
+
+class ShardSource(Protocol):
+    """Where the trainer reads shard bytes from (a folder, a download cache, an object store)."""
+
+    def read(self, sha256: str) -> bytes:
+        """The bytes of the shard with this digest (the caller verifies them)."""
+        ...
+
+
+@dataclass(frozen=True)
+class DirectoryShardSource:
+    """Shards stored as ``<directory>/<sha256>.bin``. Picklable, so spawned processes get it."""
+
+    directory: Path
+
+    def read(self, sha256: str) -> bytes:
+        path = self.directory / shard_file_name(sha256)
+        if not path.is_file():
+            raise DataError(f"expected shard {sha256} at {path}, the file is missing")
+        return path.read_bytes()

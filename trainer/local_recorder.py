@@ -1,0 +1,171 @@
+"""A Recorder that writes each outer step's files into a folder (no ledger, no object store).
+
+``veritrain train`` uses it until the ledger-backed recorder exists, and tests read what it
+wrote. Layout under ``root``::
+
+    run.json                         RunStart (without the shard source), written by begin
+    data-manifest.json               the data manifest
+    records.jsonl                    one OuterStepRecord per line, appended per step
+    summary.json                     RunSummary, written by end
+    steps/step-000003/
+        model-00001-of-00002.safetensors ...   every process's files (save_state)
+        model.safetensors.index.json           Hugging Face index of the model files
+        trainer_state.json
+        record.json                            written last: the step is complete
+
+Every file is written to a temporary name and renamed, so a killed run leaves whole files. On
+a multi-host run each host writes its own processes' files under its own ``root``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save
+
+from trainer.checkpoint import MODEL_INDEX, load_checkpoint_directory
+from trainer.data.shards import DirectoryShardSource
+from trainer.errors import CheckpointError
+from trainer.recorder import OuterStepRecord, ProcessInfo, RunStart, RunSummary
+
+RECORD = "record.json"
+
+
+def step_directory(root: Path, step: int) -> Path:
+    return root / "steps" / f"step-{step:06d}"
+
+
+def latest_recorded_step(root: Path) -> int | None:
+    """The highest step whose ``record.json`` exists under ``root`` (None when there is none)."""
+    steps = [
+        int(p.parent.name.removeprefix("step-"))
+        for p in (root / "steps").glob(f"step-*/{RECORD}")
+    ]
+    return max(steps) if steps else None
+
+
+def resume_directory(path: Path) -> Path:
+    """A step folder to resume from: ``path`` itself, or the latest recorded step under a run root."""
+    if (path / RECORD).is_file():
+        return path
+    step = latest_recorded_step(path)
+    if step is None:
+        raise CheckpointError(f"expected a recorded step folder or a run folder at {path}, found no {RECORD}")
+    return step_directory(path, step)
+
+
+class LocalDirectoryRecorder:
+    """See the module docstring. Build one per process with :meth:`factory`."""
+
+    def __init__(self, root: Path, process: ProcessInfo) -> None:
+        self.root = root
+        self.process = process
+
+    @classmethod
+    def factory(cls, root: Path) -> _Factory:
+        return _Factory(root)
+
+    def begin(self, run: RunStart) -> None:
+        shards = run.shard_source
+        document = {
+            "run_id": run.run_id,
+            "config": run.config,
+            "config_digest": run.config_digest,
+            "topology": run.topology,
+            "model": run.model,
+            "seed": run.seed,
+            "resumed_from_step": run.resumed_from_step,
+            "shard_directory": str(shards.directory) if isinstance(shards, DirectoryShardSource) else None,
+        }
+        _write_json(self.root / "run.json", document)
+        _write_json(self.root / "data-manifest.json", run.data_manifest)
+
+    def save_state(
+        self,
+        step: int,
+        files: Mapping[str, Mapping[str, torch.Tensor]],
+        json_files: Mapping[str, Mapping[str, Any]],
+    ) -> Mapping[str, str]:
+        directory = step_directory(self.root, step)
+        digests = {}
+        for name, tensors in files.items():
+            digests[name] = _write_bytes(directory / name, save(dict(tensors), metadata={"format": "pt"}))
+        for name, document in json_files.items():
+            digests[name] = _write_json(directory / name, document)
+        return digests
+
+    def record_outer_step(self, record: OuterStepRecord) -> None:
+        directory = step_directory(self.root, record.step)
+        _write_model_index(directory)
+        _write_json(directory / RECORD, record.to_dict())
+        with (self.root / "records.jsonl").open("a") as log:
+            log.write(json.dumps(record.to_dict(), sort_keys=True) + "\n")
+
+    def end(self, summary: RunSummary) -> None:
+        _write_json(self.root / "summary.json", summary.to_dict())
+
+    def close(self) -> None:
+        """Nothing stays open between calls."""
+
+
+class _Factory:
+    """Picklable: spawned processes rebuild the recorder from the root path."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def __call__(self, process: ProcessInfo) -> LocalDirectoryRecorder:
+        return LocalDirectoryRecorder(self.root, process)
+
+
+def read_records(root: Path) -> list[dict[str, Any]]:
+    """The records of a run folder, one dict per recorded step, in step order (a resumed run
+    may have recorded a step twice: the later line wins)."""
+    path = root / "records.jsonl"
+    if not path.is_file():
+        return []
+    by_step: dict[int, dict[str, Any]] = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        by_step[int(record["step"])] = record
+    return [by_step[s] for s in sorted(by_step)]
+
+
+load_step = load_checkpoint_directory
+"""The state files of one step folder (``load_step(step_directory(root, t))``)."""
+
+
+def _write_model_index(directory: Path) -> None:
+    """The Hugging Face ``model.safetensors.index.json`` over the model files present."""
+    weight_map: dict[str, str] = {}
+    total = 0
+    for path in sorted(directory.glob("model-*-of-*.safetensors")):
+        with safe_open(str(path), framework="pt") as handle:
+            for key in handle.keys():  # noqa: SIM118 -- safe_open handles are not iterable
+                weight_map[key] = path.name
+                tensor = handle.get_tensor(key)
+                total += tensor.numel() * tensor.element_size()
+    if weight_map:
+        _write_json(directory / MODEL_INDEX, {"metadata": {"total_size": total}, "weight_map": weight_map})
+
+
+def _write_json(path: Path, document: Mapping[str, Any]) -> str:
+    return _write_bytes(path, (json.dumps(document, indent=1, sort_keys=True) + "\n").encode())
+
+
+def _write_bytes(path: Path, data: bytes) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with temporary.open("wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    temporary.replace(path)
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,95 @@
+"""A Recorder that keeps everything in memory, for tests.
+
+Each process appends what it is given to a shared ``sink`` (a list in one process, or a
+``multiprocessing.Manager().list()`` proxy across spawned processes); :class:`MemoryRecording`
+reads it back::
+
+    with multiprocessing.get_context("spawn").Manager() as manager:
+        sink = manager.list()
+        train(config, InMemoryRecorder.factory(sink))
+        recording = MemoryRecording(list(sink))
+        recording.records[-1].metrics["eval_loss"], recording.state(3).tensors[...]
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, MutableSequence, Sequence
+from typing import Any
+
+import torch
+
+from trainer.checkpoint import CheckpointFiles
+from trainer.errors import CheckpointError
+from trainer.recorder import OuterStepRecord, ProcessInfo, RunStart, RunSummary
+
+
+class InMemoryRecorder:
+    def __init__(self, sink: MutableSequence[Any], process: ProcessInfo) -> None:
+        self.sink = sink
+        self.process = process
+
+    @classmethod
+    def factory(cls, sink: MutableSequence[Any]) -> _Factory:
+        return _Factory(sink)
+
+    def begin(self, run: RunStart) -> None:
+        self.sink.append(("begin", run))
+
+    def save_state(
+        self,
+        step: int,
+        files: Mapping[str, Mapping[str, torch.Tensor]],
+        json_files: Mapping[str, Mapping[str, Any]],
+    ) -> Mapping[str, str]:
+        packed = CheckpointFiles(files, json_files).pack()
+        self.sink.append(("state", step, self.process.rank, packed))
+        return {name: hashlib.sha256(data).hexdigest() for name, data in packed.items()}
+
+    def record_outer_step(self, record: OuterStepRecord) -> None:
+        self.sink.append(("record", record))
+
+    def end(self, summary: RunSummary) -> None:
+        self.sink.append(("end", summary))
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class _Factory:
+    def __init__(self, sink: MutableSequence[Any]) -> None:
+        self.sink = sink
+
+    def __call__(self, process: ProcessInfo) -> InMemoryRecorder:
+        return InMemoryRecorder(self.sink, process)
+
+
+class MemoryRecording:
+    """What an ``InMemoryRecorder`` sink holds, by kind."""
+
+    def __init__(self, items: Sequence[Any]) -> None:
+        self.items = list(items)
+
+    @property
+    def starts(self) -> list[RunStart]:
+        return [item[1] for item in self.items if item[0] == "begin"]
+
+    @property
+    def records(self) -> list[OuterStepRecord]:
+        """Recorded steps in order (the last record of a step wins after a resume)."""
+        by_step = {item[1].step: item[1] for item in self.items if item[0] == "record"}
+        return [by_step[s] for s in sorted(by_step)]
+
+    @property
+    def summaries(self) -> list[RunSummary]:
+        return [item[1] for item in self.items if item[0] == "end"]
+
+    def state(self, step: int) -> CheckpointFiles:
+        """Every process's files of ``step`` (the last save wins after a resume)."""
+        packed: dict[str, bytes] = {}
+        for item in self.items:
+            if item[0] == "state" and item[1] == step:
+                packed.update(item[3])
+        if not packed:
+            raise CheckpointError(f"expected saved files for step {step}, got none")
+        return CheckpointFiles.unpack(packed)

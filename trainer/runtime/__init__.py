@@ -1,0 +1,1 @@
+"""The distributed runtime: processes, process groups, pipelining, the exchange, checkpoints."""

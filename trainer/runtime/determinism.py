@@ -1,0 +1,52 @@
+"""Process settings that make a run repeatable bit for bit (on CPU, for a fixed topology).
+
+* ``torch.use_deterministic_algorithms(True)``: kernels with a non-deterministic implementation
+  raise instead of silently varying;
+* one intra-op and one inter-op thread per process on CPU: a reduction split over a
+  thread-count-dependent number of chunks sums in a different order;
+* ``CUBLAS_WORKSPACE_CONFIG`` on CUDA, required by cuBLAS for deterministic GEMMs;
+* seeds: weights are seeded per parameter (trainer/model.py), the data order by the assignment
+  rule, the outer algorithm by the run seed; the global torch generator is seeded too, per rank,
+  and saved in every checkpoint, so anything that does draw from it resumes exactly.
+
+Limits: bitwise equality holds for the same hardware, library versions and topology. Another
+CPU (different SIMD paths), another torch, or another number of stages or micro-batches sums in
+another order and agrees only within floating-point tolerance; GPUs add kernel choices on top.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from trainer.errors import ConfigError
+
+
+def pick_device(requested: str, local_rank: int) -> torch.device:
+    """The device of a process: ``cuda:<local rank>`` when CUDA is requested or available."""
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("TrainConfig.device is 'cuda' but no CUDA device is available")
+    if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def make_deterministic(seed: int, rank: int, device: torch.device) -> None:
+    """Apply the settings of the module docstring to this process."""
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.cuda.set_device(device)
+        torch.backends.cudnn.benchmark = False
+    else:
+        torch.set_num_threads(1)
+        if torch.get_num_interop_threads() != 1:
+            try:
+                torch.set_num_interop_threads(1)
+            except RuntimeError as exc:  # only settable before any inter-op work in this process
+                raise ConfigError(
+                    "expected to set 1 inter-op thread before any parallel work; start training in a "
+                    f"fresh process (torch says: {exc})"
+                ) from exc
+    torch.use_deterministic_algorithms(True)
+    torch.manual_seed(seed * 1_000_003 + rank)

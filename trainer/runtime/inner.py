@@ -1,0 +1,153 @@
+"""The inner optimiser of one pipeline stage: AdamW, warm-up + cosine, clipping, tied grads.
+
+One inner step after the pipeline's backward pass:
+
+1. tied embeddings (S > 1): stage 0's ``embed.wte`` and the last stage's ``head.wte`` copy
+   receive the *sum* of their two gradients (Megatron-LM's embedding all-reduce, Shoeybi et al.
+   2019 §3), so both copies take identical AdamW steps and stay bit-equal;
+2. AllReduce baseline only: gradients are all-reduced over the stage's outer group and divided
+   by C (synchronous data parallelism -- the baseline DiLoCo is compared against);
+3. the global gradient norm over the whole cluster (every stage, the tied matrix counted once)
+   is computed from per-stage sums of squares gathered in stage order, and gradients are
+   clipped to ``grad_clip``;
+4. the learning rate for this global inner step is set and AdamW steps.
+
+The schedule is a function of the global inner step i: linear warm-up to ``lr`` over
+``warmup_steps``, then cosine decay to ``lr * min_lr_ratio`` at the planned last step
+(T * H); beyond it (adaptive H can run longer) it stays at the floor.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from trainer.config import InnerConfig
+from trainer.errors import CheckpointError
+from trainer.model import TIED_HEAD, StageModel
+from trainer.runtime.collectives import gather_floats, ordered_sum
+
+
+def learning_rate(config: InnerConfig, step: int, planned_steps: int) -> float:
+    """The inner learning rate at global inner step ``step`` (0-based)."""
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    floor = config.lr * config.min_lr_ratio
+    span = max(planned_steps - config.warmup_steps, 1)
+    progress = min((step - config.warmup_steps) / span, 1.0)
+    return floor + 0.5 * (config.lr - floor) * (1.0 + math.cos(math.pi * progress))
+
+
+class InnerOptimizer:
+    def __init__(
+        self,
+        module: StageModel,
+        config: InnerConfig,
+        *,
+        planned_steps: int,
+        pipeline: dist.ProcessGroup,
+        embedding: dist.ProcessGroup | None,
+        device: torch.device,
+    ) -> None:
+        self.module = module
+        self.config = config
+        self.planned_steps = planned_steps
+        self.pipeline = pipeline
+        self.embedding = embedding
+        self.device = device
+        self.named = list(module.named_parameters())
+        decay = [p for n, p in self.named if p.dim() >= 2]
+        no_decay = [p for n, p in self.named if p.dim() < 2]
+        self.optimizer = torch.optim.AdamW(
+            [
+                {"params": decay, "weight_decay": config.weight_decay},
+                {"params": no_decay, "weight_decay": 0.0},
+            ],
+            lr=config.lr,
+            betas=(config.beta1, config.beta2),
+            eps=config.eps,
+            foreach=False,  # one kernel per tensor: the same arithmetic on every run
+        )
+        self._index = {id(p): n for n, p in self.named}
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=False)
+        for _, p in self.named:  # the first step has no .grad yet; later steps reuse buffers
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+
+    def step(self, inner_step: int, *, allreduce: dist.ProcessGroup | None, clusters: int) -> InnerStepStats:
+        """Steps 1-4 of the module docstring. ``allreduce`` is the outer group for the AllReduce
+        baseline (None otherwise)."""
+        grads = [p.grad for _, p in self.named if p.grad is not None]
+        if self.embedding is not None:
+            tied = self.module.tied_weight().grad
+            assert tied is not None  # zero_grad gave every parameter a gradient buffer
+            dist.all_reduce(tied, group=self.embedding)  # a + b == b + a: both copies get the same bits
+        comm_seconds = 0.0
+        if allreduce is not None:
+            before = time.perf_counter()
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat, group=allreduce)
+            flat.div_(clusters)
+            offset = 0
+            for g in grads:
+                g.copy_(flat[offset : offset + g.numel()].view_as(g))
+                offset += g.numel()
+            comm_seconds = time.perf_counter() - before
+        norm = self._global_norm()
+        if self.config.grad_clip > 0 and norm > self.config.grad_clip:
+            scale = self.config.grad_clip / (norm + 1e-6)
+            for g in grads:
+                g.mul_(scale)
+        lr = learning_rate(self.config, inner_step, self.planned_steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.step()
+        sent = sum(g.numel() * g.element_size() for g in grads) if allreduce is not None else 0
+        return InnerStepStats(grad_norm=norm, lr=lr, comm_seconds=comm_seconds, bytes_sent=sent)
+
+    def _global_norm(self) -> float:
+        """L2 norm of the cluster's whole gradient, reduced in stage order on every stage."""
+        squares = 0.0
+        for name, p in self.named:
+            if name == TIED_HEAD and self.module.holds_tied_copy:
+                continue  # the tied matrix is counted once, on stage 0
+            assert p.grad is not None
+            squares += float(p.grad.detach().double().pow(2).sum())
+        per_stage = gather_floats([squares], self.pipeline, self.device)
+        return math.sqrt(ordered_sum([v[0] for v in per_stage]))
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """AdamW state by parameter name: ``<name>.exp_avg``, ``<name>.exp_avg_sq``, ``<name>.step``."""
+        state: dict[str, torch.Tensor] = {}
+        for name, p in self.named:
+            for key, value in self.optimizer.state.get(p, {}).items():
+                state[f"{name}.{key}"] = value.detach().cpu().contiguous().clone()
+        return state
+
+    def load_state_tensors(self, state: Mapping[str, torch.Tensor]) -> None:
+        for name, p in self.named:
+            keys = ("exp_avg", "exp_avg_sq", "step")
+            present = [f"{name}.{k}" in state for k in keys]
+            if not any(present):
+                continue  # no step taken yet when this state was saved
+            if not all(present):
+                raise CheckpointError(f"expected AdamW state {keys} for {name}, got only some of them")
+            self.optimizer.state[p] = {k: state[f"{name}.{k}"].clone().to(p.device if k != "step" else "cpu") for k in keys}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InnerStepStats:
+    grad_norm: float
+    """Global gradient norm before clipping."""
+    lr: float
+    comm_seconds: float
+    """Time in the AllReduce baseline's gradient all-reduce (0 otherwise)."""
+    bytes_sent: int
+    """Gradient bytes this process contributed to the all-reduce (0 otherwise)."""

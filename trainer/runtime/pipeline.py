@@ -1,0 +1,77 @@
+"""Inner steps through ``torch.distributed.pipelining``: one stage per process.
+
+Each process wraps its ``StageModel`` in a ``PipelineStage`` over its cluster's pipeline group
+and drives it with ``Schedule1F1B`` (PipeDream-flush, Narayanan et al. 2021) or
+``ScheduleGPipe`` (Huang et al. 2019). A batch of ``micro_batches * micro_batch_size`` sequences
+is split into equal micro-batches; the loss is the mean next-token cross-entropy of each
+micro-batch and the schedule divides gradients by the micro-batch count, so a step's gradient is
+the gradient of the batch's mean loss -- the same as one process running the whole batch
+(up to floating-point summation order).
+
+Stage 0 feeds token ids, the last stage feeds targets and gets the losses; S = 1 is a single
+stage that does both. Evaluation runs the same schedule forward-only under ``no_grad``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+from trainer.model import StageModel, language_model_loss
+
+
+class PipelineRunner:
+    def __init__(
+        self,
+        module: StageModel,
+        *,
+        stage: int,
+        stages: int,
+        group: dist.ProcessGroup,
+        device: torch.device,
+        schedule: str,
+        micro_batches: int,
+    ) -> None:
+        self.module = module
+        self.stage = stage
+        self.stages = stages
+        self.device = device
+        self.is_first = stage == 0
+        self.is_last = stage == stages - 1
+        pipeline_stage = PipelineStage(module, stage, stages, device, group=group)
+        schedule_class = Schedule1F1B if schedule == "1f1b" else ScheduleGPipe
+        self._schedule = schedule_class(pipeline_stage, micro_batches, loss_fn=language_model_loss)
+
+    def train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> float | None:
+        """Forward and backward of one batch; gradients accumulate into ``.grad``. Returns the
+        batch's mean loss on the last stage, None elsewhere."""
+        losses: list[torch.Tensor] = []
+        self._schedule.step(*self._inputs(inputs), **self._targets(targets, losses), return_outputs=False)
+        return self._mean(losses)
+
+    def evaluate(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float | None:
+        """Mean loss over ``batches`` (forward only); None except on the last stage."""
+        means: list[float] = []
+        with torch.no_grad():
+            for inputs, targets in batches:
+                losses: list[torch.Tensor] = []
+                self._schedule.eval(*self._inputs(inputs), **self._targets(targets, losses), return_outputs=False)
+                mean = self._mean(losses)
+                if mean is not None:
+                    means.append(mean)
+        return sum(means) / len(means) if means else None
+
+    def _inputs(self, inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (inputs.to(self.device),) if self.is_first else ()
+
+    def _targets(self, targets: torch.Tensor, losses: list[torch.Tensor]) -> dict[str, Any]:
+        return {"target": targets.to(self.device), "losses": losses} if self.is_last else {}
+
+    def _mean(self, losses: list[torch.Tensor]) -> float | None:
+        if not self.is_last:
+            return None
+        # Micro-batches are equal in size, so the batch mean is the mean of their means.
+        return float(torch.stack([loss.detach().float() for loss in losses]).mean().item())

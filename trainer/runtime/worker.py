@@ -1,0 +1,448 @@
+"""One training process: its stage of one cluster, from start (or a saved step) to the end.
+
+Per outer step t (H inner steps), in every process:
+
+1. H inner steps through the pipeline (trainer/runtime/pipeline.py, inner.py); the AllReduce
+   baseline all-reduces gradients inside each of them;
+2. the round's mean training loss over clusters is made identical on every rank
+   (``RoundSignals``);
+3. DiLoCo / DiLoCoX: ``contribution(t)`` -> all-gather over the stage's outer group -> ``apply``
+   in the order of trainer/outer/protocol.py: blocking applies round t now; the one-step delay
+   launches round t's exchange, applies round t-1's (which ran during this step's compute) and,
+   at the run's last step, waits for and applies round t as well. After every apply the tied
+   embedding's copy on the last stage is overwritten with stage 0's (the outer algorithm of
+   the last stage does not own it, so the matrix is exchanged once);
+4. cluster 0 evaluates the held-out batches;
+5. adaptive H (when enabled) picks the next round's H from timings every rank agrees on;
+6. every process hands its own files to ``recorder.save_state``; the coordinator gathers the
+   small per-process reports and calls ``recorder.record_outer_step``.
+
+Modes: ``train`` (a run or its resumption), ``reexecute`` (one step again, same processes, no
+begin/end), ``contribute`` (one cluster alone, up to its contribution: no exchange, no eval,
+no saved files).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+
+from trainer.checkpoint import TRAINER_STATE, CheckpointFiles
+from trainer.config import TrainConfig
+from trainer.data.assignment import AssignmentRule
+from trainer.data.manifest import DataManifest
+from trainer.data.reader import BatchReader
+from trainer.data.shards import ShardSource
+from trainer.errors import CheckpointError, DataError
+from trainer.model import TIED_HEAD, build_stage, stage_layout
+from trainer.outer import build_outer_algorithm, next_inner_steps
+from trainer.outer.protocol import Contribution, OuterAlgorithm, OuterUpdate, RoundSignals
+from trainer.recorder import ProcessInfo, RecorderFactory, RunStart, RunSummary
+from trainer.runtime.collectives import broadcast_tensors, gather_floats, ordered_sum
+from trainer.runtime.determinism import make_deterministic, pick_device
+from trainer.runtime.exchange import PendingExchange, start_exchange
+from trainer.runtime.inner import InnerOptimizer, InnerStepStats
+from trainer.runtime.launch import Rendezvous, init_process_group, torchrun_rank
+from trainer.runtime.pipeline import PipelineRunner
+from trainer.runtime.poison import poison_local
+from trainer.runtime.progress import ConsoleProgress, Progress, SilentProgress
+from trainer.runtime.report import RankReport, build_record
+from trainer.runtime.state import (
+    Cursor,
+    read_cursor,
+    restore_stage,
+    stage_files,
+    trainer_state_document,
+)
+from trainer.runtime.topology import Topology, create_groups
+
+Mode = Literal["train", "reexecute", "contribute"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerSpec:
+    """Everything a process needs; picklable (it crosses the spawn boundary)."""
+
+    config: TrainConfig
+    config_digest: str
+    manifest: DataManifest
+    rule: AssignmentRule
+    shards: ShardSource
+    recorder_factory: RecorderFactory
+    topology: Topology
+    resume: tuple[CheckpointFiles | None, ...] | None
+    """Per rank: the files of the step to continue from (None: start from the seed)."""
+    stop_step: int
+    """Exclusive: the process stops before this outer step."""
+    mode: Mode
+    quiet: bool
+
+
+def spawned_entry(rank: int, spec: WorkerSpec, rendezvous: Rendezvous, results: Any) -> None:
+    """Entry point of a spawned process; rank 0 puts the run summary in ``results``."""
+    summary = run_process(rank, spec, rendezvous=rendezvous, local_rank=rank)
+    if summary is not None:
+        results.put(summary)
+
+
+def torchrun_entry(spec: WorkerSpec) -> RunSummary | None:
+    rank, local_rank = torchrun_rank(spec.topology.world_size)
+    return run_process(rank, spec, rendezvous=None, local_rank=local_rank)
+
+
+def run_process(rank: int, spec: WorkerSpec, *, rendezvous: Rendezvous, local_rank: int) -> RunSummary | None:
+    device = pick_device(spec.config.device, local_rank)
+    make_deterministic(spec.config.seed, rank, device)
+    init_process_group("nccl" if device.type == "cuda" else "gloo", rank, spec.topology.world_size, rendezvous)
+    try:
+        return _Process(rank, spec, device).run()
+    finally:
+        dist.destroy_process_group()
+
+
+class _Process:
+    def __init__(self, rank: int, spec: WorkerSpec, device: torch.device) -> None:
+        config = spec.config
+        self.rank, self.spec, self.config, self.device = rank, spec, config, device
+        self.topology = spec.topology
+        self.cluster, self.stage = self.topology.place(rank)
+        self.info = ProcessInfo(
+            rank=rank,
+            world_size=self.topology.world_size,
+            cluster=self.cluster,
+            stage=self.stage,
+            clusters=config.clusters,
+            stages=config.stages,
+        )
+        self._check_same_data()
+        self.groups = create_groups(self.topology, rank, tied_embeddings=config.model.tie_embeddings)
+        self.module = build_stage(config.model, stage=self.stage, n_stages=config.stages, seed=config.seed).to(device)
+        self.runner = PipelineRunner(
+            self.module,
+            stage=self.stage,
+            stages=config.stages,
+            group=self.groups.pipeline,
+            device=device,
+            schedule=config.schedule,
+            micro_batches=config.micro_batches,
+        )
+        self.inner = InnerOptimizer(
+            self.module,
+            config.inner,
+            planned_steps=config.planned_inner_steps,
+            pipeline=self.groups.pipeline,
+            embedding=self.groups.embedding,
+            device=device,
+        )
+        # The last stage's copy of a tied embedding is not the outer algorithm's to update:
+        # stage 0 owns the matrix and the copy follows it (see _sync_tied_copy).
+        outer_named = [
+            (name, p) for name, p in self.module.named_parameters()
+            if not (self.module.holds_tied_copy and name == TIED_HEAD)
+        ]
+        self.outer_params = [p for _, p in outer_named]
+        self.outer: OuterAlgorithm | None = None
+        if config.method != "allreduce":
+            self.outer = build_outer_algorithm(
+                config.outer,
+                named_params=[(name, p.detach()) for name, p in outer_named],
+                cluster=self.cluster,
+                n_clusters=config.clusters,
+                seed=config.seed,
+            )
+        self.reader = BatchReader(spec.manifest, spec.rule, spec.shards)
+        self.eval_batches = (
+            self.reader.eval_batches(config.eval_batches) if self.cluster == 0 and spec.mode != "contribute" else []
+        )
+        self.recorder = spec.recorder_factory(self.info)
+        self.pending: PendingExchange | None = None
+        self.progress: Progress = (
+            ConsoleProgress(outer_steps=config.outer_steps)
+            if rank == 0 and not spec.quiet and spec.mode == "train"
+            else SilentProgress()
+        )
+
+    # ------------------------------------------------------------------------------------
+    def run(self) -> RunSummary | None:
+        started = time.perf_counter()
+        try:
+            cursor = self._start()
+            if self.spec.mode == "train" and self.rank == 0:
+                self.recorder.begin(self._run_start(cursor))
+            metrics: dict[str, float] = {}
+            for step in range(cursor.next_step, self.spec.stop_step):
+                cursor, metrics = self._outer_step(step, cursor)
+            if self.spec.mode != "train" or self.rank != 0:
+                return None
+            summary = RunSummary(
+                run_id=self.config.run_id,
+                steps=cursor.next_step,
+                tokens=cursor.tokens,
+                final_metrics=metrics,
+                wall_seconds=time.perf_counter() - started,
+            )
+            self.recorder.end(summary)
+            return summary
+        finally:
+            self.progress.close()
+            self.recorder.close()
+
+    def _start(self) -> Cursor:
+        resume = self.spec.resume[self.rank] if self.spec.resume is not None else None
+        if resume is None:
+            return Cursor(next_step=0, inner_steps_done=0, next_inner_steps=self.config.inner_steps, tokens=0)
+        cursor = read_cursor(resume, config_digest=self.spec.config_digest)
+        restore_stage(
+            resume,
+            module=self.module,
+            inner=self.inner,
+            outer=self.outer,
+            cluster=self.cluster,
+            stage=self.stage,
+            stages=self.config.stages,
+        )
+        self._sync_tied_copy()
+        if cursor.pending_round is not None and self.topology.complete and self.spec.mode != "contribute":
+            self.pending = self._restart_exchange(cursor)
+        return cursor
+
+    def _restart_exchange(self, cursor: Cursor) -> PendingExchange:
+        """Under the one-step delay a saved step still has its own exchange in flight: send the
+        saved payload again (every cluster does, so the gather completes as it would have)."""
+        pending = getattr(self.outer, "pending_contribution", None)
+        contribution: Contribution | None = pending() if callable(pending) else None
+        if contribution is None or cursor.pending_mean_train_loss is None:
+            raise CheckpointError(
+                f"expected the pending payload of round {cursor.pending_round} in the outer state, it is missing"
+            )
+        return self._exchange(contribution, cursor.pending_round or 0, cursor.pending_mean_train_loss)
+
+    # ------------------------------------------------------------------------------------
+    def _outer_step(self, step: int, cursor: Cursor) -> tuple[Cursor, dict[str, float]]:
+        started = time.perf_counter()
+        H = cursor.next_inner_steps
+        poison = self.config.poison_for_testing
+        poisoned = poison is not None and poison.step == step and poison.cluster == self.cluster
+        round_start = [p.detach().clone() for p in self.outer_params] if poisoned else []
+
+        losses, last, compute_seconds, inner_comm, inner_bytes = self._inner_round(step, cursor.inner_steps_done, H)
+        signals = RoundSignals(mean_train_loss=self._mean_over_clusters(losses))
+
+        updates: list[OuterUpdate] = []
+        contribution: Contribution | None = None
+        comm_seconds, exposed, sent = inner_comm, inner_comm, inner_bytes
+        if self.outer is not None:
+            if poisoned and poison is not None:
+                poison_local(self.outer_params, round_start, poison, seed=self.config.seed)
+            contribution = self.outer.contribution(step, self.outer_params)
+            sent += int(contribution.payload.numel())
+            if self.spec.mode != "contribute":
+                new = self._exchange(contribution, step, signals.mean_train_loss)
+                if self.outer.overlapped:
+                    previous, self.pending = self.pending, new
+                    finishing = step == self.config.outer_steps - 1
+                    for exchange in ([previous] if previous else []) + ([new] if finishing else []):
+                        updates.append(self._apply(exchange))
+                        comm_seconds += exchange.total_seconds
+                        exposed += exchange.exposed_seconds
+                    if finishing:
+                        self.pending = None
+                else:
+                    updates.append(self._apply(new))
+                    comm_seconds += new.total_seconds
+                    exposed += new.exposed_seconds
+
+        eval_loss = self.runner.evaluate(self.eval_batches) if self.eval_batches else None
+        next_H = self._next_inner_steps(H, compute_seconds, comm_seconds)
+        cursor = Cursor(
+            next_step=step + 1,
+            inner_steps_done=cursor.inner_steps_done + H,
+            next_inner_steps=next_H,
+            tokens=cursor.tokens + self._step_tokens(H),
+            pending_round=self.pending.round if self.pending else None,
+            pending_mean_train_loss=self.pending.signals.mean_train_loss if self.pending else None,
+        )
+        files = self._save(step, cursor) if self.spec.mode != "contribute" else {}
+        report = RankReport(
+            cluster=self.cluster,
+            stage=self.stage,
+            files=files,
+            contribution_digest=contribution.digest if contribution else None,
+            contribution_stats=dict(contribution.stats) if contribution else {},
+            updates=updates,
+            train_loss=sum(losses) / len(losses) if losses else None,
+            eval_loss=eval_loss,
+            grad_norm=last.grad_norm,
+            lr=last.lr,
+            compute_seconds=compute_seconds,
+            comm_seconds=comm_seconds,
+            exposed_comm_seconds=exposed,
+            bytes_sent=sent,
+        )
+        return cursor, self._report(step, H, cursor, report, started)
+
+    def _inner_round(
+        self, step: int, first: int, H: int
+    ) -> tuple[list[float], InnerStepStats, float, float, int]:
+        self.progress.start_step(step, H)
+        losses: list[float] = []
+        comm = 0.0
+        sent = 0
+        last: InnerStepStats | None = None
+        started = time.perf_counter()
+        allreduce = self.groups.outer if self.config.method == "allreduce" else None
+        for i in range(first, first + H):
+            inputs, targets = self.reader.train_batch(self.cluster, i)
+            self.inner.zero_grad()
+            loss = self.runner.train_step(inputs, targets)
+            last = self.inner.step(i, allreduce=allreduce, clusters=len(self.topology.present))
+            comm += last.comm_seconds
+            sent += last.bytes_sent
+            if loss is not None:
+                losses.append(loss)
+            self.progress.advance()
+        assert last is not None  # H >= 1
+        return losses, last, time.perf_counter() - started - comm, comm, sent
+
+    def _step_tokens(self, H: int) -> int:
+        """Input tokens all present clusters train on in a step of H inner steps."""
+        return len(self.topology.present) * H * self.spec.rule.sequences_per_step * self.config.model.context
+
+    def _mean_over_clusters(self, losses: list[float]) -> float:
+        """The mean over clusters of each cluster's mean loss this round, on every rank."""
+        mine = sum(losses) / len(losses) if losses else math.nan
+        everyone = gather_floats([mine], _world(), self.device)
+        last_stages = [everyone[self.topology.rank_of(c, self.config.stages - 1)][0] for c in self.topology.present]
+        return ordered_sum(last_stages) / len(last_stages)
+
+    def _exchange(self, contribution: Contribution, round: int, mean_loss: float) -> PendingExchange:
+        assert self.groups.outer is not None or len(self.topology.present) == 1
+        if self.groups.outer is None:  # a single cluster: the "gather" is its own payload
+            return _local_exchange(contribution, round, mean_loss, self.device)
+        return start_exchange(
+            contribution.payload,
+            round=round,
+            signals=RoundSignals(mean_train_loss=mean_loss),
+            group=self.groups.outer,
+            device=self.device,
+        )
+
+    def _apply(self, exchange: PendingExchange) -> OuterUpdate:
+        assert self.outer is not None
+        gathered = exchange.wait()
+        with torch.no_grad():
+            update = self.outer.apply(exchange.round, gathered, self.outer_params, exchange.signals)
+        self._sync_tied_copy()
+        return update
+
+    def _sync_tied_copy(self) -> None:
+        if self.groups.embedding is None:
+            return
+        source = self.topology.rank_of(self.cluster, 0)
+        broadcast_tensors([self.module.tied_weight()], source=source, group=self.groups.embedding)
+
+    def _next_inner_steps(self, H: int, compute_seconds: float, comm_seconds: float) -> int:
+        outer = self.config.outer
+        if self.outer is None or not outer.adaptive_inner_steps or self.spec.mode == "contribute":
+            return H
+        # Every rank must pick the same H: decide from the slowest process's timings.
+        everyone = gather_floats([compute_seconds / H, comm_seconds], _world(), self.device)
+        return next_inner_steps(
+            H,
+            comm_seconds=max(v[1] for v in everyone),
+            compute_seconds_per_step=max(v[0] for v in everyone),
+            min_steps=outer.min_inner_steps,
+            max_steps=outer.max_inner_steps,
+        )
+
+    def _save(self, step: int, cursor: Cursor) -> dict[str, str]:
+        files = stage_files(
+            module=self.module,
+            inner=self.inner,
+            outer=self.outer,
+            cluster=self.cluster,
+            stage=self.stage,
+            stages=self.config.stages,
+            save_local=self.outer is not None and self.outer.overlapped,
+        )
+        json_files = {}
+        if self.rank == 0:
+            json_files[TRAINER_STATE] = trainer_state_document(
+                cursor,
+                step=step,
+                config_digest=self.spec.config_digest,
+                method=self.config.method,
+                clusters=self.config.clusters,
+                stages=self.config.stages,
+            )
+        return dict(self.recorder.save_state(step, files, json_files))
+
+    def _report(self, step: int, H: int, cursor: Cursor, report: RankReport, started: float) -> dict[str, float]:
+        reports: list[RankReport | None] = [None] * self.topology.world_size if self.rank == 0 else []
+        dist.gather_object(report, reports if self.rank == 0 else None, dst=0)
+        if self.rank != 0:
+            return {}
+        record = build_record(
+            step=step,
+            inner_steps=H,
+            method=self.config.method,
+            first_inner_step=cursor.inner_steps_done - H,
+            tokens_before=cursor.tokens - self._step_tokens(H),
+            rule=self.spec.rule,
+            reports=[r for r in reports if r is not None],
+            wall_seconds=time.perf_counter() - started,
+        )
+        self.recorder.record_outer_step(record)
+        self.progress.finish_step(record)
+        return dict(record.metrics)
+
+    def _run_start(self, cursor: Cursor) -> RunStart:
+        config = self.config
+        layout = [list(r) for r in stage_layout(config.model.n_layer, config.stages)]
+        return RunStart(
+            run_id=config.run_id,
+            config=config.to_dict(),
+            config_digest=self.spec.config_digest,
+            topology={**self.topology.to_dict(), "backend": dist.get_backend(), "device": self.device.type},
+            model={
+                **config.model.to_dict(),
+                "parameter_count": config.model.parameter_count(),
+                "stage_blocks": layout,
+            },
+            data_manifest=self.spec.manifest.to_dict(),
+            shard_source=self.spec.shards,
+            seed=config.seed,
+            resumed_from_step=cursor.next_step - 1 if cursor.next_step > 0 else None,
+        )
+
+    def _check_same_data(self) -> None:
+        """Every process (on every host) must train on the same corpus bytes."""
+        digests: list[str | None] = [None] * self.topology.world_size
+        dist.all_gather_object(digests, self.spec.manifest.digest())
+        if len(set(digests)) != 1:
+            raise DataError(
+                f"expected every process to build the same corpus, got manifest digests {sorted(set(map(str, digests)))}"
+                " (different Python versions or data files on different hosts?)"
+            )
+
+
+def _local_exchange(contribution: Contribution, round: int, mean_loss: float, device: torch.device) -> PendingExchange:
+    """A finished 'exchange' of a lone cluster with itself (C = 1 runs): nothing to send."""
+    return PendingExchange(
+        round=round,
+        signals=RoundSignals(mean_train_loss=mean_loss),
+        work=None,
+        gathered=[contribution.payload.to(device)],
+        started=time.perf_counter(),
+    )
+
+
+def _world() -> dist.ProcessGroup:
+    group = dist.group.WORLD
+    assert group is not None  # the default group exists once init_process_group has run
+    return group
