@@ -132,27 +132,28 @@ def append_locked(
     session: Session, run: Run, new: NewEntry, key: SigningKey, now: datetime
 ) -> Entry:
     """Append ``new`` to ``run`` (locked by :func:`lock_run` in this transaction)."""
-    index = run.size
+    # Plain copies: after a failed flush the session has rolled back and ``run`` is expired.
+    run_id, origin, index = run.id, run.origin, run.size
     if run.status == STATUS_FINISHED:
         raise RunFinishedError(
-            f"run {run.id!r} is finished: nothing can be appended after {KIND_FINAL!r}"
+            f"run {run_id!r} is finished: nothing can be appended after {KIND_FINAL!r}"
         )
     if (new.kind == KIND_GENESIS) != (index == 0):
         raise InvalidEntryError(
             f"{KIND_GENESIS!r} must be entry 0 and only entry 0, got {new.kind!r} at index {index}"
         )
-    if new.kind == KIND_OUTER_STEP and _has_outer_step(session, run.id, new.step):
-        raise DuplicateStepError(f"run {run.id!r} already recorded outer step {new.step}")
+    if new.kind == KIND_OUTER_STEP and _has_outer_step(session, run_id, new.step):
+        raise DuplicateStepError(f"run {run_id!r} already recorded outer step {new.step}")
 
     # 1. The entry, linked to its predecessor's leaf hash.
     prev = None
     if index > 0:
         prev = session.scalar(
-            sa.select(Entry.leaf_hash).where(Entry.run_id == run.id, Entry.index == index - 1)
+            sa.select(Entry.leaf_hash).where(Entry.run_id == run_id, Entry.index == index - 1)
         )
     body = build_body(
         kind=new.kind,
-        run_id=run.id,
+        run_id=run_id,
         index=index,
         prev=prev,
         recorded_at=now,
@@ -160,7 +161,7 @@ def append_locked(
     )
     leaf = leaf_hash(body)
     entry = Entry(
-        run_id=run.id,
+        run_id=run_id,
         index=index,
         kind=new.kind,
         step=new.step,
@@ -172,18 +173,18 @@ def append_locked(
     try:
         session.flush()
     except sa.exc.IntegrityError as exc:  # only reachable by a writer that bypassed the lock
-        raise ConflictError(f"run {run.id!r}: entry {index} was written concurrently") from exc
+        raise ConflictError(f"run {run_id!r}: entry {index} was written concurrently") from exc
 
     # 2. The tree and its signed head at the new size.
     size = index + 1
-    root = tree_store.append_leaf(session, run.id, index, leaf)
-    note = sign_checkpoint(Checkpoint(origin=run.origin, size=size, root_hash=root), key)
-    session.add(TreeHead(run_id=run.id, size=size, root_hash=root, note=note, created_at=now))
+    root = tree_store.append_leaf(session, run_id, index, leaf)
+    note = sign_checkpoint(Checkpoint(origin=origin, size=size, root_hash=root), key)
+    session.add(TreeHead(run_id=run_id, size=size, root_hash=root, note=note, created_at=now))
 
     # 3. The chart rows, repeating the metrics the entry records.
     if new.step is not None:
         session.add_all(
-            Metric(run_id=run.id, step=new.step, key=k, value=float(v), entry_index=index)
+            Metric(run_id=run_id, step=new.step, key=k, value=float(v), entry_index=index)
             for k, v in new.metrics.items()
         )
 
@@ -200,7 +201,7 @@ def append_locked(
     try:
         session.flush()
     except sa.exc.IntegrityError as exc:
-        raise ConflictError(f"run {run.id!r}: cannot record entry {index}: {exc.orig}") from exc
+        raise ConflictError(f"run {run_id!r}: cannot record entry {index}: {exc.orig}") from exc
     return entry
 
 

@@ -6,8 +6,9 @@ and the log's verifier key(s), and either returns a summary or raises
 :class:`VerificationError` whose ``index`` names the first entry that is wrong.
 
 What an alteration looks like to it: a changed body either stops being a valid envelope, or
-changes its leaf hash, which breaks the ``prev`` link of the next entry (reported at the
-changed entry), or, for the last entry, changes the root (reported at the last entry).
+changes its leaf hash, which breaks the ``prev`` link of the next entry (the signed root then
+tells whether the entry or its successor's ``prev`` was changed), or, for the last entry,
+changes the root (reported at the last entry).
 Deleted, inserted or reordered entries break the ``index`` sequence; extra or missing
 entries disagree with the checkpoint's size; a forged checkpoint fails its signature.
 """
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from attestation.errors import AttestationError
 from attestation.keys import PublicKey
 from ledger import subtrees
-from ledger.checkpoint import parse_checkpoint, verify_checkpoint
+from ledger.checkpoint import Checkpoint, parse_checkpoint, verify_checkpoint
 from ledger.envelope import KIND_FINAL, KIND_GENESIS, parse_body
 from ledger.errors import InvalidEntryError, VerificationError
 from ledger.merkle import leaf_hash, root_hash
@@ -110,14 +111,8 @@ def audit_run_log(
                 raise VerificationError(
                     f"entry 0: expected prev null, got {envelope.prev!r}", index=0
                 )
-            # The link from index-1 to index broke: entry index-1's body no longer hashes to
-            # what entry index recorded (or entry index's prev was edited).
-            raise VerificationError(
-                f"entry {index - 1}: its leaf hash {expected_prev} does not match the prev "
-                f"{envelope.prev} recorded by entry {index}; entry {index - 1} (or the prev "
-                f"of entry {index}) was altered",
-                index=index - 1,
-            )
+            assert envelope.prev is not None  # parse_body: a hex hash or null
+            raise _broken_link(index, envelope.prev, bodies, checkpoint)
         leaves.append(leaf_hash(body))
         kinds[envelope.kind] = kinds.get(envelope.kind, 0) + 1
         previous_kind = envelope.kind
@@ -145,6 +140,31 @@ def audit_run_log(
         root_hash=computed,
         finished=previous_kind == KIND_FINAL,
         kinds=kinds,
+    )
+
+
+def _broken_link(
+    index: int, recorded_prev: str, bodies: Sequence[bytes], checkpoint: Checkpoint
+) -> VerificationError:
+    """Entry ``index`` records a ``prev`` that is not the leaf hash of entry ``index-1``.
+
+    Either entry ``index-1`` was altered (and ``prev`` still holds its original hash) or
+    entry ``index`` was. The signed root tells which: put the recorded hash back in place of
+    entry ``index-1``'s leaf; if the tree then matches the signed head, entry ``index-1`` is
+    the altered one."""
+    leaves = [leaf_hash(body) for body in bodies]
+    actual = leaves[index - 1].hex()
+    leaves[index - 1] = bytes.fromhex(recorded_prev)
+    if len(leaves) == checkpoint.size and root_hash(leaves) == checkpoint.root_hash:
+        return VerificationError(
+            f"entry {index - 1}: altered: its leaf hash is {actual}, but entry {index} and the "
+            f"signed tree head both commit to {recorded_prev}",
+            index=index - 1,
+        )
+    return VerificationError(
+        f"entry {index}: prev {recorded_prev} does not match the leaf hash {actual} of entry "
+        f"{index - 1}",
+        index=index,
     )
 
 

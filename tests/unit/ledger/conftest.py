@@ -3,8 +3,10 @@ in-memory log keys."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import Engine
@@ -33,10 +35,20 @@ def log_keys() -> InMemoryLogKeys:
     return InMemoryLogKeys()
 
 
+@pytest.fixture(scope="session")
+def migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file upgraded to head once per session; tests get copies (a migration takes
+    ~0.2 s, a copy ~nothing)."""
+    path = tmp_path_factory.mktemp("template") / "ledger.db"
+    upgrade(f"sqlite:///{path}")
+    return path
+
+
 @pytest.fixture
-def engine(sqlite_url: str) -> Iterator[Engine]:
-    upgrade(sqlite_url)
-    engine = create_engine(sqlite_url)
+def engine(migrated_template: Path, tmp_path: Path) -> Iterator[Engine]:
+    path = tmp_path / "migrated.db"
+    shutil.copyfile(migrated_template, path)
+    engine = create_engine(f"sqlite:///{path}")
     yield engine
     engine.dispose()
 
