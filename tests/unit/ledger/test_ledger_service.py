@@ -3,6 +3,7 @@ read back."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from pathlib import Path
@@ -81,7 +82,7 @@ def test_appends_chain_each_entry_to_the_previous_one(
         "outer_step",
         "run.final",
     ]
-    for before, after in zip(entries, entries[1:], strict=False):
+    for before, after in itertools.pairwise(entries):
         assert after.envelope().prev == before.leaf_hash.hex()
         assert after.recorded_at > before.recorded_at
     head = ledger.latest_tree_head("r1")
@@ -312,7 +313,7 @@ def test_read_runs_does_not_create_a_missing_sqlite_file(tmp_path: Path) -> None
 
 def test_engines_not_made_by_the_ledger_are_refused_on_sqlite(sqlite_url: str) -> None:
     plain = sa.create_engine(sqlite_url)
-    with pytest.raises(ValueError, match="ledger.db.create_engine"):
+    with pytest.raises(ValueError, match=r"ledger\.db\.create_engine"):
         Ledger(plain)
 
 
