@@ -220,3 +220,39 @@ def _known(cls: type[Any], data: Any, where: str) -> dict[str, Any]:
 def _check(config: object, name: str, ok: bool, expected: str) -> None:
     if not ok:
         raise ConfigError(f"{type(config).__name__}.{name} must be {expected}, got {getattr(config, name)!r}")
+
+
+def with_overrides(
+    config: TrainConfig,
+    *,
+    clusters: int | None = None,
+    stages: int | None = None,
+    outer_steps: int | None = None,
+    inner_steps: int | None = None,
+    data_paths: tuple[str, ...] = (),
+    run_id: str | None = None,
+    method: str | None = None,
+    seed: int | None = None,
+) -> TrainConfig:
+    """``config`` with the command-line overrides that were given (None / empty: keep)."""
+    changes: dict[str, Any] = {
+        name: value
+        for name, value in (
+            ("clusters", clusters),
+            ("stages", stages),
+            ("outer_steps", outer_steps),
+            ("inner_steps", inner_steps),
+            ("run_id", run_id),
+            ("seed", seed),
+        )
+        if value is not None
+    }
+    if data_paths:
+        changes["data"] = replace(config.data, paths=data_paths)
+    if method is not None:
+        if method not in METHODS:
+            raise ConfigError(f"TrainConfig.method must be one of {', '.join(METHODS)}, got {method!r}")
+        changes["method"] = method
+        if method != "allreduce":
+            changes["outer"] = replace(config.outer, kind=method)
+    return replace(config, **changes)

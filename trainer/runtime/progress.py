@@ -57,7 +57,7 @@ class ConsoleProgress:
 
     def finish_step(self, record: OuterStepRecord) -> None:
         self._bar.update(self._task, visible=False)
-        self.console.print(step_line(record, self.outer_steps))
+        self.console.print(step_line(record, self.outer_steps), soft_wrap=True)
 
     def close(self) -> None:
         self._bar.stop()

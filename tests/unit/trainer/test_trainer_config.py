@@ -1,0 +1,88 @@
+"""Run configuration: JSON/TOML round trips, validation that names the field, CLI overrides."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainer.config import (
+    InnerConfig,
+    PoisonForTesting,
+    TrainConfig,
+    load_config_file,
+    with_overrides,
+)
+from trainer.errors import ConfigError
+from trainer.presets import run_preset
+from trainer.runtime.inner import learning_rate
+
+
+def test_config_round_trips_through_json() -> None:
+    config = with_overrides(run_preset("tiny"), method="allreduce", seed=5, data_paths=("a.txt",))
+    again = TrainConfig.from_dict(json.loads(json.dumps(config.to_dict())))
+    assert again == config
+    assert again.digest_text() == config.digest_text()
+
+
+def test_toml_file_sets_nested_fields_and_outer_kind_follows_method(tmp_path: Path) -> None:
+    path = tmp_path / "run.toml"
+    path.write_text(
+        'method = "dilocox"\nclusters = 3\n[model]\nn_layer = 2\nd_model = 32\n[outer]\nrank = 4\nmin_rank = 2\n'
+    )
+    config = load_config_file(path)
+    assert (config.clusters, config.model.n_layer, config.outer.rank) == (3, 2, 4)
+    assert config.outer.kind == "dilocox"
+
+
+def test_unknown_field_is_an_error_naming_it() -> None:
+    with pytest.raises(ConfigError, match="inner_stepz"):
+        TrainConfig.from_dict({"inner_stepz": 3})
+    with pytest.raises(ConfigError, match=r"TrainConfig.model has unknown field\(s\) layers"):
+        TrainConfig.from_dict({"model": {"layers": 3}})
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"clusters": 0}, "clusters"),
+        ({"micro_batches": 1, "stages": 2}, "micro_batches"),
+        ({"method": "fedavg"}, "method"),
+        ({"run_id": "a/b"}, "run_id"),
+        ({"stages": 9}, "pipeline stages"),
+    ],
+)
+def test_invalid_values_name_the_field(changes: dict[str, object], field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        TrainConfig.from_dict(changes)
+
+
+def test_outer_kind_must_match_the_method() -> None:
+    config = run_preset("tiny")
+    with pytest.raises(ConfigError, match=r"outer\.kind must equal method"):
+        TrainConfig.from_dict({**config.to_dict(), "method": "dilocox", "outer": {"kind": "diloco"}})
+
+
+def test_poison_must_fit_the_run() -> None:
+    with pytest.raises(ConfigError, match="poison_for_testing"):
+        TrainConfig(clusters=2, outer_steps=3, poison_for_testing=PoisonForTesting(cluster=2, step=1))
+    with pytest.raises(ConfigError, match="'allreduce'"):
+        TrainConfig(method="allreduce", poison_for_testing=PoisonForTesting(cluster=0, step=0))
+
+
+def test_method_override_switches_the_outer_algorithm() -> None:
+    config = with_overrides(run_preset("tiny"), method="allreduce", clusters=3, outer_steps=2)
+    assert (config.method, config.clusters, config.outer_steps) == ("allreduce", 3, 2)
+    assert with_overrides(config, method="diloco").outer.kind == "diloco"
+    with pytest.raises(ConfigError, match="method must be one of"):
+        with_overrides(config, method="sgd")
+
+
+def test_learning_rate_warms_up_linearly_then_decays_to_the_floor() -> None:
+    inner = InnerConfig(lr=1.0, warmup_steps=4, min_lr_ratio=0.1)
+    assert [learning_rate(inner, s, 20) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert learning_rate(inner, 4, 20) == pytest.approx(1.0)
+    assert learning_rate(inner, 12, 20) == pytest.approx(0.55)  # halfway down the cosine
+    assert learning_rate(inner, 20, 20) == pytest.approx(0.1)
+    assert learning_rate(inner, 50, 20) == pytest.approx(0.1)  # adaptive H may run past the plan

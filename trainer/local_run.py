@@ -1,0 +1,44 @@
+"""Train into a folder: the local-directory recorder, resuming from the folder's last step.
+
+What ``veritrain train`` calls until the ledger-backed recorder exists.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from trainer.api import train
+from trainer.checkpoint import load_checkpoint_directory
+from trainer.config import TrainConfig
+from trainer.errors import CheckpointError
+from trainer.local_recorder import LocalDirectoryRecorder, resume_directory
+from trainer.recorder import RunSummary
+
+
+def recorded_config(run_directory: Path) -> TrainConfig:
+    """The configuration a run folder was trained with (from its ``run.json``)."""
+    path = run_directory / "run.json"
+    if not path.is_file():
+        raise CheckpointError(f"expected run.json in {run_directory} to read the run's configuration, it is missing")
+    return TrainConfig.from_dict(json.loads(path.read_text())["config"])
+
+
+def run_directory_of(path: Path) -> Path:
+    """The run folder of a run folder or of one of its step folders."""
+    step = resume_directory(path)
+    return step.parent.parent
+
+
+def train_into_directory(
+    config: TrainConfig,
+    out: Path,
+    *,
+    resume: Path | None = None,
+    data_dir: Path | None = None,
+    quiet: bool = False,
+) -> RunSummary | None:
+    """Train ``config``, recording every outer step under ``out``; with ``resume`` (a run
+    folder or a step folder) continue from that recorded step."""
+    state = load_checkpoint_directory(resume_directory(resume)) if resume is not None else None
+    return train(config, LocalDirectoryRecorder.factory(out), state, data_dir=data_dir, quiet=quiet)
