@@ -1,0 +1,74 @@
+"""The Alembic migrations: one head, and upgrading an empty database to it gives exactly the
+schema of ledger/models.py, on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from ledger.db import alembic_config, create_engine, current_revision, head_revisions, upgrade
+from ledger.models import Base
+
+TABLES = {"runs", "entries", "tree_nodes", "tree_heads", "enrolled_keys", "metrics"}
+
+
+def test_there_is_exactly_one_head() -> None:
+    script = ScriptDirectory.from_config(alembic_config(None))
+    assert len(script.get_heads()) == 1
+    assert head_revisions() == tuple(script.get_heads())
+    # Every revision chains back to the first one: no branches, no orphans.
+    revisions = list(script.walk_revisions())
+    assert [r.down_revision for r in revisions].count(None) == 1
+
+
+def _assert_schema_matches_models(url: str) -> None:
+    engine = create_engine(url)
+    try:
+        assert current_revision(engine) == head_revisions()[0]
+        assert set(sa.inspect(engine).get_table_names()) >= TABLES
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"compare_type": True})
+            assert compare_metadata(context, Base.metadata) == []
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_upgrade_to_head_creates_the_models_schema(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    url = request.getfixturevalue("sqlite_url" if backend == "sqlite" else "postgres_url")
+    assert upgrade(url) == head_revisions()[0]
+    _assert_schema_matches_models(url)
+    assert upgrade(url) == head_revisions()[0]  # a second upgrade is a no-op
+
+
+def test_plain_postgresql_urls_use_psycopg_3(postgres_url: str) -> None:
+    plain = (
+        sa.make_url(postgres_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    )
+    upgrade(plain)
+    engine = create_engine(plain)
+    try:
+        assert engine.dialect.driver == "psycopg"
+    finally:
+        engine.dispose()
+    _assert_schema_matches_models(postgres_url)
+
+
+def test_downgrade_to_base_and_back(sqlite_url: str) -> None:
+    from alembic import command
+
+    upgrade(sqlite_url)
+    command.downgrade(alembic_config(sqlite_url), "base")
+    engine = create_engine(sqlite_url)
+    try:
+        assert current_revision(engine) is None
+        assert not TABLES & set(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+    upgrade(sqlite_url)
+    _assert_schema_matches_models(sqlite_url)
