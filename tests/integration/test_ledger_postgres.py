@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from attestation.keys import SigningKey
 from ledger.checkpoint import verify_checkpoint
 from ledger.db import create_engine, upgrade
-from ledger.errors import DuplicateStepError, RunExistsError
+from ledger.errors import ConflictError, DuplicateStepError, RunExistsError
 from ledger.merkle import verify_consistency, verify_inclusion
 from ledger.receipt import verify_receipt
 from ledger.service import Ledger
@@ -154,7 +154,7 @@ def test_a_failed_append_leaves_nothing_on_postgres(ledger: Ledger, pg_url: str)
             )
 
     before = counts()
-    with pytest.raises(Exception, match="cannot record entry 2"):
+    with pytest.raises(ConflictError, match="cannot record entry 2"):
         ledger.append(RUN, "eval", {}, step=0, metrics={"loss": 2.0})  # metrics PK clash
     assert counts() == before
     assert ledger.append(RUN, "eval", {}, step=0, metrics={"eval_loss": 2.0}).index == 2
