@@ -27,7 +27,13 @@ from storage.checkpoint.tensors import (
     save_tensors,
     unflatten_tensors,
 )
-from storage.checkpoint.transfer import download_checkpoint, read_manifest, upload_checkpoint
+from storage.checkpoint.transfer import (
+    download_checkpoint,
+    read_manifest,
+    upload_checkpoint,
+    upload_files,
+    upload_manifest,
+)
 
 __all__ = [
     "INDEX_FILE",
@@ -48,6 +54,8 @@ __all__ = [
     "tensor_nbytes",
     "unflatten_tensors",
     "upload_checkpoint",
+    "upload_files",
+    "upload_manifest",
     "validate_file_name",
     "write_checkpoint",
     "write_files",

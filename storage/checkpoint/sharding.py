@@ -79,8 +79,14 @@ def model_index(shards: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
 def write_model_index(directory: str | Path, shards: Mapping[str, Mapping[str, int]]) -> dict[str, str]:
     """Write ``model.safetensors.index.json`` for the given shards (shard file -> {tensor
     name: byte size}, see :func:`tensor_nbytes`); return {its file name: its SHA-256}."""
+    text = json.dumps(model_index(shards), indent=2, sort_keys=True) + "\n"
+    Path(directory).mkdir(parents=True, exist_ok=True)
     path = Path(directory) / INDEX_FILE
-    path.write_text(json.dumps(model_index(shards), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    try:
+        with open(path, "x", encoding="utf-8") as f:  # written once, like every checkpoint file
+            f.write(text)
+    except FileExistsError as exc:
+        raise CheckpointError(f"expected {path} not to exist (checkpoint files are written once)") from exc
     return {INDEX_FILE: file_sha256(path)[0]}
 
 

@@ -14,36 +14,56 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from storage.base import ObjectStore
-from storage.checkpoint.manifest import Manifest
-from storage.errors import CheckpointError, IntegrityError
+from storage.checkpoint.manifest import Manifest, validate_file_name
+from storage.errors import CheckpointError, IntegrityError, ObjectNotFoundError
 from storage.streams import file_sha256
 
 MAX_MANIFEST_BYTES = 4 << 20
 """A manifest is a few hundred bytes per file; anything larger is not one."""
 
 
-def upload_checkpoint(store: ObjectStore, directory: str | Path, manifest: Manifest | None = None) -> str:
-    """Upload a checkpoint directory's files, then its manifest; return the manifest
-    object's digest. With ``manifest``, the directory must match it exactly."""
+def upload_files(store: ObjectStore, directory: str | Path, digests: Mapping[str, str]) -> None:
+    """Upload the named files of ``directory``, each of which must hash to its digest in
+    ``digests`` (file name -> SHA-256 hex); each upload is confirmed by the stored size. One
+    rank of a multi-process run uploads its own files this way; the coordinator then stores
+    the manifest (:func:`upload_manifest`)."""
     root = Path(directory)
-    if manifest is None:
-        manifest = Manifest.from_directory(root)
-    else:
-        manifest.verify_directory(root)
-    for entry in manifest.entries:
-        path = root / entry.name
+    for name, digest in sorted(digests.items()):
+        path = root / validate_file_name(name)
         stored = store.put_file(path)
-        if stored != entry.digest:
-            raise IntegrityError(f"expected {path} to hash to sha256 {entry.digest}, got {stored} (it changed)")
+        if stored != digest:
+            raise IntegrityError(f"expected {path} to hash to sha256 {digest}, got {stored} (it changed)")
         size, stored_size = path.stat().st_size, store.size(stored)
         if stored_size != size:
             raise IntegrityError(
-                f"expected the stored copy of {entry.name} (sha256/{stored}) to be {size} bytes, got {stored_size}"
+                f"expected the stored copy of {name} (sha256/{stored}) to be {size} bytes, got {stored_size}"
+            )
+
+
+def upload_manifest(store: ObjectStore, manifest: Manifest) -> str:
+    """Store the manifest JSON as its own object, once every file it names is stored (else
+    :class:`ObjectNotFoundError`), and return the manifest object's digest."""
+    for entry in manifest.entries:
+        if not store.exists(entry.digest):
+            raise ObjectNotFoundError(
+                f"expected {entry.name} (sha256/{entry.digest}) in {store.url} before its manifest, found none"
             )
     return store.put_bytes(manifest.to_json())
+
+
+def upload_checkpoint(store: ObjectStore, directory: str | Path, manifest: Manifest | None = None) -> str:
+    """Upload a checkpoint directory's files, then its manifest; return the manifest
+    object's digest. With ``manifest``, the directory must match it exactly."""
+    if manifest is None:
+        manifest = Manifest.from_directory(directory)
+    else:
+        manifest.verify_directory(directory)
+    upload_files(store, directory, manifest.digests)
+    return upload_manifest(store, manifest)
 
 
 def read_manifest(store: ObjectStore, manifest_digest: str) -> Manifest:

@@ -31,11 +31,13 @@ from storage.checkpoint import (
     tensor_nbytes,
     unflatten_tensors,
     upload_checkpoint,
+    upload_files,
+    upload_manifest,
     write_checkpoint,
     write_files,
     write_model_index,
 )
-from storage.errors import CheckpointError, IntegrityError
+from storage.errors import CheckpointError, IntegrityError, ObjectNotFoundError
 from trainer.model import GPT
 
 
@@ -138,11 +140,12 @@ def test_trainer_state_must_be_strict_json(tmp_path: Path) -> None:
         write_checkpoint(tmp_path / "b", model={}, trainer_state={"rng": torch.get_rng_state()})
 
 
-def test_ranks_write_their_own_files_and_the_coordinator_builds_index_and_manifest(
-    tmp_path: Path,
+def test_ranks_upload_their_own_files_and_the_coordinator_stores_the_manifest(
+    store: LocalStore, tmp_path: Path
 ) -> None:
-    # Two pipeline stages, each writing its own shard and optimizer file; rank 0 gathers
-    # name -> digest and name -> sizes, writes the index and builds the manifest.
+    # Two pipeline stages, each writing and uploading its own shard and optimizer file from
+    # its own directory; rank 0 gathers name -> digest and name -> sizes, writes the index
+    # and trainer state, and stores the manifest last.
     weights = trained_state().model.state_dict()
     names = list(weights)
     stages = [
@@ -153,16 +156,23 @@ def test_ranks_write_their_own_files_and_the_coordinator_builds_index_and_manife
     sizes: dict[str, dict[str, int]] = {}
     for rank, part in enumerate(stages, start=1):
         shard = f"model-{rank:05d}-of-00002.safetensors"
-        digests |= write_files(
-            tmp_path,
+        rank_dir = tmp_path / f"rank{rank}"
+        written = write_files(
+            rank_dir,
             tensor_files={shard: part, f"optimizer-outer-stage{rank}.safetensors": {"m": torch.ones(2)}},
         )
+        upload_files(store, rank_dir, written)
+        digests |= written
         sizes[shard] = tensor_nbytes(part)
-    digests |= write_model_index(tmp_path, sizes)
-    digests |= write_files(tmp_path, json_files={TRAINER_STATE_FILE: {"step": 5}})
+    coordinator = tmp_path / "rank0"
+    written = write_model_index(coordinator, sizes)
+    written |= write_files(coordinator, json_files={TRAINER_STATE_FILE: {"step": 5}})
+    upload_files(store, coordinator, written)
+    manifest = Manifest.from_digests(digests | written)
 
-    manifest = Manifest.from_digests(digests)
-    loaded = load_checkpoint(tmp_path, manifest=manifest)
+    manifest_digest = upload_manifest(store, manifest)
+    download_checkpoint(store, manifest_digest, tmp_path / "downloaded")
+    loaded = load_checkpoint(tmp_path / "downloaded", manifest=manifest)
 
     assert_bit_identical(loaded.model, weights)
     assert sorted(loaded.tensor_files) == [
@@ -170,6 +180,13 @@ def test_ranks_write_their_own_files_and_the_coordinator_builds_index_and_manife
         "optimizer-outer-stage2.safetensors",
     ]
     assert loaded.trainer_state == {"step": 5}
+
+
+def test_a_manifest_is_stored_only_after_its_files(store: LocalStore, tmp_path: Path) -> None:
+    written = write_files(tmp_path, json_files={TRAINER_STATE_FILE: {"step": 1}})
+
+    with pytest.raises(ObjectNotFoundError, match=TRAINER_STATE_FILE):
+        upload_manifest(store, Manifest.from_digests(written))
 
 
 def test_load_refuses_a_directory_that_does_not_match_its_manifest(tmp_path: Path) -> None:
