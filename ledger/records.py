@@ -1,5 +1,6 @@
 """What the ledger's read API returns: plain frozen values, detached from any session, so
-the web layer and the verifier can hold them after the transaction has ended."""
+the web layer and the verifier can hold them after the transaction has ended; and the
+functions that copy them out of the ORM rows."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ledger import models
 from ledger.envelope import Envelope, parse_body
 
 
@@ -107,3 +109,54 @@ class ConsistencyProof:
     hashes: tuple[bytes, ...]
     old_root: bytes
     new_root: bytes
+
+
+def run_info(run: models.Run) -> RunInfo:
+    return RunInfo(
+        run_id=run.id,
+        origin=run.origin,
+        status=run.status,
+        size=run.size,
+        latest_step=run.latest_step,
+        outer_steps=run.outer_steps,
+        created_at=run.created_at,
+        updated_at=run.updated_at,
+        finished_at=run.finished_at,
+    )
+
+
+def entry_record(entry: models.Entry) -> EntryRecord:
+    return EntryRecord(
+        run_id=entry.run_id,
+        index=entry.index,
+        kind=entry.kind,
+        step=entry.step,
+        body=entry.body,
+        leaf_hash=entry.leaf_hash,
+        recorded_at=entry.recorded_at,
+    )
+
+
+def head_record(head: models.TreeHead) -> SignedTreeHead:
+    return SignedTreeHead(
+        run_id=head.run_id,
+        size=head.size,
+        root_hash=head.root_hash,
+        note=head.note,
+        created_at=head.created_at,
+    )
+
+
+def metric_point(row: models.Metric) -> MetricPoint:
+    return MetricPoint(step=row.step, key=row.key, value=row.value, entry_index=row.entry_index)
+
+
+def key_record(row: models.EnrolledKey) -> KeyRecord:
+    return KeyRecord(
+        run_id=row.run_id,
+        role=row.role,
+        name=row.name,
+        key_id=row.key_id,
+        vkey=row.vkey,
+        created_at=row.created_at,
+    )

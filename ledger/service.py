@@ -60,6 +60,11 @@ from ledger.records import (
     MetricPoint,
     RunInfo,
     SignedTreeHead,
+    entry_record,
+    head_record,
+    key_record,
+    metric_point,
+    run_info,
 )
 
 MAX_PAGE = 1000
@@ -148,7 +153,7 @@ class Ledger:
             except sa.exc.IntegrityError as exc:  # PostgreSQL: a concurrent create won
                 raise RunExistsError(f"run {run_id!r} already exists") from exc
             _add_key(session, key.public, role=ROLE_LOG, run_id=run_id, now=now)
-            return _entry_record(append_locked(session, run, new, key, now))
+            return entry_record(append_locked(session, run, new, key, now))
 
     def append(
         self,
@@ -173,7 +178,7 @@ class Ledger:
         with db.write_session(self._engine) as session:
             run = lock_run(session, run_id)
             check_log_key(session, run, key)
-            return _entry_record(append_locked(session, run, new, key, now))
+            return entry_record(append_locked(session, run, new, key, now))
 
     def enroll_key(
         self, key: PublicKey | str, *, role: str, run_id: str | None = None
@@ -194,7 +199,7 @@ class Ledger:
                 )
             ).first()
             row = existing or _add_key(session, public, role=role, run_id=run_id, now=self._clock())
-            return _key_record(row)
+            return key_record(row)
 
     # -- reads --------------------------------------------------------------------------
 
@@ -202,11 +207,11 @@ class Ledger:
         """Every run, newest first."""
         with db.read_session(self._engine) as session:
             rows = session.scalars(sa.select(Run).order_by(Run.created_at.desc(), Run.id))
-            return [_run_info(run) for run in rows]
+            return [run_info(run) for run in rows]
 
     def get_run(self, run_id: str) -> RunInfo:
         with db.read_session(self._engine) as session:
-            return _run_info(_require_run(session, run_id))
+            return run_info(_require_run(session, run_id))
 
     def entries(self, run_id: str, start: int = 0, limit: int = 100) -> list[EntryRecord]:
         """Entries ``start`` .. ``start+limit-1`` (fewer at the end of the log)."""
@@ -222,7 +227,7 @@ class Ledger:
                 .order_by(Entry.index)
                 .limit(limit)
             )
-            return [_entry_record(row) for row in rows]
+            return [entry_record(row) for row in rows]
 
     def entry(self, run_id: str, index: int) -> EntryRecord:
         with db.read_session(self._engine) as session:
@@ -232,7 +237,7 @@ class Ledger:
                 raise EntryNotFoundError(
                     f"run {run_id!r} has no entry {index}: expected 0 <= index < {run.size}"
                 )
-            return _entry_record(row)
+            return entry_record(row)
 
     def entry_by_step(self, run_id: str, step: int) -> EntryRecord:
         """The ``outer_step`` entry of outer step ``step``."""
@@ -245,19 +250,19 @@ class Ledger:
             ).one_or_none()
             if row is None:
                 raise EntryNotFoundError(f"run {run_id!r} has no outer step {step}")
-            return _entry_record(row)
+            return entry_record(row)
 
     def latest_tree_head(self, run_id: str) -> SignedTreeHead:
         """The signed tree head covering the whole log."""
         with db.read_session(self._engine) as session:
             run = _require_run(session, run_id)
-            return _head_record(_tree_head(session, run_id, run.size))
+            return head_record(_tree_head(session, run_id, run.size))
 
     def tree_head_at(self, run_id: str, size: int) -> SignedTreeHead:
         """The signed tree head of size ``size`` (one is stored for every size)."""
         with db.read_session(self._engine) as session:
             _require_run(session, run_id)
-            return _head_record(_tree_head(session, run_id, size))
+            return head_record(_tree_head(session, run_id, size))
 
     def inclusion_proof(self, run_id: str, index: int, size: int | None = None) -> InclusionProof:
         """Proof that entry ``index`` is in the tree of ``size`` entries (default: all)."""
@@ -301,7 +306,7 @@ class Ledger:
             if keys is not None:
                 query = query.where(Metric.key.in_(list(keys)))
             rows = session.scalars(query.order_by(Metric.key, Metric.step))
-            return [_metric_point(m) for m in rows]
+            return [metric_point(m) for m in rows]
 
     def keys(self, run_id: str | None, *, role: str | None = None) -> list[KeyRecord]:
         """Keys enrolled for ``run_id`` (global keys when None), optionally of one role."""
@@ -312,7 +317,7 @@ class Ledger:
             if role is not None:
                 query = query.where(EnrolledKey.role == role)
             rows = session.scalars(query.order_by(EnrolledKey.id))
-            return [_key_record(row) for row in rows]
+            return [key_record(row) for row in rows]
 
     # -- audit --------------------------------------------------------------------------
 
@@ -340,14 +345,14 @@ class Ledger:
                 )
             )
             heads = [
-                _head_record(head)
+                head_record(head)
                 for head in session.scalars(
                     sa.select(TreeHead).where(TreeHead.run_id == run_id).order_by(TreeHead.size)
                 )
             ]
             nodes = tree_store.stored_nodes(session, run_id)
             points = [
-                _metric_point(m)
+                metric_point(m)
                 for m in session.scalars(sa.select(Metric).where(Metric.run_id == run_id))
             ]
 
@@ -427,54 +432,3 @@ def _add_key(
     session.add(row)
     session.flush()
     return row
-
-
-def _run_info(run: Run) -> RunInfo:
-    return RunInfo(
-        run_id=run.id,
-        origin=run.origin,
-        status=run.status,
-        size=run.size,
-        latest_step=run.latest_step,
-        outer_steps=run.outer_steps,
-        created_at=run.created_at,
-        updated_at=run.updated_at,
-        finished_at=run.finished_at,
-    )
-
-
-def _entry_record(entry: Entry) -> EntryRecord:
-    return EntryRecord(
-        run_id=entry.run_id,
-        index=entry.index,
-        kind=entry.kind,
-        step=entry.step,
-        body=entry.body,
-        leaf_hash=entry.leaf_hash,
-        recorded_at=entry.recorded_at,
-    )
-
-
-def _head_record(head: TreeHead) -> SignedTreeHead:
-    return SignedTreeHead(
-        run_id=head.run_id,
-        size=head.size,
-        root_hash=head.root_hash,
-        note=head.note,
-        created_at=head.created_at,
-    )
-
-
-def _metric_point(row: Metric) -> MetricPoint:
-    return MetricPoint(step=row.step, key=row.key, value=row.value, entry_index=row.entry_index)
-
-
-def _key_record(row: EnrolledKey) -> KeyRecord:
-    return KeyRecord(
-        run_id=row.run_id,
-        role=row.role,
-        name=row.name,
-        key_id=row.key_id,
-        vkey=row.vkey,
-        created_at=row.created_at,
-    )
