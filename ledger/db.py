@@ -76,8 +76,14 @@ def sqlite_file_missing(url: str) -> bool:
 
 @contextmanager
 def read_session(engine: Engine) -> Iterator[Session]:
-    """A session for queries, inside one transaction (one consistent snapshot)."""
-    with _schema_errors(), Session(engine, expire_on_commit=False) as session, session.begin():
+    """A session for queries that sees one consistent snapshot for its whole transaction,
+    even while appends commit: an audit must never compare entries read before an append
+    with a tree head read after it. SQLite gives that to every transaction (WAL); PostgreSQL
+    needs REPEATABLE READ (its default, READ COMMITTED, takes a new snapshot per statement)."""
+    reader = engine
+    if engine.dialect.name == "postgresql":
+        reader = engine.execution_options(isolation_level="REPEATABLE READ")
+    with _schema_errors(), Session(reader, expire_on_commit=False) as session, session.begin():
         yield session
 
 

@@ -113,6 +113,29 @@ def test_concurrent_processes_never_fork_the_log(
     _assert_one_unforked_log(ledger, writers, per_writer)
 
 
+def test_audits_during_appends_see_one_consistent_snapshot(ledger: Ledger) -> None:
+    ledger.create_run(RUN, {})
+    done = threading.Event()
+
+    def writer() -> None:
+        try:
+            for i in range(40):
+                ledger.append(RUN, "note", {"worker": 0, "i": i})
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    audits = 0
+    while not done.is_set() or audits == 0:
+        # Entries, heads, nodes and metrics are read in several statements; a snapshot that
+        # moved between them would report a log longer than its signed head.
+        assert ledger.audit_run(RUN).size >= 1
+        audits += 1
+    thread.join()
+    assert ledger.audit_run(RUN).size == 41
+
+
 def _race(count: int, attempt: Callable[[], object]) -> list[object]:
     barrier = threading.Barrier(count)
 
