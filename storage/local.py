@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 from storage.base import ObjectStore
-from storage.errors import IntegrityError, InvalidRangeError, ObjectExistsError, ObjectNotFoundError
+from storage.errors import InvalidRangeError, ObjectExistsError, ObjectNotFoundError
 from storage.layout import object_relpath, validate_digest
 from storage.reader import ObjectReader
-from storage.streams import CHUNK_SIZE, check_digest, spooled
+from storage.streams import CHUNK_SIZE, check_digest, check_stored_size, spooled
 
 _READ_ONLY = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
 
@@ -73,12 +73,12 @@ class LocalStore(ObjectStore):
         try:
             return self.path_for(digest).stat().st_size
         except FileNotFoundError as exc:
-            raise ObjectNotFoundError(f"no object sha256/{digest} in {self.url}") from exc
+            raise self._not_found(digest) from exc
 
     def local_path(self, digest: str) -> Path:
         path = self.path_for(digest)
         if not path.is_file():
-            raise ObjectNotFoundError(f"no object sha256/{digest} in {self.url}")
+            raise self._not_found(digest)
         return path
 
     def presigned_url(self, digest: str, expires_s: int = 3600) -> None:
@@ -93,15 +93,14 @@ class LocalStore(ObjectStore):
             try:
                 publish_once(spool.path, target)
             except ObjectExistsError:
-                # Same digest, so the same bytes -- unless the stored copy was damaged.
-                self._confirm_size(spool.digest, spool.size)
+                check_stored_size(spool.digest, spool.size, self.size(spool.digest))
         return spool.digest
 
     def _open_range(self, digest: str, start: int, end: int | None) -> ObjectReader:
         try:
             f = open(self.path_for(digest), "rb")  # noqa: SIM115 - closed by the reader
         except FileNotFoundError as exc:
-            raise ObjectNotFoundError(f"no object sha256/{digest} in {self.url}") from exc
+            raise self._not_found(digest) from exc
         object_size = os.fstat(f.fileno()).st_size
         if start > object_size:
             f.close()
@@ -119,13 +118,8 @@ class LocalStore(ObjectStore):
             release=f.close,
         )
 
-    def _confirm_size(self, digest: str, size: int) -> None:
-        stored = self.size(digest)
-        if stored != size:
-            raise IntegrityError(
-                f"expected the stored object sha256/{digest} to be {size} bytes, got {stored}: "
-                f"the stored copy is damaged and, objects being write-once, must be repaired by hand"
-            )
+    def _not_found(self, digest: str) -> ObjectNotFoundError:
+        return ObjectNotFoundError(f"no object sha256/{digest} in {self.url}")
 
 
 def _read_chunks(f: BinaryIO, length: int) -> Iterator[bytes]:

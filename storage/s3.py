@@ -27,7 +27,6 @@ from urllib3.exceptions import HTTPError
 
 from storage.base import ObjectStore
 from storage.errors import (
-    IntegrityError,
     InvalidRangeError,
     ObjectExistsError,
     ObjectNotFoundError,
@@ -37,7 +36,14 @@ from storage.layout import normalize_prefix, object_key, validate_digest
 from storage.reader import ObjectReader
 from storage.s3_errors import s3_errors
 from storage.s3_upload import upload_once
-from storage.streams import CHUNK_SIZE, Sha256Stream, check_digest, iter_chunks, spooled
+from storage.streams import (
+    CHUNK_SIZE,
+    Sha256Stream,
+    check_digest,
+    check_stored_size,
+    iter_chunks,
+    spooled,
+)
 
 if TYPE_CHECKING:
     from botocore.response import StreamingBody
@@ -132,16 +138,24 @@ class S3Store(ObjectStore):
         if end is not None and end == start:
             # An empty range has no HTTP Range form; it is valid if start is within the object.
             return self._empty_reader(digest, start)
+        ranged = not (start == 0 and end is None)
+        # RFC 9110 §14.1.2: byte positions are inclusive, so [start, end) is start-(end - 1).
         request_range = f"bytes={start}-{'' if end is None else end - 1}"
         try:
             with s3_errors("GetObject", self._location(key)):
-                if start == 0 and end is None:
-                    response = self._client.get_object(Bucket=self.bucket, Key=key)
-                else:
+                if ranged:
                     response = self._client.get_object(Bucket=self.bucket, Key=key, Range=request_range)
+                else:
+                    response = self._client.get_object(Bucket=self.bucket, Key=key)
         except InvalidRangeError:
             # S3 refuses a range starting at the end; slice semantics allow it (empty).
             return self._empty_reader(digest, start)
+        if ranged and "ContentRange" not in response:
+            response["Body"].close()
+            raise StorageError(
+                f"expected a partial response to Range {request_range} from {self._location(key)}, "
+                f"got the whole object"
+            )
         object_size = _object_size(response.get("ContentRange"), response["ContentLength"])
         stop = object_size if end is None else min(end, object_size)
         body = response["Body"]
@@ -168,7 +182,7 @@ class S3Store(ObjectStore):
             for _ in hashed:
                 pass
             check_digest(hasher.hexdigest(), digest, "the stream")
-            self._confirm_size(digest, hasher.size, stored)
+            check_stored_size(digest, hasher.size, stored)
             return
 
         def before_commit(size: int) -> None:
@@ -185,14 +199,7 @@ class S3Store(ObjectStore):
             )
         except ObjectExistsError:
             # Another writer committed the same digest first (the check above raced it).
-            self._confirm_size(digest, hasher.size, self.size(digest))
-
-    def _confirm_size(self, digest: str, size: int, stored: int) -> None:
-        if stored != size:
-            raise IntegrityError(
-                f"expected the stored object sha256/{digest} to be {size} bytes, got {stored}: "
-                f"the stored copy is damaged and, objects being write-once, must be repaired by hand"
-            )
+            check_stored_size(digest, hasher.size, self.size(digest))
 
     def _stored_size(self, key: str) -> int | None:
         try:

@@ -80,6 +80,17 @@ def check_digest(actual: str, expected: str, what: str) -> None:
         raise IntegrityError(f"expected {what} to hash to sha256 {expected}, got {actual}")
 
 
+def check_stored_size(digest: str, size: int, stored: int) -> None:
+    """Raise :class:`IntegrityError` unless the object already stored under ``digest`` has
+    the ``size`` of the bytes that hash to it. Finding the key taken is success for a
+    content-addressed put -- same digest, same bytes -- unless the stored copy is damaged."""
+    if stored != size:
+        raise IntegrityError(
+            f"expected the stored object sha256/{digest} to be {size} bytes, got {stored}: "
+            f"the stored copy is damaged and, objects being write-once, must be repaired by hand"
+        )
+
+
 def drain(chunks: Iterable[bytes]) -> tuple[str, int]:
     """Consume the chunks, returning their SHA-256 (hex) and total size."""
     hasher = Sha256Stream()

@@ -20,7 +20,7 @@ from pathlib import Path
 from storage.base import ObjectStore
 from storage.checkpoint.manifest import Manifest, validate_file_name
 from storage.errors import CheckpointError, IntegrityError, ObjectNotFoundError
-from storage.streams import file_sha256
+from storage.streams import check_stored_size, file_sha256
 
 MAX_MANIFEST_BYTES = 4 << 20
 """A manifest is a few hundred bytes per file; anything larger is not one."""
@@ -37,11 +37,7 @@ def upload_files(store: ObjectStore, directory: str | Path, digests: Mapping[str
         stored = store.put_file(path)
         if stored != digest:
             raise IntegrityError(f"expected {path} to hash to sha256 {digest}, got {stored} (it changed)")
-        size, stored_size = path.stat().st_size, store.size(stored)
-        if stored_size != size:
-            raise IntegrityError(
-                f"expected the stored copy of {name} (sha256/{stored}) to be {size} bytes, got {stored_size}"
-            )
+        check_stored_size(stored, path.stat().st_size, store.size(stored))
 
 
 def upload_manifest(store: ObjectStore, manifest: Manifest) -> str:
