@@ -19,9 +19,9 @@ from typing import BinaryIO
 
 from storage.base import ObjectStore
 from storage.errors import InvalidRangeError, ObjectExistsError, ObjectNotFoundError
-from storage.layout import object_relpath, validate_digest
+from storage.layout import DIGEST_ALGORITHM, object_relpath, validate_digest
 from storage.reader import ObjectReader
-from storage.streams import CHUNK_SIZE, check_digest, check_stored_size, spooled
+from storage.streams import CHUNK_SIZE, check_digest, check_stored_size, drain, spooled
 
 _READ_ONLY = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
 
@@ -55,9 +55,8 @@ class LocalStore(ObjectStore):
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).absolute()
         self.url = f"file://{self.root}"
-        self._objects = self.root / object_relpath("0" * 64).parent
         self._tmp = self.root / ".tmp"
-        self._objects.mkdir(parents=True, exist_ok=True)
+        (self.root / DIGEST_ALGORITHM).mkdir(parents=True, exist_ok=True)
         self._tmp.mkdir(exist_ok=True)
 
     def path_for(self, digest: str) -> Path:
@@ -86,6 +85,12 @@ class LocalStore(ObjectStore):
         return None
 
     def _put_chunks(self, chunks: Iterator[bytes], expected_sha256: str | None) -> str:
+        if expected_sha256 is not None and self.exists(expected_sha256):
+            # Already stored: only check the caller's bytes, without writing them again.
+            digest, size = drain(chunks)
+            check_digest(digest, expected_sha256, "the stream")
+            check_stored_size(digest, size, self.size(digest))
+            return digest
         with spooled(chunks, self._tmp, durable=True) as spool:
             if expected_sha256 is not None:
                 check_digest(spool.digest, expected_sha256, "the stream")

@@ -268,7 +268,9 @@ class StoreContract:
             store.verify(digest)
         # Write-once: putting the right bytes again cannot repair it, and must not pretend to.
         with pytest.raises(IntegrityError, match="damaged"):
-            store.put_bytes(DATA)
+            store.put_bytes(DATA)  # digest known up front
+        with pytest.raises(IntegrityError, match="damaged"):
+            store.put(io.BytesIO(DATA))  # digest known only at the end
 
     def test_write_once_refuses_different_bytes_under_an_existing_key(
         self, store: ObjectStore, write_raw: WriteRaw
