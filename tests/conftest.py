@@ -110,13 +110,30 @@ def s3_server() -> S3Server:
 
 
 @pytest.fixture
-def s3_store_url(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
+def s3_store_url(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """``s3://<fresh bucket>/<prefix>`` on the real SeaweedFS, with the AWS_* variables set
-    the way a production deployment sets them (boto3 honours AWS_ENDPOINT_URL)."""
+    the way a production deployment sets them (boto3 honours AWS_ENDPOINT_URL).
+
+    The bucket is emptied and deleted afterwards: SeaweedFS backs every bucket with its own
+    volumes, and a small test server refuses all writes after about a hundred buckets."""
     bucket = f"veritrain-{uuid.uuid4().hex[:12]}"
-    s3_server.client().create_bucket(Bucket=bucket)
+    client = s3_server.client()
+    client.create_bucket(Bucket=bucket)
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
     monkeypatch.setenv("AWS_DEFAULT_REGION", s3_server.region)
-    return f"s3://{bucket}/objects"
+    try:
+        yield f"s3://{bucket}/objects"
+    finally:
+        _dispose_bucket(client, bucket)
+
+
+def _dispose_bucket(client, bucket: str) -> None:  # type: ignore[no-untyped-def]
+    for upload in client.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
+        client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
+        if keys:
+            client.delete_objects(Bucket=bucket, Delete={"Objects": keys})
+    client.delete_bucket(Bucket=bucket)

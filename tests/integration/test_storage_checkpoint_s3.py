@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from unit.storage.checkpoint_round_trip import assert_checkpoint_round_trip
-from unit.storage.s3_buckets import disposable_bucket
 
 from storage import ObjectStore, open_store
 
 
 @pytest.fixture
-def store(s3_store_url: str, s3_server: Any) -> Iterator[ObjectStore]:
-    with disposable_bucket(s3_store_url, s3_server.client()) as url, open_store(url) as s3:
+def store(s3_store_url: str) -> Iterator[ObjectStore]:
+    with open_store(s3_store_url) as s3:
         yield s3
 
 

@@ -11,11 +11,9 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from unit.storage.payloads import deterministic_chunks
-from unit.storage.s3_buckets import disposable_bucket
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -37,10 +35,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield f"file://{tmp_path / 'objects'}"
         shutil.rmtree(tmp_path / "objects")  # pytest keeps recent tmp dirs; do not keep 1 GiB
         return
-    s3_store_url: str = request.getfixturevalue("s3_store_url")
-    s3_server: Any = request.getfixturevalue("s3_server")
-    with disposable_bucket(s3_store_url, s3_server.client()) as url:
-        yield url
+    yield request.getfixturevalue("s3_store_url")
 
 
 @pytest.mark.slow

@@ -12,7 +12,6 @@ from typing import Any
 import httpx
 import pytest
 from unit.storage.payloads import deterministic_chunks
-from unit.storage.s3_buckets import disposable_bucket
 from unit.storage.store_contract import DATA, Leftovers, StoreContract, Tamper, WriteRaw, sha256
 
 from storage import open_store
@@ -35,9 +34,8 @@ def raw(s3_server: Any) -> Any:
 
 
 @pytest.fixture
-def s3_url(s3_store_url: str, raw: Any) -> Iterator[str]:
-    with disposable_bucket(s3_store_url, raw) as url:
-        yield url
+def s3_url(s3_store_url: str) -> str:
+    return s3_store_url
 
 
 @pytest.fixture
