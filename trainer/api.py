@@ -6,13 +6,16 @@ Both prepare the data in the calling process, then run the processes of the topo
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import multiprocessing
 import os
-from dataclasses import dataclass
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from trainer.checkpoint import CheckpointFiles
+from trainer.checkpoint import CheckpointFiles, write_checkpoint_directory
 from trainer.config import TrainConfig
 from trainer.data.assignment import AssignmentRule
 from trainer.data.build import PreparedData, prepare_data
@@ -49,13 +52,14 @@ def train(
     Returns the run summary in the process that coordinated (always, when spawning; rank 0
     under torchrun) and None in the other torchrun processes."""
     prepared = data or prepare_data(config.data, data_dir or default_data_dir())
-    spec = _spec(config, prepared, recorder_factory, resume_state, Topology.full(config.clusters, config.stages),
-                 stop_step=config.outer_steps, mode="train", quiet=quiet)
-    if spec.resume is not None and _next_step(spec) >= config.outer_steps:
+    topology = Topology.full(config.clusters, config.stages)
+    spec = _spec(config, prepared, recorder_factory, topology, stop_step=config.outer_steps, mode="train", quiet=quiet)
+    if resume_state is not None and _next_step(resume_state, config) >= config.outer_steps:
         raise CheckpointError(f"expected a state before the last step ({config.outer_steps - 1}), got one after it")
     if under_torchrun():
-        return torchrun_entry(spec)
-    summary: RunSummary | None = spawn(spawned_entry, spec, spec.topology.world_size)
+        return torchrun_entry(replace(spec, resume=_per_process(resume_state, topology, config)))
+    with _staged(resume_state, topology, config) as staged:
+        summary: RunSummary | None = spawn(spawned_entry, replace(spec, resume=staged), topology.world_size)
     return summary
 
 
@@ -103,14 +107,14 @@ def reexecute_outer_step(
         clusters=config.clusters, stages=config.stages, present=(cluster,)
     )
     mode: Mode = "reexecute" if cluster is None else "contribute"
+    if state_before is not None and _next_step(state_before, config) != step:
+        found = _next_step(state_before, config) - 1
+        raise CheckpointError(f"expected the state after step {step - 1}, got the state after step {found}")
     context = multiprocessing.get_context("spawn")
-    with context.Manager() as manager:
+    with context.Manager() as manager, _staged(state_before, topology, config) as staged:
         sink = manager.list()
-        spec = _spec(config, prepared, InMemoryRecorder.factory(sink), state_before, topology,
-                     stop_step=step + 1, mode=mode, quiet=True)
-        if spec.resume is not None and _next_step(spec) != step:
-            raise CheckpointError(f"expected the state after step {step - 1}, got the state after step {_next_step(spec) - 1}")
-        spawn(spawned_entry, spec, topology.world_size)
+        spec = _spec(config, prepared, InMemoryRecorder.factory(sink), topology, stop_step=step + 1, mode=mode, quiet=True)
+        spawn(spawned_entry, replace(spec, resume=staged), topology.world_size)
         recording = MemoryRecording(list(sink))
     records = recording.records
     if len(records) != 1:
@@ -123,7 +127,6 @@ def _spec(
     config: TrainConfig,
     prepared: PreparedData,
     recorder_factory: RecorderFactory,
-    state: CheckpointFiles | None,
     topology: Topology,
     *,
     stop_step: int,
@@ -154,12 +157,6 @@ def _spec(
             f"TrainConfig.eval_batches must be <= {rule.eval_windows // rule.sequences_per_step} for "
             f"{len(rule.eval_shards)} held-out shards, got {config.eval_batches}"
         )
-    resume = None
-    if state is not None:
-        resume = tuple(
-            process_subset(state, cluster=c, stage=s, stages=config.stages)
-            for c, s in (topology.place(r) for r in range(topology.world_size))
-        )
     return WorkerSpec(
         config=config,
         config_digest=config_digest(config),
@@ -168,13 +165,40 @@ def _spec(
         shards=prepared.source,
         recorder_factory=recorder_factory,
         topology=topology,
-        resume=resume,
+        resume=None,
         stop_step=stop_step,
         mode=mode,
         quiet=quiet,
     )
 
 
-def _next_step(spec: WorkerSpec) -> int:
-    assert spec.resume is not None and spec.resume[0] is not None
-    return read_cursor(spec.resume[0], config_digest=spec.config_digest).next_step
+def _next_step(state: CheckpointFiles, config: TrainConfig) -> int:
+    """The step a saved state continues with (checking it was saved under this configuration)."""
+    return read_cursor(state, config_digest=config_digest(config)).next_step
+
+
+def _per_process(state: CheckpointFiles | None, topology: Topology, config: TrainConfig) -> tuple[CheckpointFiles, ...] | None:
+    """Each process's share of a saved state, by rank."""
+    if state is None:
+        return None
+    return tuple(
+        process_subset(state, cluster=c, stage=s, stages=config.stages)
+        for c, s in (topology.place(r) for r in range(topology.world_size))
+    )
+
+
+@contextlib.contextmanager
+def _staged(state: CheckpointFiles | None, topology: Topology, config: TrainConfig) -> Iterator[tuple[Path, ...] | None]:
+    """Each process's share written to a temporary folder for the launch: a spawned process reads
+    only its own files (tensors passed as arguments would travel as one descriptor each)."""
+    shares = _per_process(state, topology, config)
+    if shares is None:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="veritrain-resume-") as folder:
+        paths = []
+        for rank, share in enumerate(shares):
+            path = Path(folder) / f"rank-{rank:05d}"
+            write_checkpoint_directory(share, path)
+            paths.append(path)
+        yield tuple(paths)

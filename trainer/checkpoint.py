@@ -100,3 +100,11 @@ def load_checkpoint_directory(directory: Path) -> CheckpointFiles:
     tensors = {p.name: load_file(p) for p in sorted(directory.glob("*.safetensors"))}
     documents = {TRAINER_STATE: json.loads((directory / TRAINER_STATE).read_text())}
     return CheckpointFiles(tensors, documents)
+
+
+def write_checkpoint_directory(files: CheckpointFiles, directory: Path) -> None:
+    """Write ``files`` so that ``load_checkpoint_directory`` reads them back (no digests, no
+    index: a hand-over between processes, not a recording)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, data in files.pack().items():
+        (directory / name).write_bytes(data)

@@ -27,12 +27,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
 
-from trainer.checkpoint import TRAINER_STATE, CheckpointFiles
+from trainer.checkpoint import TRAINER_STATE, CheckpointFiles, load_checkpoint_directory
 from trainer.config import TrainConfig
 from trainer.data.assignment import AssignmentRule
 from trainer.data.manifest import DataManifest
@@ -75,8 +76,9 @@ class WorkerSpec:
     shards: ShardSource
     recorder_factory: RecorderFactory
     topology: Topology
-    resume: tuple[CheckpointFiles | None, ...] | None
-    """Per rank: the files of the step to continue from (None: start from the seed)."""
+    resume: tuple[CheckpointFiles | Path, ...] | None
+    """Per rank: the files of the step to continue from, in memory (torchrun: this process) or
+    in a folder (spawned processes); None: start from the seed."""
     stop_step: int
     """Exclusive: the process stops before this outer step."""
     mode: Mode
@@ -193,7 +195,8 @@ class _Process:
             self.recorder.close()
 
     def _start(self) -> Cursor:
-        resume = self.spec.resume[self.rank] if self.spec.resume is not None else None
+        given = self.spec.resume[self.rank] if self.spec.resume is not None else None
+        resume = load_checkpoint_directory(given) if isinstance(given, Path) else given
         if resume is None:
             return Cursor(next_step=0, inner_steps_done=0, next_inner_steps=self.config.inner_steps, tokens=0)
         cursor = read_cursor(resume, config_digest=self.spec.config_digest)

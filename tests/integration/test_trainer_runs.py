@@ -1,0 +1,154 @@
+"""Multi-process training (gloo, CPU, 2 clusters x 2 stages): convergence, bitwise repeatability,
+re-execution of one step, and resumption after the whole process group is killed.
+
+One reference run is trained once for the module; every other run is compared with it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainer.api import reexecute_outer_step, train
+from trainer.checkpoint import TRAINER_STATE, CheckpointFiles
+from trainer.config import PoisonForTesting, TrainConfig, with_overrides
+from trainer.local_recorder import LocalDirectoryRecorder, load_step, read_records, step_directory
+from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
+from trainer.presets import run_preset
+
+STEPS = 5
+CLI_ARGS = ["--preset", "tiny", "--outer-steps", str(STEPS), "--inner-steps", "4", "--run-id", "itest"]
+"""The reference configuration as `veritrain train` options (the kill/resume test uses the CLI)."""
+
+
+def reference_config() -> TrainConfig:
+    return with_overrides(run_preset("tiny"), outer_steps=STEPS, inner_steps=4, run_id="itest")
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Holds the corpus (as VERITRAIN_DATA_DIR/corpus) shared by every run of this module."""
+    return tmp_path_factory.mktemp("trainer-runs")
+
+
+@pytest.fixture(scope="module")
+def reference(workspace: Path) -> Path:
+    out = workspace / "reference"
+    summary = train(reference_config(), LocalDirectoryRecorder.factory(out), data_dir=workspace / "corpus", quiet=True)
+    assert summary is not None and summary.steps == STEPS
+    return out
+
+
+def assert_same_state(actual: CheckpointFiles, expected: CheckpointFiles) -> None:
+    assert actual.names() == expected.names()
+    for name, tensors in expected.tensors.items():
+        assert sorted(actual.tensors[name]) == sorted(tensors), name
+        for key, tensor in tensors.items():
+            assert torch.equal(actual.tensors[name][key], tensor), f"{name}:{key} differs"
+    assert actual.json == expected.json
+
+
+def test_held_out_loss_decreases_over_outer_steps(reference: Path) -> None:
+    records = read_records(reference)
+    assert [r["step"] for r in records] == list(range(STEPS))
+    evals = [r["metrics"]["eval_loss"] for r in records]
+    # From ln(256) = 5.5 nats towards the corpus's byte entropy: down by more than a nat, and
+    # every later step below the first two (the outer Nesterov step may overshoot locally).
+    assert evals[-1] < evals[0] - 1.0, evals
+    assert max(evals[2:]) < min(evals[:2]), evals
+    last = records[-1]
+    assert len(last["contribution_digests"]) == 4  # 2 clusters x 2 stages
+    assert {r["cluster"] for r in last["data_ranges"]} == {0, 1}
+    assert sorted(last["files"]) == sorted(p.name for p in step_directory(reference, STEPS - 1).glob("*.safetensors")) + [TRAINER_STATE]
+
+
+def test_two_runs_with_the_same_seed_are_bitwise_identical(reference: Path, workspace: Path) -> None:
+    with multiprocessing.get_context("spawn").Manager() as manager:
+        sink = manager.list()
+        train(reference_config(), InMemoryRecorder.factory(sink), data_dir=workspace / "corpus", quiet=True)
+        recording = MemoryRecording(list(sink))
+    for step in range(STEPS):
+        assert_same_state(recording.state(step), load_step(step_directory(reference, step)))
+    expected = [r["contribution_digests"] for r in read_records(reference)]
+    actual = [[c.__dict__ for c in r.contribution_digests] for r in recording.records]
+    assert actual == expected
+
+
+def test_reexecuting_a_step_reproduces_its_output_bitwise(reference: Path, workspace: Path) -> None:
+    before = load_step(step_directory(reference, 2))
+    again = reexecute_outer_step(reference_config(), before, 3, data_dir=workspace / "corpus")
+    assert_same_state(again.files, load_step(step_directory(reference, 3)))
+    recorded = read_records(reference)[3]
+    assert [c.__dict__ for c in again.record.contribution_digests] == recorded["contribution_digests"]
+
+
+def test_one_cluster_alone_reproduces_its_contribution_digests(reference: Path, workspace: Path) -> None:
+    before = load_step(step_directory(reference, 1))
+    again = reexecute_outer_step(reference_config(), before, 2, cluster=1, data_dir=workspace / "corpus")
+    recorded = {(c["cluster"], c["stage"]): c["digest"] for c in read_records(reference)[2]["contribution_digests"]}
+    assert again.contribution_digests == {(1, 0): recorded[(1, 0)], (1, 1): recorded[(1, 1)]}
+
+
+@pytest.fixture
+def cli_env(workspace: Path) -> Iterator[dict[str, str]]:
+    env = {**os.environ, "VERITRAIN_DATA_DIR": str(workspace), "COLUMNS": "200"}
+    yield env
+
+
+def test_resume_after_sigkill_continues_exactly_like_the_uninterrupted_run(
+    reference: Path, workspace: Path, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    veritrain = shutil.which("veritrain", path=str(Path(sys.executable).parent))
+    assert veritrain is not None
+    out, log = tmp_path / "killed", tmp_path / "first.log"
+    with log.open("w") as output:
+        first = subprocess.Popen(
+            [veritrain, "train", *CLI_ARGS, "--workdir", str(out)],
+            env=cli_env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        deadline = time.monotonic() + 300  # a guard against hanging, not a speed check
+        while not (step_directory(out, 1) / "record.json").exists():
+            assert first.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.02)
+        os.killpg(first.pid, signal.SIGKILL)  # the launcher and every training process
+        first.wait()
+    assert not (step_directory(out, STEPS - 1) / "record.json").exists(), "the run finished before the kill"
+    assert "step 0/4" in log.read_text()
+
+    resumed = subprocess.run(
+        [veritrain, "train", "--resume", str(out)], env=cli_env, capture_output=True, text=True, timeout=600
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"step {STEPS - 1}/4" in resumed.stdout
+    assert [r["step"] for r in read_records(out)] == list(range(STEPS))
+    assert_same_state(load_step(step_directory(out, STEPS - 1)), load_step(step_directory(reference, STEPS - 1)))
+
+
+def test_a_poisoned_cluster_is_flagged_in_the_step_it_is_poisoned(workspace: Path) -> None:
+    config = replace(
+        with_overrides(run_preset("tiny"), outer_steps=3, inner_steps=4, run_id="poison"),
+        poison_for_testing=PoisonForTesting(cluster=1, step=2, kind="scale", factor=100.0),
+    )
+    with multiprocessing.get_context("spawn").Manager() as manager:
+        sink = manager.list()
+        train(config, InMemoryRecorder.factory(sink), data_dir=workspace / "corpus", quiet=True)
+        records = MemoryRecording(list(sink)).records
+
+    def norm_flags(step: int) -> set[tuple[int, int]]:
+        return {(a.cluster, a.stage) for a in records[step].anomalies if "norm" in a.reason and a.round == step}
+
+    assert norm_flags(0) == norm_flags(1) == set()
+    assert norm_flags(2) == {(1, 0), (1, 1)}  # the poisoned cluster, on both of its stages
+    assert 1 in records[2].flagged_clusters
