@@ -70,8 +70,8 @@ def step_line(record: OuterStepRecord, outer_steps: int) -> str:
     if "eval_loss" in m:
         parts.append(f"eval {m['eval_loss']:.4f} (ppl {m['perplexity']:.2f})")
     parts.append(f"H {record.inner_steps}")
-    if record.method != "allreduce":
-        parts.append(f"rank {int(m.get('rank', 0))} bits {int(m.get('bits', 32))}")
+    if "rank" in m:  # an exchange was applied in this step (not step 0 under the one-step delay)
+        parts.append(f"rank {int(m['rank'])} bits {int(m['bits'])}")
     parts.append(f"sent {_bytes(m.get('bytes_sent', 0.0))}")
     parts.append(
         f"{m.get('wall_seconds', 0.0):.1f} s (compute {m.get('compute_seconds', 0.0):.1f} s, "

@@ -84,13 +84,16 @@ def stage_files(
     stage: int,
     stages: int,
     save_local: bool,
+    weights: Mapping[str, torch.Tensor] | None = None,
 ) -> dict[str, dict[str, torch.Tensor]]:
-    """The safetensors files this process owns for one outer step."""
+    """The safetensors files this process owns for one outer step. ``weights`` are the model
+    weights to publish (the outer algorithm's global parameters); default: the local ones."""
     files: dict[str, dict[str, torch.Tensor]] = {}
     if cluster == 0:
+        published = weights if weights is not None else dict(module.named_parameters())
         files[model_file(stage, stages)] = {
             name: _cpu(p)
-            for name, p in module.named_parameters()
+            for name, p in published.items()
             if not (name == TIED_HEAD and module.holds_tied_copy)  # the tied matrix is stored once
         }
     state = inner.state_tensors()

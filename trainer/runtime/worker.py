@@ -147,6 +147,7 @@ class _Process:
             (name, p) for name, p in self.module.named_parameters()
             if not (self.module.holds_tied_copy and name == TIED_HEAD)
         ]
+        self.outer_names = [name for name, _ in outer_named]
         self.outer_params = [p for _, p in outer_named]
         self.outer: OuterAlgorithm | None = None
         if config.method != "allreduce":
@@ -260,7 +261,7 @@ class _Process:
                     comm_seconds += new.total_seconds
                     exposed += new.exposed_seconds
 
-        eval_loss = self.runner.evaluate(self.eval_batches) if self.eval_batches else None
+        eval_loss = self._evaluate() if self.eval_batches else None
         next_H = self._next_inner_steps(H, compute_seconds, comm_seconds)
         cursor = Cursor(
             next_step=step + 1,
@@ -363,7 +364,31 @@ class _Process:
             max_steps=outer.max_inner_steps,
         )
 
+    def _global_parameters(self) -> list[torch.Tensor] | None:
+        """The outer algorithm's θ when it can tell (trainer/outer's algorithms can; the seam's
+        protocol does not require it): under the one-step delay the local parameters are a
+        look-ahead of θ, and θ is the model worth evaluating and publishing."""
+        view = getattr(self.outer, "global_parameters", None)
+        return list(view()) if callable(view) else None
+
+    def _evaluate(self) -> float | None:
+        """Held-out loss of θ (cluster 0's pipeline). In blocking mode the local parameters
+        already are θ; under the delay θ is swapped in for the evaluation and swapped back."""
+        global_params = self._global_parameters() if self.outer is not None and self.outer.overlapped else None
+        if global_params is None:
+            return self.runner.evaluate(self.eval_batches)
+        saved = [p.detach().clone() for p in self.module.parameters()]
+        with torch.no_grad():
+            for param, value in zip(self.outer_params, global_params, strict=True):
+                param.copy_(value)
+            self._sync_tied_copy()
+            loss = self.runner.evaluate(self.eval_batches)
+            for param, value in zip(self.module.parameters(), saved, strict=True):
+                param.copy_(value)
+        return loss
+
     def _save(self, step: int, cursor: Cursor) -> dict[str, str]:
+        global_params = self._global_parameters()
         files = stage_files(
             module=self.module,
             inner=self.inner,
@@ -372,6 +397,7 @@ class _Process:
             stage=self.stage,
             stages=self.config.stages,
             save_local=self.outer is not None and self.outer.overlapped,
+            weights=dict(zip(self.outer_names, global_params, strict=True)) if global_params is not None else None,
         )
         json_files = {}
         if self.rank == 0:
