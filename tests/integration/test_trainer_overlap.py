@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,17 @@ def test_reexecuting_an_overlapped_step_reproduces_it_bitwise(uninterrupted: Mem
     again = reexecute_outer_step(overlapped_config(), uninterrupted.state(1), 2, data_dir=data_dir)
     assert_same_state(again.files, uninterrupted.state(2))
     assert again.record.contribution_digests == uninterrupted.records[2].contribution_digests
+
+
+def test_adaptive_inner_steps_stay_in_bounds_and_agree_on_every_rank(data_dir: Path) -> None:
+    base = overlapped_config()
+    config = replace(base, outer=replace(base.outer, adaptive_inner_steps=True, min_inner_steps=2, max_inner_steps=6))
+    records = run(config, data_dir).records
+    steps = [r.inner_steps for r in records]
+    assert steps[0] == 4 and all(2 <= h <= 6 for h in steps), steps
+    # Every cluster ran the same H (one decision from gathered timings) and the data cursor
+    # advanced by exactly the H of each step.
+    cursor = 0
+    for record in records:
+        assert {(d.first_inner_step, d.inner_steps) for d in record.data_ranges} == {(cursor, record.inner_steps)}
+        cursor += record.inner_steps

@@ -137,6 +137,21 @@ def test_resume_after_sigkill_continues_exactly_like_the_uninterrupted_run(
     assert_same_state(load_step(step_directory(out, STEPS - 1)), load_step(step_directory(reference, STEPS - 1)))
 
 
+def test_torchrun_runs_the_same_training_bitwise(reference: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
+    """The multi-host path (RANK/WORLD_SIZE/MASTER_ADDR from torchrun), here on one host."""
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    assert torchrun is not None
+    out = tmp_path / "torchrun"
+    done = subprocess.run(
+        [torchrun, "--standalone", "--nproc-per-node", "4", "-m", "veritrain", "train", *CLI_ARGS, "--workdir", str(out)],
+        env=cli_env, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("step ") == STEPS  # only the coordinator prints
+    for step in (0, STEPS - 1):
+        assert_same_state(load_step(step_directory(out, step)), load_step(step_directory(reference, step)))
+
+
 def test_a_poisoned_cluster_is_flagged_in_the_step_it_is_poisoned(workspace: Path) -> None:
     config = replace(
         with_overrides(run_preset("tiny"), outer_steps=3, inner_steps=4, run_id="poison"),
