@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -143,17 +144,21 @@ load_step = load_checkpoint_directory
 
 
 def _write_model_index(directory: Path) -> None:
-    """The Hugging Face ``model.safetensors.index.json`` over the model files present."""
+    """The Hugging Face ``model.safetensors.index.json`` over the model files present (sizes
+    from the safetensors headers; no tensor is loaded)."""
     weight_map: dict[str, str] = {}
     total = 0
     for path in sorted(directory.glob("model-*-of-*.safetensors")):
         with safe_open(str(path), framework="pt") as handle:
             for key in handle.keys():  # noqa: SIM118 -- safe_open handles are not iterable
                 weight_map[key] = path.name
-                tensor = handle.get_tensor(key)
-                total += tensor.numel() * tensor.element_size()
+                view = handle.get_slice(key)
+                total += math.prod(view.get_shape()) * _DTYPE_BYTES[view.get_dtype()]
     if weight_map:
         _write_json(directory / MODEL_INDEX, {"metadata": {"total_size": total}, "weight_map": weight_map})
+
+
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 
 
 def _write_json(path: Path, document: Mapping[str, Any]) -> str:
