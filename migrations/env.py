@@ -18,6 +18,8 @@ from ledger.models import Base
 config = context.config
 target_metadata = Base.metadata
 
+_UPGRADE_LOCK = 0x7665726974726169  # "veritrai": the PostgreSQL advisory lock key of upgrades
+
 
 def _url() -> str:
     url = config.attributes.get("database_url") or config.get_main_option("sqlalchemy.url")
@@ -53,6 +55,12 @@ def run_migrations_online() -> None:
         with engine.connect() as connection:
             _configure(connection=connection)
             with context.begin_transaction():
+                if connection.dialect.name == "postgresql":
+                    # Processes upgrading at the same moment (several workers starting) queue
+                    # here; each then reads the revision the previous one committed.
+                    connection.execute(
+                        sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _UPGRADE_LOCK}
+                    )
                 context.run_migrations()
     finally:
         engine.dispose()

@@ -3,6 +3,9 @@ schema of ledger/models.py, on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+
 import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
@@ -44,6 +47,16 @@ def test_upgrade_to_head_creates_the_models_schema(
     assert upgrade(url) == head_revisions()[0]
     _assert_schema_matches_models(url)
     assert upgrade(url) == head_revisions()[0]  # a second upgrade is a no-op
+
+
+def test_concurrent_upgrades_on_postgresql_all_succeed(postgres_url: str) -> None:
+    # Several processes starting at once (each recorder calls upgrade) must not race on DDL.
+    # Processes, not threads: Alembic keeps its migration context in module globals.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(3, mp_context=context) as pool:
+        revisions = list(pool.map(upgrade, [postgres_url] * 3))
+    assert revisions == [head_revisions()[0]] * 3
+    _assert_schema_matches_models(postgres_url)
 
 
 def test_plain_postgresql_urls_use_psycopg_3(postgres_url: str) -> None:
