@@ -6,7 +6,7 @@ Per outer step t (H inner steps), in every process:
    baseline all-reduces gradients inside each of them;
 2. the round's mean training loss over clusters is made identical on every rank
    (``RoundSignals``);
-3. DiLoCo / DiLoCoX: ``contribution(t)`` -> all-gather over the stage's outer group -> ``apply``
+3. DiLoCo / DiLoCoX (trainer/runtime/outer_sync.py): ``contribution(t)`` -> all-gather over the stage's outer group -> ``apply``
    in the order of trainer/outer/protocol.py: blocking applies round t now; the one-step delay
    launches round t's exchange, applies round t-1's (which ran during this step's compute) and,
    at the run's last step, waits for and applies round t as well. After every apply the tied
@@ -42,13 +42,13 @@ from trainer.data.shards import ShardSource
 from trainer.errors import CheckpointError, DataError
 from trainer.model import TIED_HEAD, build_stage, stage_layout
 from trainer.outer import build_outer_algorithm, next_inner_steps
-from trainer.outer.protocol import Contribution, OuterAlgorithm, OuterUpdate, RoundSignals
+from trainer.outer.protocol import OuterAlgorithm, RoundSignals
 from trainer.recorder import ProcessInfo, RecorderFactory, RunStart, RunSummary
 from trainer.runtime.collectives import broadcast_tensors, gather_floats, ordered_sum
 from trainer.runtime.determinism import make_deterministic, pick_device
-from trainer.runtime.exchange import PendingExchange, start_exchange
 from trainer.runtime.inner import InnerOptimizer, InnerStepStats
 from trainer.runtime.launch import Rendezvous, init_process_group, torchrun_rank
+from trainer.runtime.outer_sync import OuterSync, StepExchange
 from trainer.runtime.pipeline import PipelineRunner
 from trainer.runtime.poison import poison_local
 from trainer.runtime.progress import ConsoleProgress, Progress, SilentProgress
@@ -163,7 +163,18 @@ class _Process:
             self.reader.eval_batches(config.eval_batches) if self.cluster == 0 and spec.mode != "contribute" else []
         )
         self.recorder = spec.recorder_factory(self.info)
-        self.pending: PendingExchange | None = None
+        self.sync = (
+            OuterSync(
+                self.outer,
+                self.outer_params,
+                group=self.groups.outer,
+                device=device,
+                last_step=config.outer_steps - 1,
+                after_apply=self._sync_tied_copy,
+            )
+            if self.outer is not None
+            else None
+        )
         self.progress: Progress = (
             ConsoleProgress(outer_steps=config.outer_steps)
             if rank == 0 and not spec.quiet and spec.mode == "train"
@@ -211,20 +222,11 @@ class _Process:
             stages=self.config.stages,
         )
         self._sync_tied_copy()
-        if cursor.pending_round is not None and self.topology.complete and self.spec.mode != "contribute":
-            self.pending = self._restart_exchange(cursor)
+        if self.sync is not None and cursor.pending_round is not None and self.spec.mode != "contribute":
+            if cursor.pending_mean_train_loss is None:
+                raise CheckpointError(f"expected the signals of pending round {cursor.pending_round}, they are missing")
+            self.sync.restart(cursor.pending_round, cursor.pending_mean_train_loss)
         return cursor
-
-    def _restart_exchange(self, cursor: Cursor) -> PendingExchange:
-        """Under the one-step delay a saved step still has its own exchange in flight: send the
-        saved payload again (every cluster does, so the gather completes as it would have)."""
-        pending = getattr(self.outer, "pending_contribution", None)
-        contribution: Contribution | None = pending() if callable(pending) else None
-        if contribution is None or cursor.pending_mean_train_loss is None:
-            raise CheckpointError(
-                f"expected the pending payload of round {cursor.pending_round} in the outer state, it is missing"
-            )
-        return self._exchange(contribution, cursor.pending_round or 0, cursor.pending_mean_train_loss)
 
     # ------------------------------------------------------------------------------------
     def _outer_step(self, step: int, cursor: Cursor) -> tuple[Cursor, dict[str, float]]:
@@ -237,56 +239,40 @@ class _Process:
         losses, last, compute_seconds, inner_comm, inner_bytes = self._inner_round(step, cursor.inner_steps_done, H)
         signals = RoundSignals(mean_train_loss=self._mean_over_clusters(losses))
 
-        updates: list[OuterUpdate] = []
-        contribution: Contribution | None = None
-        comm_seconds, exposed, sent = inner_comm, inner_comm, inner_bytes
-        if self.outer is not None:
+        exchanged: StepExchange | None = None
+        if self.sync is not None:
             if poisoned and poison is not None:
                 poison_local(self.outer_params, round_start, poison, seed=self.config.seed)
-            contribution = self.outer.contribution(step, self.outer_params)
-            sent += int(contribution.payload.numel())
-            if self.spec.mode != "contribute":
-                new = self._exchange(contribution, step, signals.mean_train_loss)
-                if self.outer.overlapped:
-                    previous, self.pending = self.pending, new
-                    finishing = step == self.config.outer_steps - 1
-                    for exchange in ([previous] if previous else []) + ([new] if finishing else []):
-                        updates.append(self._apply(exchange))
-                        comm_seconds += exchange.total_seconds
-                        exposed += exchange.exposed_seconds
-                    if finishing:
-                        self.pending = None
-                else:
-                    updates.append(self._apply(new))
-                    comm_seconds += new.total_seconds
-                    exposed += new.exposed_seconds
+            exchanged = self.sync.step(step, signals, exchange=self.spec.mode != "contribute")
 
         eval_loss = self._evaluate() if self.eval_batches else None
+        comm_seconds = inner_comm + (exchanged.comm_seconds if exchanged else 0.0)
         next_H = self._next_inner_steps(H, compute_seconds, comm_seconds)
+        pending = self.sync.pending if self.sync is not None else None
         cursor = Cursor(
             next_step=step + 1,
             inner_steps_done=cursor.inner_steps_done + H,
             next_inner_steps=next_H,
             tokens=cursor.tokens + self._step_tokens(H),
-            pending_round=self.pending.round if self.pending else None,
-            pending_mean_train_loss=self.pending.signals.mean_train_loss if self.pending else None,
+            pending_round=pending.round if pending else None,
+            pending_mean_train_loss=pending.signals.mean_train_loss if pending else None,
         )
         files = self._save(step, cursor) if self.spec.mode != "contribute" else {}
         report = RankReport(
             cluster=self.cluster,
             stage=self.stage,
             files=files,
-            contribution_digest=contribution.digest if contribution else None,
-            contribution_stats=dict(contribution.stats) if contribution else {},
-            updates=updates,
+            contribution_digest=exchanged.contribution.digest if exchanged else None,
+            contribution_stats=dict(exchanged.contribution.stats) if exchanged else {},
+            updates=exchanged.updates if exchanged else [],
             train_loss=sum(losses) / len(losses) if losses else None,
             eval_loss=eval_loss,
             grad_norm=last.grad_norm,
             lr=last.lr,
             compute_seconds=compute_seconds,
             comm_seconds=comm_seconds,
-            exposed_comm_seconds=exposed,
-            bytes_sent=sent,
+            exposed_comm_seconds=inner_comm + (exchanged.exposed_seconds if exchanged else 0.0),
+            bytes_sent=inner_bytes + (int(exchanged.contribution.payload.numel()) if exchanged else 0),
         )
         return cursor, self._report(step, H, cursor, report, started)
 
@@ -323,26 +309,6 @@ class _Process:
         everyone = gather_floats([mine], _world(), self.device)
         last_stages = [everyone[self.topology.rank_of(c, self.config.stages - 1)][0] for c in self.topology.present]
         return ordered_sum(last_stages) / len(last_stages)
-
-    def _exchange(self, contribution: Contribution, round: int, mean_loss: float) -> PendingExchange:
-        assert self.groups.outer is not None or len(self.topology.present) == 1
-        if self.groups.outer is None:  # a single cluster: the "gather" is its own payload
-            return _local_exchange(contribution, round, mean_loss, self.device)
-        return start_exchange(
-            contribution.payload,
-            round=round,
-            signals=RoundSignals(mean_train_loss=mean_loss),
-            group=self.groups.outer,
-            device=self.device,
-        )
-
-    def _apply(self, exchange: PendingExchange) -> OuterUpdate:
-        assert self.outer is not None
-        gathered = exchange.wait()
-        with torch.no_grad():
-            update = self.outer.apply(exchange.round, gathered, self.outer_params, exchange.signals)
-        self._sync_tied_copy()
-        return update
 
     def _sync_tied_copy(self) -> None:
         if self.groups.embedding is None:
@@ -458,17 +424,6 @@ class _Process:
                 f"expected every process to build the same corpus, got manifest digests {sorted(set(map(str, digests)))}"
                 " (different Python versions or data files on different hosts?)"
             )
-
-
-def _local_exchange(contribution: Contribution, round: int, mean_loss: float, device: torch.device) -> PendingExchange:
-    """A finished 'exchange' of a lone cluster with itself (C = 1 runs): nothing to send."""
-    return PendingExchange(
-        round=round,
-        signals=RoundSignals(mean_train_loss=mean_loss),
-        work=None,
-        gathered=[contribution.payload.to(device)],
-        started=time.perf_counter(),
-    )
 
 
 def _world() -> dist.ProcessGroup:
