@@ -1,0 +1,49 @@
+"""What routes depend on: the app's long-lived resources, opened by the lifespan in
+:mod:`web.app` and reached through FastAPI dependencies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from ledger.service import Ledger
+from storage import ObjectStore
+from web.audit_status import StatusCache
+from web.settings import WebSettings
+from web.telemetry import Telemetry
+
+IMMUTABLE = "public, max-age=31536000, immutable"
+"""Cache policy of content that can never change: objects, entries, proofs between fixed sizes."""
+SHORT = "public, max-age=5"
+"""Cache policy of what grows with the run: tree heads, run summaries, metrics, pages."""
+
+
+@dataclass
+class Resources:
+    """The database engine (inside the ledger) and the store client of one app."""
+
+    settings: WebSettings
+    ledger: Ledger
+    store: ObjectStore
+    telemetry: Telemetry
+    status: StatusCache
+
+
+def resources(request: Request) -> Resources:
+    found: Resources = request.app.state.resources
+    return found
+
+
+def ledger(request: Request) -> Ledger:
+    return resources(request).ledger
+
+
+def store(request: Request) -> ObjectStore:
+    return resources(request).store
+
+
+LedgerDep = Annotated[Ledger, Depends(ledger)]
+StoreDep = Annotated[ObjectStore, Depends(store)]
+ResourcesDep = Annotated[Resources, Depends(resources)]

@@ -1,0 +1,115 @@
+"""The web layer's own errors, and the one handler that turns every package's errors into
+HTTP responses.
+
+    WebError                     raised by web/ itself
+    ├── BadRequestError          a parameter the path/query validation could not express (400)
+    ├── NotFoundError            a revision, step or file the run does not have (404)
+    ├── RangeNotSatisfiableError no requested byte range overlaps the object (416)
+    └── RecordError              a ledger entry lacks a field docs/records.md promises (502)
+
+``ledger.errors`` and ``storage.errors`` are mapped by :data:`_STATUS` (the most specific
+class first). API routes answer ``{"detail": "<message>"}`` (FastAPI's own error shape);
+page routes render ``error.html``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from ledger import errors as ledger_errors
+from storage import errors as storage_errors
+
+
+class WebError(Exception):
+    """Base of the errors raised by ``web``; carries its HTTP status and extra headers."""
+
+    status_code = 500
+
+    def __init__(self, message: str, *, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.headers: dict[str, str] = dict(headers or {})
+
+
+class BadRequestError(WebError):
+    """The request names something malformed (e.g. a revision that is not ``step-N``)."""
+
+    status_code = 400
+
+
+class NotFoundError(WebError):
+    """The run exists but has no such revision, step or file."""
+
+    status_code = 404
+
+
+class RangeNotSatisfiableError(WebError):
+    """None of the requested byte ranges overlaps the object (RFC 9110 §15.5.17): the answer
+    carries ``Content-Range: bytes */<size>``."""
+
+    status_code = 416
+
+    def __init__(self, size: int) -> None:
+        super().__init__(
+            f"expected a byte range starting before the object's end ({size} bytes), got none",
+            headers={"Content-Range": f"bytes */{size}"},
+        )
+
+
+class RecordError(WebError):
+    """A ledger entry the server relies on does not have the shape docs/records.md gives it:
+    the server cannot answer from it (502: the stored record, not the request, is at fault)."""
+
+    status_code = 502
+
+
+# Ordered: the first matching class wins, so subclasses come before their bases.
+_STATUS: tuple[tuple[type[Exception], int], ...] = (
+    (ledger_errors.NotFoundError, 404),
+    (ledger_errors.InvalidRequestError, 400),
+    (ledger_errors.ConflictError, 409),
+    (ledger_errors.VerificationError, 422),
+    (ledger_errors.SchemaMissingError, 503),
+    (ledger_errors.LedgerError, 500),
+    (storage_errors.ObjectNotFoundError, 404),
+    (storage_errors.InvalidDigestError, 400),
+    (storage_errors.InvalidRangeError, 416),
+    # What the store returned is unusable (corrupt, truncated, malformed manifest, S3 down):
+    # the server sits in front of the store, so these are gateway errors.
+    (storage_errors.StorageError, 502),
+)
+
+
+def status_for(exc: Exception) -> int:
+    """The HTTP status an error of ``web``, ``ledger`` or ``storage`` is answered with."""
+    if isinstance(exc, WebError):
+        return exc.status_code
+    for error_type, status in _STATUS:
+        if isinstance(exc, error_type):
+            return status
+    return 500
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the one handler for the three packages' error hierarchies."""
+    for base in (WebError, ledger_errors.LedgerError, storage_errors.StorageError):
+        app.add_exception_handler(base, _handle)
+
+
+async def _handle(request: Request, exc: Exception) -> Response:
+    status = status_for(exc)
+    headers = dict(exc.headers) if isinstance(exc, WebError) else {}
+    if status == 503:
+        headers.setdefault("Retry-After", "30")
+    if getattr(request.state, "html_errors", False):
+        from web.templating import render_error  # the templates live there
+
+        return render_error(request, status, str(exc), headers=headers)
+    return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
+
+
+def html_errors(request: Request) -> None:
+    """A router dependency: errors of the routes it guards are rendered as HTML pages."""
+    request.state.html_errors = True

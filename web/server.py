@@ -1,0 +1,62 @@
+"""Serving the app with uvicorn: in the foreground (``veritrain serve``, ``veritrain
+demo``) or in a background thread on a free port (tests, benchmarks, notebooks)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import uvicorn
+
+from web.app import create_app
+from web.settings import WebSettings
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+START_TIMEOUT_S = 30.0
+
+
+def serve(settings: WebSettings, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str = "info") -> None:
+    """Serve the app until interrupted (Ctrl+C). ``X-Forwarded-*`` headers are trusted from
+    the local host only (uvicorn's default), so a reverse proxy there sets the URLs the page
+    shows in its "verify this run yourself" commands."""
+    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level=log_level, proxy_headers=True)
+    uvicorn.Server(config).run()
+
+
+def base_url(host: str, port: int) -> str:
+    """The URL a person types to reach a server bound to ``host:port``."""
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    if ":" in shown:  # an IPv6 literal
+        shown = f"[{shown}]"
+    return f"http://{shown}:{port}"
+
+
+@contextmanager
+def serve_in_thread(settings: WebSettings, *, host: str = DEFAULT_HOST, port: int = 0) -> Iterator[str]:
+    """Serve the app from a background thread for the duration of the ``with`` block and
+    yield its base URL (``http://127.0.0.1:<port>``); ``port=0`` picks a free port. The
+    server is stopped (open connections finished) when the block exits."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    bound_port = sock.getsockname()[1]
+    config = uvicorn.Config(create_app(settings), log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    # uvicorn installs signal handlers only on the main thread; a background server must not.
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="veritrain-web", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the web app did not start on {host}:{bound_port} within {START_TIMEOUT_S:.0f} s")
+            time.sleep(0.02)
+        yield base_url(host, bound_port)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=START_TIMEOUT_S)
+        sock.close()
