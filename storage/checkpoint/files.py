@@ -70,7 +70,8 @@ def write_files(
         if not validate_file_name(name).endswith(".safetensors"):
             raise CheckpointError(f"expected a .safetensors name for tensors, got {name!r}")
         path = _new_file(root, name)
-        save_tensors(path, tensors)
+        # Hugging Face loaders refuse model shards without the "format": "pt" metadata.
+        save_tensors(path, tensors, metadata={"format": "pt"} if is_model_shard(name) else None)
         written[name] = file_sha256(path)[0]
     for name, value in json_files.items():
         if not validate_file_name(name).endswith(".json"):
