@@ -22,6 +22,7 @@ from web.audit_status import StatusCache
 from web.deps import Resources
 from web.errors import install_error_handlers
 from web.routes import checkpoints, hf, log, metrics, objects, ops, pages, runs
+from web.series import SeriesCache
 from web.settings import WebSettings
 from web.telemetry import Telemetry, TelemetryMiddleware
 from web.vendor import plotly_bundle
@@ -52,6 +53,7 @@ def create_app(settings: WebSettings) -> FastAPI:
             store=store,
             telemetry=telemetry,
             status=StatusCache(),
+            series=SeriesCache(),
         )
         plotly_bundle()  # read and compress once at start, not on the first page view
         try:

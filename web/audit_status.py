@@ -13,13 +13,12 @@ checks) on the data the API serves; the page says so next to the status.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ledger.errors import VerificationError
 from ledger.service import Ledger
+from web.size_cache import SizeKeyedCache
 
 CACHE_RUNS = 256
 """How many (run, size) results are kept."""
@@ -42,28 +41,15 @@ class RunStatus:
 
 
 class StatusCache:
-    """Audit results by (run, tree size); thread-safe, least recently used evicted."""
+    """Audit results by (run, tree size), least recently used evicted."""
 
     def __init__(self, capacity: int = CACHE_RUNS) -> None:
-        self._capacity = capacity
-        self._results: OrderedDict[tuple[str, int], RunStatus] = OrderedDict()
-        self._lock = threading.Lock()
+        self._results: SizeKeyedCache[RunStatus] = SizeKeyedCache(capacity)
 
     def status(self, ledger: Ledger, run_id: str, size: int) -> RunStatus:
-        """The audit of ``run_id`` whose log has ``size`` entries (cached per size). The
-        audit reads the log as it is now; if an append raced in, the result is filed under
-        the size it actually saw."""
-        key = (run_id, size)
-        with self._lock:
-            if key in self._results:
-                self._results.move_to_end(key)
-                return self._results[key]
-        result = _audit(ledger, run_id, size)
-        with self._lock:
-            self._results[(run_id, result.size)] = result
-            while len(self._results) > self._capacity:
-                self._results.popitem(last=False)
-        return result
+        """The audit of ``run_id`` whose log has ``size`` entries, computed once per size.
+        (If an append lands while it runs, the audit covers the larger log and says so.)"""
+        return self._results.get((run_id, size), lambda: _audit(ledger, run_id, size))
 
 
 def _audit(ledger: Ledger, run_id: str, size: int) -> RunStatus:

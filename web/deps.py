@@ -11,6 +11,7 @@ from fastapi import Depends, Request
 from ledger.service import Ledger
 from storage import ObjectStore
 from web.audit_status import StatusCache
+from web.series import SeriesCache
 from web.settings import WebSettings
 from web.telemetry import Telemetry
 
@@ -29,6 +30,9 @@ class Resources:
     store: ObjectStore
     telemetry: Telemetry
     status: StatusCache
+    """Audit results per (run, log size)."""
+    series: SeriesCache
+    """Chart series per (run, log size, keys, max_points)."""
 
 
 def resources(request: Request) -> Resources:

@@ -28,7 +28,7 @@ from web.run_records import (
     genesis_entry,
     load_manifest,
 )
-from web.series import metric_series
+from web.series import SeriesCache
 
 ROWS_PER_PAGE = 50
 CHART_POINTS = 1000
@@ -106,7 +106,14 @@ class RunPage:
     latest_checkpoint: LatestCheckpoint
 
 
-def run_page(ledger: Ledger, store: ObjectStore, status_cache: StatusCache, run_id: str, page: int) -> RunPage:
+def run_page(
+    ledger: Ledger,
+    store: ObjectStore,
+    status_cache: StatusCache,
+    series_cache: SeriesCache,
+    run_id: str,
+    page: int,
+) -> RunPage:
     """Everything the run page shows for table page ``page`` (1 = newest steps)."""
     run = ledger.get_run(run_id)
     head = ledger.tree_head_at(run_id, run.size)
@@ -114,7 +121,7 @@ def run_page(ledger: Ledger, store: ObjectStore, status_cache: StatusCache, run_
     page = min(max(page, 1), pages)
     data_entry = ledger.entry(run_id, DATA_MANIFEST_INDEX) if run.size > DATA_MANIFEST_INDEX else None
     final = final_entry(ledger, run_id, run.size)
-    series = metric_series(ledger, run_id, CHART_KEYS, CHART_POINTS)
+    series = series_cache.series(ledger, run_id, CHART_KEYS, CHART_POINTS)
     return RunPage(
         run=run,
         head=head,

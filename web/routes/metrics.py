@@ -6,11 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from web.deps import SHORT, LedgerDep
+from web.deps import SHORT, ResourcesDep
 from web.downsample import METHOD
 from web.params import RunPath
 from web.schemas import MetricsResponse
-from web.series import metric_series
 
 router = APIRouter(prefix="/api/v1", tags=["metrics"])
 
@@ -33,7 +32,7 @@ MAX_POINTS_LIMIT = 100_000
 )
 def get_metrics(
     run: RunPath,
-    ledger: LedgerDep,
+    resources: ResourcesDep,
     response: Response,
     key: Annotated[list[str] | None, Query(description="Metric key, e.g. `train_loss`; repeat for several.")] = None,
     max_points: Annotated[int | None, Query(ge=2, le=MAX_POINTS_LIMIT, description="Most points per series.")] = None,
@@ -43,5 +42,5 @@ def get_metrics(
         run_id=run,
         max_points=max_points,
         method=METHOD if max_points is not None else "none",
-        series=metric_series(ledger, run, key, max_points),
+        series=resources.series.series(resources.ledger, run, key, max_points),
     )

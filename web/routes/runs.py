@@ -102,6 +102,7 @@ def get_entry(run: RunPath, index: IndexPath, ledger: LedgerDep, response: Respo
     ),
 )
 def get_receipt(run: RunPath, index: IndexPath, ledger: LedgerDep, size: SizeQuery = None) -> PlainTextResponse:
+    ledger.entry(run, index)  # an entry the log does not have is 404, like /entries/{index}
     text = ledger.receipt(run, index, size)
     cache = IMMUTABLE if size is not None else SHORT
     return PlainTextResponse(text, headers={"Cache-Control": cache})
