@@ -1,8 +1,9 @@
 """`veritrain train`: run a DiLoCoX / DiLoCo / AllReduce training job (DESIGN.md §7).
 
 Spawns clusters x stages processes on this host, or runs as one of them under
-``torchrun ... -m veritrain train``. For now every outer step is recorded into a folder
-(trainer.local_recorder); the ledger-backed recorder replaces it later.
+``torchrun ... -m veritrain train``. Every outer step is recorded in the ledger and the object
+store of the ``VERITRAIN_*`` settings (signed, attested); ``--workdir DIR`` records plain
+files into a folder instead (no ledger, no signatures: for experiments).
 """
 
 from __future__ import annotations
@@ -31,25 +32,38 @@ def train(
     seed: Annotated[int | None, typer.Option(help="Seed of weights, data order and outer bases.")] = None,
     workdir: Annotated[
         Path | None,
-        typer.Option("--workdir", "--out", help="Where steps are recorded (default: $VERITRAIN_DATA_DIR/runs/<run id>)."),
+        typer.Option("--workdir", "--out", help="Record plain files into this folder instead of the ledger."),
     ] = None,
     resume: Annotated[
-        Path | None, typer.Option(help="Continue from a recorded run folder (its latest step) or a step folder.")
+        str | None,
+        typer.Option(help="Continue a run after its last recorded step: a run id (ledger) or a --workdir folder."),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or per-step lines.")] = False,
 ) -> None:
-    """Train, printing one line per outer step and recording every step's files."""
+    """Train, printing one line per outer step and recording every step."""
     from trainer.config import load_config_file, with_overrides
     from trainer.local_run import recorded_config, run_directory_of, train_into_directory
     from trainer.presets import run_preset
     from veritrain.settings import load_settings
+    from veritrain.training import default_run_id, resume_recorded, train_recorded
+
+    settings = load_settings()
+    folder_resume = Path(resume) if resume is not None and Path(resume).is_dir() else None
+    if resume is not None and folder_resume is None:
+        # A run id: the ledger holds its configuration, data and state.
+        if config or preset or any(v is not None for v in (clusters, stages, outer_steps, inner_steps, method, seed, run_id)) or data:
+            raise typer.BadParameter("--resume RUN_ID continues the run as recorded; drop the other options")
+        summary = resume_recorded(settings, resume, quiet=quiet)
+        if summary is not None and not quiet:
+            typer.echo(f"run {summary.run_id!r}: {summary.steps} outer steps recorded in the ledger")
+        return
 
     if config is not None:
         base = load_config_file(config)
-    elif preset is not None or resume is None:
+    elif preset is not None or folder_resume is None:
         base = run_preset(preset or "tiny")
     else:
-        base = recorded_config(run_directory_of(resume))
+        base = recorded_config(run_directory_of(folder_resume))
     chosen = with_overrides(
         base,
         clusters=clusters,
@@ -61,13 +75,17 @@ def train(
         method=method,
         seed=seed,
     )
-    settings = load_settings()
-    if workdir is not None:
-        out = workdir
-    elif resume is not None:
-        out = run_directory_of(resume)
-    else:
-        out = settings.data_dir / "runs" / chosen.run_id
-    summary = train_into_directory(chosen, out, resume=resume, data_dir=settings.data_dir / "corpus", quiet=quiet)
+    if workdir is None and folder_resume is None:
+        if run_id is None and config is None:
+            chosen = with_overrides(chosen, run_id=default_run_id())
+        summary = train_recorded(settings, chosen, quiet=quiet)
+        if summary is not None and not quiet:
+            typer.echo(
+                f"run {summary.run_id!r}: {summary.steps} outer steps recorded in the ledger; "
+                f"check it with `veritrain verify {summary.run_id}`"
+            )
+        return
+    out = workdir if workdir is not None else run_directory_of(folder_resume)  # type: ignore[arg-type]
+    summary = train_into_directory(chosen, out, resume=folder_resume, data_dir=settings.data_dir / "corpus", quiet=quiet)
     if summary is not None and not quiet:
         typer.echo(f"recorded {summary.steps} outer steps of run {summary.run_id!r} in {out}")
