@@ -1,17 +1,37 @@
-"""`veritrain verify`: not built yet (issue #5)."""
+"""`veritrain verify [RUN_ID] [--api URL] [--json] [--deep]`: re-check a whole run.
+
+Exit 0 only if every check passes; each failure names the entry index and the outer step.
+"""
 
 from __future__ import annotations
 
+import json
+from typing import Annotated
+
 import typer
 
-app = typer.Typer(help="not built yet (issue #5)")
 
+def verify(
+    run_id: Annotated[str | None, typer.Argument(help="The run (default: the most recent one).")] = None,
+    api: Annotated[
+        str | None, typer.Option(help="Verify from the public HTTP API at this URL alone (no database access).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+    deep: Annotated[bool, typer.Option(help="Re-hash every checkpoint file and data shard, however large the run.")] = False,
+    vkey: Annotated[
+        str | None, typer.Option(help="Pin the run's log key (C2SP verifier key) instead of trusting the genesis.")
+    ] = None,
+    no_witness: Annotated[
+        bool, typer.Option("--no-witness", help="Neither read nor update the record of tree heads seen before.")
+    ] = False,
+) -> None:
+    """Re-check a run: tree head, hash chain, proofs, statements, quotes, contributions,
+    checkpoints, data and metrics."""
+    from veritrain.verify import verify_run
+    from veritrain.verify.witness import Witness
+    from veritrain.verify_sources import open_source
 
-def verify() -> None:
-    """Not built yet (issue #5)."""
-    raise typer.Exit(code=_not_built())
-
-
-def _not_built() -> int:
-    typer.echo("veritrain verify: not built yet (issue #5)", err=True)
-    return 3
+    with open_source(api) as source:
+        report = verify_run(source, run_id, deep=deep, vkey=vkey, witness=None if no_witness else Witness())
+    typer.echo(json.dumps(report.to_json(), indent=2) if as_json else report.render())
+    raise typer.Exit(code=0 if report.ok else 1)
