@@ -10,11 +10,11 @@ from collections.abc import Sequence
 
 import torch
 
-from trainer.errors import ConfigError
 from trainer.outer.adaptive import next_inner_steps
 from trainer.outer.algorithm import OuterLoop, payload_digest
 from trainer.outer.codec import Codec, DenseCodec
 from trainer.outer.config import OuterConfig
+from trainer.outer.lowrank_codec import LowRankCodec
 from trainer.outer.protocol import (
     Anomaly,
     Contribution,
@@ -50,8 +50,10 @@ def build_outer_algorithm(
     """The outer algorithm for one process: its stage's parameters (``named_params``, the
     initial values θ₀, copied to fp32), its cluster index and the run seed shared by every
     cluster (the low-rank bases are drawn from it, so every cluster must pass the same)."""
-    if config.kind != "diloco":
-        raise ConfigError(f"OuterConfig.kind {config.kind!r} is not built yet; use 'diloco'")
     shapes = [p.shape for _, p in named_params]
-    codec: Codec = DenseCodec(shapes)
+    codec: Codec
+    if config.compressed:
+        codec = LowRankCodec(config, shapes=shapes, seed=seed, lag=2 if config.overlapped else 1)
+    else:
+        codec = DenseCodec(shapes)
     return OuterLoop(config, named_params=named_params, codec=codec, cluster=cluster, n_clusters=n_clusters)

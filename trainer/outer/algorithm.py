@@ -2,10 +2,25 @@
 deterministic rank-ordered averaging, anomaly checks and the outer Nesterov step.
 
 How the pseudo-gradient becomes bytes is the codec's business (codec.py: fp32 for DiLoCo,
-lowrank_codec.py for DiLoCoX); when the averaged pseudo-gradient is applied is the delay
-rule's (blocking here; the one-step-delay rule of DiLoCoX is documented in
-docs/outer-algorithm.md). Every reduction runs in cluster order on CPU tensors or in fixed-order
-elementwise kernels, so the result is bitwise identical on every cluster and on every re-run.
+lowrank_codec.py for DiLoCoX). This module owns *when* the mean is applied:
+
+* blocking: round t starts from ``θ_t``; ``Δ_t^i = θ_t − x_t^i``;
+  ``θ_{t+1} = Nesterov(θ_t, mean_i Δ_t^i)`` and round t+1 starts from ``θ_{t+1}``.
+* one-step delay (DiLoCoX, Qi et al. 2025): round t's exchange runs while round t+1 computes.
+  Each round's pseudo-gradient is this cluster's progress *in that round*,
+  ``Δ_t^i = s_t^i − x_t^i`` with ``s_t^i`` where the round started. The global parameters only
+  ever take outer steps on true means, one round late: ``θ_{t+1} = Nesterov(θ_t, mean_i Δ_t^i)``
+  (identical on every cluster). Round t+2 starts from a look-ahead
+  ``s_{t+2}^i = Nesterov*(θ_{t+1}, p^i)`` -- the outer step the optimiser *would* take next, on a
+  copy of its state, with a stand-in ``p^i`` for the mean of round t+1 that is still in flight
+  (``delay_proxy``: ``own`` = this cluster's decoded ``Δ_{t+1}^i``; ``eager`` = the mean of round
+  t with this cluster's part swapped for its fresh one, after Kale et al. 2025; ``none`` = no
+  look-ahead, start from ``θ_{t+1}``). Nothing is counted twice: the look-ahead only moves where
+  the next round starts, never ``θ``. Round 1 starts where round 0 ended; after the last round
+  the runtime applies the final exchange and the local parameters become ``θ_T``.
+
+Every reduction runs in cluster order on CPU tensors or in fixed-order elementwise kernels, so
+the result is bitwise identical on every cluster and on every re-run (same thread count).
 """
 
 from __future__ import annotations
@@ -22,6 +37,12 @@ from trainer.outer.config import OuterConfig
 from trainer.outer.errors import CallOrderError, OuterStateError, PayloadError
 from trainer.outer.nesterov import OuterNesterov
 from trainer.outer.protocol import Anomaly, Contribution, OuterUpdate, RoundSignals
+
+
+ANCHOR = 0.5
+"""Share of a cluster's start offset pulled back by the ``anchored`` look-ahead: any value in
+(¼, ¾) keeps the offset gain ``lr(1+μ)·|k − ANCHOR|`` below 1 for every stiffness k ∈ [0, 1] at
+lr 0.7, μ 0.9 (docs/outer-algorithm.md); ½ is the middle."""
 
 
 def payload_digest(payload: torch.Tensor) -> str:
@@ -66,6 +87,10 @@ class OuterLoop:
         )
         self._next_round = 0  # the round the next contribution() must be for
         self._pending: dict[int, torch.Tensor] = {}  # own payloads contributed, not yet applied
+        # Where the current round's pseudo-gradient is measured from (None: θ). Overlapped:
+        # the look-ahead; with local error feedback the round *starts* at reference − residual.
+        self._reference: list[torch.Tensor] | None = None
+        self._contributed_reference: list[torch.Tensor] | None = None  # of the last contribution
 
     # ----------------------------------------------------------------------------------------
     # OuterAlgorithm
@@ -74,19 +99,30 @@ class OuterLoop:
         self._check_local(local)
         if round != self._next_round:
             raise CallOrderError(f"expected contribution for round {self._next_round}, got {round}")
-        if not self.overlapped and self._pending:
+        if self._pending and (not self.overlapped or len(self._pending) > 1):
             raise CallOrderError(
-                f"expected apply({min(self._pending)}) before the next contribution (blocking mode)"
+                f"expected apply({min(self._pending)}) before the contribution for round {round}"
             )
-        # Δ = θ_global − θ_local (DiLoCo Algorithm 1), in fp32 whatever the local dtype.
-        pseudo_gradient = [g - p.detach().to(torch.float32) for g, p in zip(self.outer.params, local, strict=True)]
+        # Δ = start − θ_local (DiLoCo Algorithm 1 with start = θ_global), fp32 whatever the
+        # local dtype.
+        reference = self._reference if self._reference is not None else self.outer.params
+        pseudo_gradient = [r - p.detach().to(torch.float32) for r, p in zip(reference, local, strict=True)]
         payload = self.codec.encode(round, pseudo_gradient)
         self._pending[round] = payload
         self._next_round = round + 1
+        if self.overlapped:
+            self._contributed_reference = [r.clone() for r in reference]
+            # Provisional reference of round t+1: if no apply() comes first (round 0), round t+1
+            # starts where this round ended, i.e. at reference − residual.
+            residual = self._residual()
+            self._reference = [
+                p.detach().to(torch.float32) + (e if e is not None else 0.0)
+                for p, e in zip(local, residual, strict=True)
+            ]
         return Contribution(
             payload=payload,
             digest=payload_digest(payload),
-            stats={"pseudo_gradient_norm": _norm(pseudo_gradient)},
+            stats={"pseudo_gradient_norm": _norm(pseudo_gradient), **self.codec.encode_stats},
         )
 
     def apply(
@@ -111,30 +147,43 @@ class OuterLoop:
             )
         digests = [payload_digest(p) for p in gathered]
         coordinates = [self.codec.coordinates(round, p) for p in gathered]
+        rank = self.codec.rank_of(round)
 
+        # 1. Outlier checks on what every cluster sent, then the rank-ordered mean.
         anomalies = self._check(round, coordinates)
         excluded = {a.cluster for a in anomalies if a.excluded}
         included = [c for i, c in enumerate(coordinates) if i not in excluded]
         stats: dict[str, float] = {"included_clusters": float(len(included))}
-        if included:
-            mean = _rank_ordered_mean(included)
-            pseudo_gradient = self.codec.expand(round, mean)
-            step = self.outer.step(pseudo_gradient)
-            stats["mean_pseudo_gradient_norm"] = _norm(pseudo_gradient)
+        mean_coordinates = _rank_ordered_mean(included) if included else None
+        mean = self.codec.expand(round, mean_coordinates) if mean_coordinates is not None else None
+        own = self.codec.expand(round, coordinates[self.cluster])
+
+        # 2. The outer step on the global parameters.
+        if mean is not None:
+            step = self.outer.step(mean)
+            stats["mean_pseudo_gradient_norm"] = _norm(mean)
             stats["outer_step_norm"] = _norm(step)
         else:
             stats["outer_step_skipped"] = 1.0
         stats["global_param_norm"] = _norm(self.outer.params)
-        self.codec.finish_round(round, coordinates, signals)
+        self.codec.finish_round(round, mean_coordinates, signals)
+        stats.update(self.codec.last_stats)
         del self._pending[round]
-        for target, source in zip(local, self.outer.params, strict=True):
-            target.copy_(source)
+
+        # 3. Where the next round starts: its reference, minus what this cluster could not send
+        #    yet when error feedback lives in the local parameters. After the final exchange of
+        #    an overlapped run (nothing pending) the local parameters become θ.
+        reference = self._next_reference(mean, own)
+        final = self.overlapped and not self._pending
+        for target, ref, e in zip(local, reference, self._residual(), strict=True):
+            target.copy_(ref if e is None or final else ref - e)
+        self._reference = reference if self.overlapped else None
         return OuterUpdate(
             round=round,
             contribution_digests=digests,
             anomalies=anomalies,
             payload_bytes=payload_bytes,
-            rank=self.codec.rank,
+            rank=rank,
             bits=self.codec.bits,
             stats=stats,
         )
@@ -146,6 +195,9 @@ class OuterLoop:
         state["next_round"] = torch.tensor(self._next_round, dtype=torch.int64)
         for round, payload in self._pending.items():
             state[f"pending.{round}"] = payload.detach().cpu().clone()
+        for label, tensors in (("reference", self._reference), ("contributed", self._contributed_reference)):
+            for name, tensor in zip(self.names, tensors or [], strict=False):
+                state[f"{label}.{name}"] = tensor.clone()
         return state
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
@@ -160,6 +212,14 @@ class OuterLoop:
             for key, value in state.items()
             if key.startswith("pending.")
         }
+        self._reference = _optional_tensors(state, "reference", self.names)
+        self._contributed_reference = _optional_tensors(state, "contributed", self.names)
+
+    def global_parameters(self) -> list[torch.Tensor]:
+        """The fp32 global parameters θ (identical on every cluster): the model to evaluate
+        and to checkpoint as the run's weights (in overlapped mode the local parameters are a
+        look-ahead of θ, not θ)."""
+        return [p.clone() for p in self.outer.params]
 
     def pending_contribution(self) -> Contribution | None:
         """The contribution sent but not yet applied (overlapped mode), so a runtime resumed
@@ -170,6 +230,34 @@ class OuterLoop:
         return Contribution(payload=payload, digest=payload_digest(payload))
 
     # ----------------------------------------------------------------------------------------
+
+    def _residual(self) -> list[torch.Tensor | None]:
+        """Per tensor, the residual to keep in the local parameters (local error feedback)."""
+        residual = self.codec.residual() if self.config.error_feedback == "local" else None
+        return list(residual) if residual is not None else [None] * len(self.shapes)
+
+    def _next_reference(
+        self, mean: Sequence[torch.Tensor] | None, own: Sequence[torch.Tensor]
+    ) -> list[torch.Tensor]:
+        """Blocking, or nothing in flight: θ. Overlapped with round t+1 in flight: the
+        look-ahead described in the module docstring."""
+        proxy = self.config.delay_proxy
+        if not self.overlapped or not self._pending or proxy == "none":
+            return [p.clone() for p in self.outer.params]
+        fresh_round = min(self._pending)
+        fresh = self.codec.expand(fresh_round, self.codec.coordinates(fresh_round, self._pending[fresh_round]))
+        if proxy == "eager" and mean is not None:
+            # mean_t with this cluster's Δ_t swapped for its Δ_{t+1}
+            stand_in = [m + (f - o) / self.n_clusters for m, f, o in zip(mean, fresh, own, strict=True)]
+        elif proxy == "anchored" and self._contributed_reference is not None:
+            # Δ_{t+1} minus half of how far this cluster's round t+1 started from θ_{t+1}
+            stand_in = [
+                f - ANCHOR * (r - g)
+                for f, r, g in zip(fresh, self._contributed_reference, self.outer.params, strict=True)
+            ]
+        else:
+            stand_in = fresh
+        return self.outer.lookahead(stand_in)
 
     def _check_local(self, local: Sequence[torch.Tensor]) -> None:
         if len(local) != len(self.shapes):
@@ -195,6 +283,16 @@ class OuterLoop:
             cosine = _cosine(mine, reference) if reference else None
             stats.append(ContributionStats(norm=norm, cosine=cosine, reference=kind))
         return self.detector.check(stats)
+
+
+def _optional_tensors(
+    state: Mapping[str, torch.Tensor], label: str, names: Sequence[str]
+) -> list[torch.Tensor] | None:
+    tensors = [state.get(f"{label}.{name}") for name in names]
+    present = [t.clone() for t in tensors if t is not None]
+    if present and len(present) != len(names):
+        raise OuterStateError(f"expected every {label}.* tensor or none, got {len(present)} of {len(names)}")
+    return present or None
 
 
 def _rank_ordered_mean(contributions: Sequence[Sequence[torch.Tensor]]) -> list[torch.Tensor]:

@@ -26,10 +26,21 @@ if sys.byteorder != "little":  # pragma: no cover - no such torch platform today
 
 
 class Codec(Protocol):
-    rank: int
-    """Low-rank rank of the round being encoded (0 = uncompressed)."""
     bits: int
-    """Bits per transmitted element of the round being encoded."""
+    """Bits per transmitted element (32 = fp32, 16 = bf16, 8 / 4 = block-quantised)."""
+    @property
+    def last_stats(self) -> Mapping[str, float]:
+        """Numbers about the last ``finish_round`` worth reporting (next rank, energy spread)."""
+        ...
+
+    @property
+    def encode_stats(self) -> Mapping[str, float]:
+        """Numbers about the last ``encode`` (relative residual, error-feedback norm)."""
+        ...
+
+    def rank_of(self, round: int) -> int:
+        """Low-rank rank used in ``round`` (0 = uncompressed)."""
+        ...
 
     def payload_length(self, round: int) -> int:
         """Bytes of every cluster's payload for ``round`` (identical on every cluster)."""
@@ -37,6 +48,10 @@ class Codec(Protocol):
 
     def encode(self, round: int, pseudo_gradient: Sequence[torch.Tensor]) -> torch.Tensor:
         """This cluster's payload; updates the error feedback if the codec keeps one."""
+        ...
+
+    def residual(self) -> Sequence[torch.Tensor] | None:
+        """What the last ``encode`` could not send, or None (lossless, or error feedback off)."""
         ...
 
     def coordinates(self, round: int, payload: torch.Tensor) -> list[torch.Tensor]:
@@ -52,9 +67,10 @@ class Codec(Protocol):
         ...
 
     def finish_round(
-        self, round: int, gathered: Sequence[Sequence[torch.Tensor]], signals: RoundSignals
+        self, round: int, mean: Sequence[torch.Tensor] | None, signals: RoundSignals
     ) -> None:
-        """Every cluster's coordinates of ``round`` are known: adapt what later rounds use."""
+        """``round`` has been applied with these mean coordinates (None when every
+        contribution was excluded): adapt what later rounds use."""
         ...
 
     def state_dict(self, prefix: str) -> dict[str, torch.Tensor]:
@@ -67,12 +83,16 @@ class Codec(Protocol):
 class DenseCodec:
     """Plain DiLoCo: every pseudo-gradient element as little-endian fp32, no error feedback."""
 
-    rank = 0
     bits = 32
 
     def __init__(self, shapes: Sequence[torch.Size]) -> None:
         self.shapes = [torch.Size(s) for s in shapes]
         self.numels = [s.numel() for s in self.shapes]
+        self.last_stats: dict[str, float] = {}
+        self.encode_stats: dict[str, float] = {}
+
+    def rank_of(self, round: int) -> int:
+        return 0
 
     def payload_length(self, round: int) -> int:
         return 4 * sum(self.numels)
@@ -80,6 +100,9 @@ class DenseCodec:
     def encode(self, round: int, pseudo_gradient: Sequence[torch.Tensor]) -> torch.Tensor:
         flat = torch.cat([g.detach().to(torch.float32).reshape(-1) for g in pseudo_gradient])
         return flat.view(torch.uint8)
+
+    def residual(self) -> Sequence[torch.Tensor] | None:
+        return None  # fp32 is what the algorithm computed: nothing dropped
 
     def coordinates(self, round: int, payload: torch.Tensor) -> list[torch.Tensor]:
         check_payload(payload, self.payload_length(round))
@@ -93,7 +116,7 @@ class DenseCodec:
         return list(dense)
 
     def finish_round(
-        self, round: int, gathered: Sequence[Sequence[torch.Tensor]], signals: RoundSignals
+        self, round: int, mean: Sequence[torch.Tensor] | None, signals: RoundSignals
     ) -> None:
         return None  # nothing adapts
 

@@ -17,6 +17,8 @@ from trainer.errors import ConfigError
 
 OuterKind = Literal["diloco", "dilocox"]
 QuantBits = Literal[4, 8, 16, 32]
+DelayProxy = Literal["none", "own", "eager", "anchored"]
+ErrorFeedback = Literal["local", "buffer", "none"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,15 +37,19 @@ class OuterConfig:
     """Nesterov momentum in the outer SGD step (DiLoCo uses it; False gives heavy-ball SGD)."""
 
     # --- compression (DiLoCoX only) -------------------------------------------------------
+    compression: bool = True
+    """Compress pseudo-gradients (False sends fp32 like DiLoCo: for ablations of the overlap)."""
     rank: int = 16
     """Low-rank rank used in the first round (and the cap when ``adaptive_rank`` is off)."""
     bits: QuantBits = 8
     """Bits per low-rank factor element: 8 or 4 (block absmax quantisation), 16 (bf16) or 32."""
     quant_block: int = 64
     """Elements per quantisation block; each block carries one fp16 absmax scale."""
-    error_feedback: bool = True
-    """Carry what compression dropped into the next round's pseudo-gradient (Seide et al. 2014;
-    Karimireddy et al. 2019)."""
+    error_feedback: ErrorFeedback = "local"
+    """What happens to what compression dropped (docs/outer-algorithm.md): ``"local"`` keeps it
+    in the cluster's parameters (the next round starts from ``θ − e`` and its pseudo-gradient,
+    measured from ``θ``, carries it); ``"buffer"`` adds it to the next pseudo-gradient (classic
+    error feedback, Seide et al. 2014; Karimireddy et al. 2019); ``"none"`` drops it."""
     min_compress_dim: int = 32
     """Matrices whose smaller side is below this, and all 1-D tensors, are sent in bf16: their
     factors would not be smaller than the tensor itself."""
@@ -66,6 +72,12 @@ class OuterConfig:
     # --- overlap (DiLoCoX only) -----------------------------------------------------------
     overlap: bool = True
     """One-step-delay overlap: round t's exchange runs while round t+1 computes."""
+    delay_proxy: DelayProxy = "own"
+    """Where a round starts while the previous exchange is in flight (docs/outer-algorithm.md):
+    ``"none"`` from the global parameters, which lag one round; ``"own"`` from a look-ahead
+    outer step that stands this cluster's own fresh pseudo-gradient in for the missing mean;
+    ``"eager"`` from one that uses the last mean with this cluster's part replaced by its
+    fresh one (Kale et al. 2025, "Eager updates")."""
 
     # --- anomaly checks (both kinds) ------------------------------------------------------
     anomaly_checks: bool = True
@@ -91,6 +103,10 @@ class OuterConfig:
         if self.kind not in ("diloco", "dilocox"):
             raise ConfigError(f"OuterConfig.kind must be 'diloco' or 'dilocox', got {self.kind!r}")
         _require(self, "outer_lr", math.isfinite(self.outer_lr) and self.outer_lr > 0, "> 0")
+        _require(self, "delay_proxy", self.delay_proxy in ("none", "own", "eager", "anchored"),
+                 "'none', 'own', 'eager' or 'anchored'")
+        _require(self, "error_feedback", self.error_feedback in ("local", "buffer", "none"),
+                 "'local', 'buffer' or 'none'")
         _require(self, "outer_momentum", 0.0 <= self.outer_momentum < 1.0, "in [0, 1)")
         _require(self, "rank", self.rank >= 1, ">= 1")
         _require(self, "bits", self.bits in (4, 8, 16, 32), "one of 4, 8, 16, 32")
@@ -114,7 +130,7 @@ class OuterConfig:
     @property
     def compressed(self) -> bool:
         """True when pseudo-gradients go through low-rank compression."""
-        return self.kind == "dilocox"
+        return self.kind == "dilocox" and self.compression
 
     @property
     def overlapped(self) -> bool:

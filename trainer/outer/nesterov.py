@@ -51,6 +51,15 @@ class OuterNesterov:
             updates.append(direction)
         return updates
 
+    def lookahead(self, pseudo_gradient: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Where ``step(pseudo_gradient)`` would put the parameters, leaving the state alone."""
+        out = []
+        for param, buf, grad in zip(self.params, self.momentum_buffers, pseudo_gradient, strict=True):
+            virtual = buf.mul(self.momentum).add_(grad)
+            direction = grad.add(virtual, alpha=self.momentum) if self.nesterov else virtual
+            out.append(param.sub(direction, alpha=self.lr))
+        return out
+
     def state_dict(self, prefix: str) -> dict[str, torch.Tensor]:
         state = {}
         for name, param, buf in zip(self.names, self.params, self.momentum_buffers, strict=True):

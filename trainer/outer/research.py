@@ -1,0 +1,257 @@
+"""Convergence sweeps behind the DiLoCoX defaults (docs/outer-algorithm.md).
+
+    python -m trainer.outer.research --sweep baselines --out /tmp/outer-sweeps
+    python -m trainer.outer.research --report /tmp/outer-sweeps --plot docs/img/outer-tradeoff.png
+
+Each sweep appends one JSON line per run to ``<out>/<sweep>.jsonl`` (runs already there are
+skipped, so a sweep can be resumed). ``--report`` prints the markdown table of every run (loss
+gap to plain DiLoCo and AllReduce, bytes ratio) and draws the trade-off plot.
+
+Data: byte-level tokens of this Python's standard-library ``.py`` sources (sorted paths, so the
+corpus is identical on every machine with the same Python version); every 20th file is held
+out. This loader is deliberately tiny and private to the research script -- the trainer's own
+data pipeline lives in trainer/data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer.model import ModelConfig
+from trainer.outer.config import OuterConfig
+from trainer.outer.simulate import Batch, Batches, SimulationConfig, SimulationResult, simulate
+
+MODEL = ModelConfig(vocab_size=256, context=64, n_layer=3, n_head=4, d_model=128)
+"""≈0.6M parameters, byte-level: runs 1,500 steps × 2 clusters in a few minutes on one core."""
+BATCH = 8
+"""Sequences per cluster per inner step."""
+CORPUS_BYTES = 16 * 2**20
+EVAL_SEQUENCES = 64
+
+
+# ----------------------------------------------------------------------------------- data
+
+
+def stdlib_corpus(limit: int = CORPUS_BYTES) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """(train bytes, held-out bytes, description) from the standard library's .py files."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts)
+    train, held_out, size = bytearray(), bytearray(), 0
+    for index, path in enumerate(files):
+        data = path.read_bytes()
+        (held_out if index % 20 == 0 else train).extend(data)
+        size += len(data)
+        if size >= limit:
+            break
+    version = ".".join(map(str, sys.version_info[:3]))
+    description = f"python {version} stdlib .py, {len(train)} train / {len(held_out)} held-out bytes"
+    return _as_tensor(train), _as_tensor(held_out), description
+
+
+def make_batches(tokens: torch.Tensor, *, context: int, batch: int, n_clusters: int, seed: int) -> Batches:
+    """``batches(cluster, step)``: ``batch`` sequences per call, drawn without overlap from a
+    seeded permutation of the corpus' ``context``-long chunks in (step, cluster) order -- so
+    AllReduce on the union of the clusters' batches sees exactly the same tokens."""
+    chunks = (tokens.numel() - 1) // context
+    order = torch.randperm(chunks, generator=torch.Generator().manual_seed(seed))
+    offsets = torch.arange(context + 1)
+
+    def batches(cluster: int, step: int) -> Batch:
+        first = (step * n_clusters + cluster) * batch
+        index = order[torch.arange(first, first + batch) % chunks] * context
+        window = tokens[index[:, None] + offsets[None, :]].long()  # (batch, context + 1)
+        return window[:, :-1], window[:, 1:]
+
+    return batches
+
+
+def make_eval_batches(tokens: torch.Tensor, *, context: int, sequences: int) -> list[Batch]:
+    """Evenly spaced held-out windows, in batches of 16."""
+    stride = (tokens.numel() - context - 1) // sequences
+    starts = torch.arange(sequences) * stride
+    window = tokens[starts[:, None] + torch.arange(context + 1)[None, :]].long()
+    return [(w[:, :-1], w[:, 1:]) for w in torch.split(window, 16)]
+
+
+def _as_tensor(data: bytearray) -> torch.Tensor:
+    return torch.frombuffer(data, dtype=torch.uint8).clone()
+
+
+# ----------------------------------------------------------------------------------- sweeps
+
+
+def _dilocox(**overrides: Any) -> OuterConfig:
+    return OuterConfig(kind="dilocox", **overrides)
+
+
+def sweeps() -> dict[str, dict[str, tuple[str, OuterConfig | None, dict[str, Any]]]]:
+    """Named sweeps: run name -> (method, outer config, SimulationConfig overrides)."""
+    fixed = {"adaptive_rank": False, "anomaly_checks": False}
+    blocking = {"overlap": False, **fixed}
+
+    def compress(rank: int, bits: int, ef: str = "local", **extra: Any) -> OuterConfig:
+        return _dilocox(rank=rank, min_rank=1, max_rank=max(rank, 64), bits=bits, error_feedback=ef, **extra)
+
+    return {
+        "baselines": {
+            "allreduce": ("allreduce", None, {}),
+            "diloco": ("diloco", OuterConfig(kind="diloco"), {}),
+        },
+        "delay": {
+            f"overlap-{proxy}-lr{lr}-m{m}": (
+                "dilocox", _dilocox(compression=False, delay_proxy=proxy, outer_lr=lr, outer_momentum=m), {}
+            )
+            for proxy in ("none", "own", "eager", "anchored")
+            for lr, m in ((0.7, 0.9), (0.5, 0.8))
+        },
+        "compression": {
+            f"r{r}-int{b}-ef_{ef}": ("dilocox", compress(r, b, ef, **blocking), {})
+            for r, b, ef in (
+                (16, 8, "none"), (16, 8, "buffer"), (16, 8, "local"),
+                (8, 8, "local"), (32, 8, "local"), (16, 4, "local"), (32, 4, "local"), (64, 4, "local"),
+            )
+        },
+    }
+
+
+def run_sweep(name: str, out: Path, *, only: list[str] | None = None) -> None:
+    torch.set_num_threads(1)
+    runs = sweeps()[name]
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.jsonl"
+    done = {json.loads(line)["run"] for line in path.read_text().splitlines()} if path.exists() else set()
+    train, held_out, description = stdlib_corpus()
+    eval_batches = make_eval_batches(held_out, context=MODEL.context, sequences=EVAL_SEQUENCES)
+    print(description, flush=True)
+    for run, (method, outer, overrides) in runs.items():
+        if run in done or (only and run not in only):
+            continue
+        config = SimulationConfig(model=MODEL, method=method,  # type: ignore[arg-type]
+                                  outer=outer or OuterConfig(), **overrides)
+        batches = make_batches(train, context=MODEL.context, batch=BATCH, n_clusters=config.n_clusters,
+                               seed=config.seed)
+        print(f"== {name}/{run}", flush=True)
+        result = simulate(config, batches=batches, eval_batches=eval_batches,
+                          progress=lambda line: print("   " + line, flush=True))
+        with path.open("a") as f:
+            f.write(json.dumps(_record(name, run, config, result)) + "\n")
+        print(f"   final {result.final_eval_loss:.4f}  bytes {result.bytes_per_cluster:.3g}  "
+              f"{result.seconds:.0f}s", flush=True)
+
+
+def _record(sweep: str, run: str, config: SimulationConfig, result: SimulationResult) -> dict[str, Any]:
+    return {
+        "sweep": sweep,
+        "run": run,
+        "method": config.method,
+        "inner_steps": config.inner_steps,
+        "total_steps": config.total_steps,
+        "outer": config.outer.to_dict() if config.method != "allreduce" else None,
+        **dataclasses.asdict(result),
+    }
+
+
+# ----------------------------------------------------------------------------------- report
+
+
+def load(folder: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for path in sorted(folder.glob("*.jsonl")):
+        rows.extend(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return rows
+
+
+def report(rows: list[dict[str, Any]]) -> Iterator[str]:
+    """Markdown table: loss, gap to DiLoCo and AllReduce (same H and steps), bytes ratio."""
+    base = {(r["inner_steps"], r["total_steps"], r["method"]): r for r in rows if r["sweep"] == "baselines"}
+    yield "| sweep | run | H | held-out loss | vs AllReduce | vs DiLoCo | bytes/cluster | AllReduce ÷ bytes | ranks |"
+    yield "|---|---|---|---|---|---|---|---|---|"
+    for r in rows:
+        key = (r["inner_steps"], r["total_steps"])
+        allreduce = base.get((*key, "allreduce")) or base.get((25, r["total_steps"], "allreduce"))
+        diloco = base.get((*key, "diloco"))
+        loss = r["final_eval_loss"]
+        gap_ar = _gap(loss, allreduce)
+        gap_dl = _gap(loss, diloco)
+        ratio = r["allreduce_bytes_per_cluster"] / r["bytes_per_cluster"] if r["bytes_per_cluster"] else math.inf
+        ranks = sorted(set(r["ranks"]))
+        rank_text = "-" if not ranks or ranks == [0] else f"{r['ranks'][0]}→{r['ranks'][-1]}"
+        yield (f"| {r['sweep']} | {r['run']} | {r['inner_steps']} | {loss:.4f}{' (diverged)' if r['diverged'] else ''} "
+               f"| {gap_ar} | {gap_dl} | {r['bytes_per_cluster']:.3g} | {ratio:,.0f}× | {rank_text} |")
+
+
+def _gap(loss: float, reference: dict[str, Any] | None) -> str:
+    if reference is None or not math.isfinite(loss):
+        return "-"
+    return f"{100.0 * (loss / reference['final_eval_loss'] - 1.0):+.1f}%"
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """Loss gap to plain DiLoCo against the AllReduce ÷ bytes ratio, one point per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    diloco = {(r["inner_steps"], r["total_steps"]): r["final_eval_loss"]
+              for r in rows if r["sweep"] == "baselines" and r["method"] == "diloco"}
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for sweep in sorted({r["sweep"] for r in rows}):
+        points = [
+            (r["allreduce_bytes_per_cluster"] / r["bytes_per_cluster"],
+             100.0 * (r["final_eval_loss"] / diloco[(r["inner_steps"], r["total_steps"])] - 1.0), r["run"])
+            for r in rows
+            if r["sweep"] == sweep and (r["inner_steps"], r["total_steps"]) in diloco
+            and r["bytes_per_cluster"] and math.isfinite(r["final_eval_loss"])
+        ]
+        if not points:
+            continue
+        xs = [x for x, _, _ in points]
+        ys = [y for _, y, _ in points]
+        ax.scatter(xs, ys, label=sweep)
+        for x, y, label in points:
+            ax.annotate(label, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.axhline(0.0, color="gray", lw=0.8)
+    ax.axhline(3.0, color="green", lw=0.8, ls="--", label="3% of DiLoCo")
+    ax.axhline(5.0, color="orange", lw=0.8, ls="--", label="5% of DiLoCo")
+    ax.axvline(1000.0, color="red", lw=0.8, ls=":", label="1,000× fewer bytes")
+    ax.set_xlabel("bytes sent by AllReduce ÷ bytes sent (per cluster, same tokens)")
+    ax.set_ylabel("held-out loss above plain DiLoCo (%)")
+    ax.set_title(f"Outer-algorithm trade-off: {MODEL.parameter_count():,}-parameter byte-level GPT, 2 clusters")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sweep", choices=sorted(sweeps()), help="run this sweep")
+    parser.add_argument("--only", nargs="*", help="run only these runs of the sweep")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/outer-sweeps"), help="folder of .jsonl results")
+    parser.add_argument("--report", type=Path, help="print the table of every run in this folder")
+    parser.add_argument("--plot", type=Path, help="with --report: write the trade-off PNG here")
+    args = parser.parse_args(argv)
+    if args.sweep:
+        run_sweep(args.sweep, args.out, only=args.only)
+    if args.report:
+        rows = load(args.report)
+        for line in report(rows):
+            print(line)
+        if args.plot:
+            plot(rows, args.plot)
+
+
+if __name__ == "__main__":
+    main()

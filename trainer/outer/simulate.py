@@ -1,0 +1,256 @@
+"""Single-process simulation of C clusters (one pipeline stage each) for convergence research.
+
+Three methods on the same model, data order and token budget:
+
+* ``allreduce``: one model; every inner step averages the gradients of the C clusters' batches
+  (one step on the union of their batches) -- synchronous data parallelism.
+* ``diloco`` / ``dilocox``: C models, each with its own inner AdamW, and one ``OuterAlgorithm``
+  per cluster built by ``build_outer_algorithm`` -- exactly the objects the distributed runtime
+  uses; the all-gather is a list in cluster order, and the overlapped call order of protocol.py
+  is followed to the letter (round t's payloads are applied after round t+1 computed).
+
+Data come from a ``batches(cluster, step) -> (inputs, targets)`` callable; evaluation is the
+mean loss of the global parameters on fixed held-out batches. Bytes are counted with
+accounting.py. Deterministic on CPU: fixed seeds, deterministic algorithms, one thread is
+recommended (``torch.set_num_threads(1)``), rank-ordered sums inside the outer algorithm.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from trainer.errors import ConfigError
+from trainer.model import GPT, ModelConfig, language_model_loss
+from trainer.outer import OuterConfig, OuterLoop, RoundSignals, build_outer_algorithm
+from trainer.outer.accounting import allgather_bytes_per_outer_step, allreduce_bytes_per_outer_step
+
+Method = Literal["allreduce", "diloco", "dilocox"]
+Batch = tuple[torch.Tensor, torch.Tensor]
+Batches = Callable[[int, int], Batch]
+"""``batches(cluster, step)``: the (inputs, targets) cluster ``cluster`` trains on at inner step
+``step``, each ``(batch, context)`` int64."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimulationConfig:
+    """One simulated training run."""
+
+    model: ModelConfig
+    """Shape of the decoder (every cluster starts from the same initialisation)."""
+    method: Method
+    """``allreduce``, ``diloco`` or ``dilocox``."""
+    outer: OuterConfig = field(default_factory=OuterConfig)
+    """Outer algorithm (ignored by ``allreduce``; its ``kind`` must match ``method``)."""
+    n_clusters: int = 2
+    """Simulated clusters C."""
+    inner_steps: int = 25
+    """Inner steps per outer round H."""
+    total_steps: int = 1500
+    """Inner steps per cluster for the whole run (a multiple of ``inner_steps``)."""
+    inner_lr: float = 3e-3
+    """Peak AdamW learning rate (linear warm-up, cosine decay to ``min_lr_ratio``)."""
+    warmup_steps: int = 75
+    """Linear warm-up of the inner learning rate."""
+    min_lr_ratio: float = 0.1
+    """Final inner learning rate as a fraction of the peak."""
+    weight_decay: float = 0.1
+    """AdamW decoupled weight decay on matrices (none on vectors)."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip of each inner step."""
+    seed: int = 0
+    """Model initialisation and basis seed."""
+    eval_points: int = 10
+    """Held-out evaluations spread over the run (the last is always at the end)."""
+
+    def __post_init__(self) -> None:
+        if self.method not in ("allreduce", "diloco", "dilocox"):
+            raise ConfigError(f"SimulationConfig.method must be allreduce|diloco|dilocox, got {self.method!r}")
+        if self.method != "allreduce" and self.outer.kind != self.method:
+            raise ConfigError(
+                f"SimulationConfig.outer.kind must match method {self.method!r}, got {self.outer.kind!r}"
+            )
+        if self.n_clusters < 1 or self.inner_steps < 1:
+            raise ConfigError("SimulationConfig.n_clusters and inner_steps must be >= 1")
+        if self.total_steps % self.inner_steps:
+            raise ConfigError(
+                f"SimulationConfig.total_steps ({self.total_steps}) must be a multiple of "
+                f"inner_steps ({self.inner_steps})"
+            )
+
+
+@dataclass(kw_only=True)
+class SimulationResult:
+    """What one run measured."""
+
+    final_eval_loss: float
+    curve: list[tuple[int, float]]
+    """(inner step, held-out loss of the global parameters)."""
+    bytes_per_cluster: float
+    """Bytes one cluster put on inter-cluster links over the whole run (accounting.py)."""
+    allreduce_bytes_per_cluster: float
+    """What the AllReduce baseline would have sent for the same steps."""
+    parameters: int
+    ranks: list[int] = field(default_factory=list)
+    payload_bytes: list[int] = field(default_factory=list)
+    anomalies: int = 0
+    seconds: float = 0.0
+    diverged: bool = False
+
+
+def simulate(
+    config: SimulationConfig,
+    *,
+    batches: Batches,
+    eval_batches: Sequence[Batch],
+    progress: Callable[[str], None] | None = None,
+) -> SimulationResult:
+    """Run one simulated training job and measure held-out loss and bytes sent."""
+    torch.use_deterministic_algorithms(True)
+    started = time.perf_counter()
+    torch.manual_seed(config.seed)
+    reference = GPT(config.model)
+    parameters = sum(p.numel() for p in reference.parameters())
+    replicas = 1 if config.method == "allreduce" else config.n_clusters
+    models = [_clone(reference) for _ in range(replicas)]
+    optimizers = [_inner_optimizer(m, config) for m in models]
+    schedule = _lr_schedule(config)
+    rounds = config.total_steps // config.inner_steps
+    eval_rounds = {max(1, round(rounds * (k + 1) / config.eval_points)) - 1 for k in range(config.eval_points)}
+    allreduce_bytes = rounds * allreduce_bytes_per_outer_step(
+        parameters=parameters, n_clusters=config.n_clusters, inner_steps=config.inner_steps
+    )
+    result = SimulationResult(
+        final_eval_loss=math.nan, curve=[], bytes_per_cluster=0.0,
+        allreduce_bytes_per_cluster=allreduce_bytes, parameters=parameters,
+    )
+    algos: list[OuterLoop] = []
+    if config.method != "allreduce":
+        for c, model in enumerate(models):
+            algo = build_outer_algorithm(
+                config.outer, named_params=list(model.named_parameters()), cluster=c,
+                n_clusters=config.n_clusters, seed=config.seed,
+            )
+            assert isinstance(algo, OuterLoop)
+            algos.append(algo)
+    in_flight: list[torch.Tensor] | None = None
+    step = 0
+    for t in range(rounds):
+        losses = []
+        for _ in range(config.inner_steps):
+            lr = schedule(step)
+            if config.method == "allreduce":
+                union = [batches(c, step) for c in range(config.n_clusters)]
+                inputs = torch.cat([b[0] for b in union])
+                targets = torch.cat([b[1] for b in union])
+                losses.append(_inner_step(models[0], optimizers[0], (inputs, targets), lr, config))
+            else:
+                for c, (model, opt) in enumerate(zip(models, optimizers, strict=True)):
+                    losses.append(_inner_step(model, opt, batches(c, step), lr, config))
+            step += 1
+        mean_loss = sum(losses) / len(losses)
+        if not math.isfinite(mean_loss):
+            result.diverged = True
+            break
+        if algos:
+            signals = RoundSignals(mean_train_loss=mean_loss)
+            locals_ = [[p.data for p in m.parameters()] for m in models]
+            payloads = [a.contribution(t, loc).payload for a, loc in zip(algos, locals_, strict=True)]
+            result.bytes_per_cluster += allgather_bytes_per_outer_step(
+                payload_bytes=payloads[0].numel(), n_clusters=config.n_clusters
+            )
+            if algos[0].overlapped:
+                if in_flight is not None:
+                    _apply_all(algos, t - 1, in_flight, locals_, signals, result)
+                in_flight = payloads
+                if t == rounds - 1:
+                    _apply_all(algos, t, in_flight, locals_, signals, result)
+            else:
+                _apply_all(algos, t, payloads, locals_, signals, result)
+        else:
+            result.bytes_per_cluster += allreduce_bytes_per_outer_step(
+                parameters=parameters, n_clusters=config.n_clusters, inner_steps=config.inner_steps
+            )
+        if t in eval_rounds:
+            weights = algos[0].global_parameters() if algos else [p.data for p in models[0].parameters()]
+            loss = evaluate(config.model, weights, eval_batches)
+            result.curve.append((step, loss))
+            if progress:
+                progress(f"step {step:5d}  train {mean_loss:.4f}  eval {loss:.4f}")
+            if not math.isfinite(loss):
+                result.diverged = True
+                break
+    result.final_eval_loss = result.curve[-1][1] if result.curve else math.nan
+    result.diverged = result.diverged or not math.isfinite(result.final_eval_loss)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def evaluate(model_config: ModelConfig, weights: Sequence[torch.Tensor], eval_batches: Sequence[Batch]) -> float:
+    """Mean held-out loss of a model holding ``weights`` (in ``parameters()`` order)."""
+    model = GPT(model_config)
+    with torch.no_grad():
+        for p, w in zip(model.parameters(), weights, strict=True):
+            p.copy_(w)
+        losses = [float(language_model_loss(model(x), y)) for x, y in eval_batches]
+    return sum(losses) / len(losses)
+
+
+def _apply_all(
+    algos: Sequence[OuterLoop],
+    round: int,
+    gathered: Sequence[torch.Tensor],
+    locals_: Sequence[Sequence[torch.Tensor]],
+    signals: RoundSignals,
+    result: SimulationResult,
+) -> None:
+    updates = [a.apply(round, gathered, loc, signals) for a, loc in zip(algos, locals_, strict=True)]
+    result.ranks.append(updates[0].rank)
+    result.payload_bytes.append(updates[0].payload_bytes)
+    result.anomalies += len(updates[0].anomalies)
+
+
+def _clone(reference: GPT) -> GPT:
+    model = GPT(reference.config)
+    model.load_state_dict(reference.state_dict())
+    return model
+
+
+def _inner_optimizer(model: GPT, config: SimulationConfig) -> torch.optim.AdamW:
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": config.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=config.inner_lr, betas=(0.9, 0.95), foreach=False)
+
+
+def _lr_schedule(config: SimulationConfig) -> Callable[[int], float]:
+    def lr(step: int) -> float:
+        if step < config.warmup_steps:
+            return config.inner_lr * (step + 1) / config.warmup_steps
+        progress = (step - config.warmup_steps) / max(1, config.total_steps - config.warmup_steps)
+        cosine = 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return config.inner_lr * (config.min_lr_ratio + (1.0 - config.min_lr_ratio) * cosine)
+
+    return lr
+
+
+def _inner_step(
+    model: GPT, optimizer: torch.optim.Optimizer, batch: Batch, lr: float, config: SimulationConfig
+) -> float:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    inputs, targets = batch
+    loss = language_model_loss(model(inputs), targets)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()  # type: ignore[no-untyped-call]
+    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+    optimizer.step()
+    return float(loss.detach())
