@@ -12,6 +12,9 @@ from typing import Annotated
 from fastapi import Path, Query
 
 SHA256_PATTERN = "^[0-9a-f]{64}$"
+MAX_INT64 = 2**63 - 1
+"""Indices, sizes and steps are 64-bit in the ledger; larger numbers are refused (422)
+rather than sent to the database."""
 
 RunPath = Annotated[str, Path(description="Run id, e.g. `demo-1`.", max_length=64)]
 Sha256Path = Annotated[
@@ -22,9 +25,9 @@ Sha256Path = Annotated[
         examples=["e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"],
     ),
 ]
-IndexPath = Annotated[int, Path(ge=0, description="Entry index, 0 = `run.genesis`.")]
-StepPath = Annotated[int, Path(ge=0, description="Outer step; 0 = the initial checkpoint.")]
+IndexPath = Annotated[int, Path(ge=0, le=MAX_INT64, description="Entry index, 0 = `run.genesis`.")]
+StepPath = Annotated[int, Path(ge=0, le=MAX_INT64, description="Outer step; 0 = the initial checkpoint.")]
 SizeQuery = Annotated[
     int | None,
-    Query(ge=1, description="Tree size (number of entries); default: the latest signed tree head."),
+    Query(ge=1, le=MAX_INT64, description="Tree size (number of entries); default: the latest signed tree head."),
 ]

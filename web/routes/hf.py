@@ -31,22 +31,34 @@ from web.downloads import object_response
 from web.errors import NotFoundError
 from web.revisions import LATEST, hub_error, parse_revision
 from web.run_records import checkpoint_ref, file_digest, latest_checkpoint_step, load_manifest
+from web.schemas import ResponsesDoc
 
 router = APIRouter(tags=["huggingface"])
 
 
-@router.api_route(
-    "/{run}/resolve/{revision}/{filename:path}",
-    methods=["GET", "HEAD"],
+RESPONSES: ResponsesDoc = {
+    200: {"content": {"application/octet-stream": {}}, "description": "The file."},
+    206: {"description": "The requested range(s)."},
+    302: {"description": "Redirect to a presigned S3 URL."},
+    404: {"description": "No such run (RepoNotFound), step (RevisionNotFound) or file (EntryNotFound)."},
+    416: {"description": "No requested range overlaps the file."},
+}
+PATH = "/{run}/resolve/{revision}/{filename:path}"
+
+
+@router.get(
+    PATH,
     response_class=Response,
-    responses={
-        200: {"content": {"application/octet-stream": {}}, "description": "The file."},
-        206: {"description": "The requested range(s)."},
-        302: {"description": "Redirect to a presigned S3 URL."},
-        404: {"description": "No such run (RepoNotFound), step (RevisionNotFound) or file (EntryNotFound)."},
-        416: {"description": "No requested range overlaps the file."},
-    },
+    responses=RESPONSES,
     summary="A checkpoint file, Hugging Face Hub style",
+    operation_id="resolve_file",
+)
+@router.head(
+    PATH,
+    response_class=Response,
+    responses=RESPONSES,
+    summary="Headers of a checkpoint file, Hugging Face Hub style",
+    operation_id="resolve_file_head",
 )
 def resolve(
     run: str,

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Query, Response
 from fastapi.responses import PlainTextResponse
 
 from web.deps import IMMUTABLE, SHORT, LedgerDep
-from web.params import RunPath, SizeQuery
+from web.params import MAX_INT64, RunPath, SizeQuery
 from web.schemas import ConsistencyProofInfo, InclusionProofInfo, ResponsesDoc
 
 router = APIRouter(prefix="/api/v1/runs/{run}/log", tags=["log"])
@@ -48,7 +48,7 @@ def get_checkpoint(run: RunPath, ledger: LedgerDep, size: SizeQuery = None) -> P
 )
 def get_inclusion_proof(
     run: RunPath,
-    index: Annotated[int, Query(ge=0, description="Entry index.")],
+    index: Annotated[int, Query(ge=0, le=MAX_INT64, description="Entry index.")],
     ledger: LedgerDep,
     response: Response,
     size: SizeQuery = None,
@@ -74,7 +74,7 @@ def get_inclusion_proof(
 )
 def get_consistency_proof(
     run: RunPath,
-    old: Annotated[int, Query(ge=1, description="The earlier tree size.")],
+    old: Annotated[int, Query(ge=1, le=MAX_INT64, description="The earlier tree size.")],
     ledger: LedgerDep,
     response: Response,
     new: SizeQuery = None,

@@ -22,18 +22,29 @@ RESPONSES: ResponsesDoc = {
 }
 
 
-@router.api_route(
+DESCRIPTION = (
+    "Objects are immutable: `ETag` is the quoted SHA-256 and the answer may be cached "
+    "forever. Supports `Range` (single and multiple byte ranges), `If-Range` (with the "
+    "ETag) to resume a download safely, and `If-None-Match`. A ranged read is not verified "
+    "by the server (SHA-256 is not a tree hash): check the SHA-256 of the assembled file."
+)
+
+
+@router.get(
     "/objects/{sha256}",
-    methods=["GET", "HEAD"],
     response_class=Response,
     responses=RESPONSES,
     summary="Download an object by its SHA-256",
-    description=(
-        "Objects are immutable: `ETag` is the quoted SHA-256 and the answer may be cached "
-        "forever. Supports `Range` (single and multiple byte ranges), `If-Range` (with the "
-        "ETag) to resume a download safely, and `If-None-Match`. A ranged read is not verified "
-        "by the server (SHA-256 is not a tree hash): check the SHA-256 of the assembled file."
-    ),
+    description=DESCRIPTION,
+    operation_id="get_object",
+)
+@router.head(
+    "/objects/{sha256}",
+    response_class=Response,
+    responses=RESPONSES,
+    summary="Headers of an object download",
+    description=DESCRIPTION,
+    operation_id="head_object",
 )
 def get_object(sha256: Sha256Path, request: Request, resources: ResourcesDep) -> Response:
     return object_response(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 import sqlalchemy as sa
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
+from ledger import db
 from storage.errors import StorageError
-from web.deps import IMMUTABLE, ResourcesDep
+from web.deps import IMMUTABLE, Resources, ResourcesDep
 from web.errors import NotFoundError
 from web.schemas import Health
 from web.vendor import VENDOR_PREFIX, plotly_bundle
@@ -22,21 +25,36 @@ router = APIRouter(tags=["operations"])
     summary="Liveness and readiness",
 )
 def healthz(resources: ResourcesDep) -> JSONResponse:
-    # Readiness means both back-ends answer: a trivial query and a store lookup of a
-    # digest that does not exist (cheap on both back-ends, and it exercises credentials).
-    database, store = "ok", "ok"
-    try:
-        with resources.ledger.engine.connect() as conn:
-            conn.execute(sa.text("SELECT 1"))
-    except sa.exc.SQLAlchemyError as exc:
-        database = f"error: {exc.__class__.__name__}"
+    # Ready means: the ledger database is reachable and at the schema this code expects, and
+    # the store answers a lookup (of a digest that does not exist: cheap on both back-ends,
+    # and it exercises S3 credentials).
+    database, store = _database_state(resources), "ok"
     try:
         resources.store.exists("0" * 64)
     except (StorageError, OSError) as exc:
-        store = f"error: {exc.__class__.__name__}"
+        store = f"error: {exc.__class__.__name__}: {exc}"
     ok = database == store == "ok"
     body = Health(status="ok" if ok else "unavailable", database=database, store=store)
     return JSONResponse(body.model_dump(), status_code=200 if ok else 503, headers={"Cache-Control": "no-store"})
+
+
+def _database_state(resources: Resources) -> str:
+    url = resources.settings.database_url
+    if db.sqlite_file_missing(url):  # checked first: connecting would create an empty file
+        return f"error: no ledger database at {db.display_url(url)}; run `veritrain db upgrade`"
+    try:
+        revision = db.current_revision(resources.ledger.engine)
+    except sa.exc.SQLAlchemyError as exc:
+        return f"error: {exc.__class__.__name__}"
+    heads = _head_revisions()
+    if revision not in heads:
+        return f"error: schema at revision {revision}, expected {', '.join(heads)}; run `veritrain db upgrade`"
+    return "ok"
+
+
+@cache
+def _head_revisions() -> tuple[str, ...]:
+    return db.head_revisions()
 
 
 @router.get("/metrics", response_class=Response, summary="Prometheus metrics", responses={200: {"content": {"text/plain": {}}}})

@@ -10,7 +10,7 @@ from fastapi.responses import PlainTextResponse
 from ledger.records import EntryRecord, RunInfo
 from ledger.service import MAX_PAGE
 from web.deps import IMMUTABLE, SHORT, LedgerDep
-from web.params import IndexPath, RunPath, SizeQuery
+from web.params import MAX_INT64, IndexPath, RunPath, SizeQuery
 from web.schemas import (
     EntryInfo,
     EntryPage,
@@ -65,7 +65,7 @@ def list_entries(
     run: RunPath,
     ledger: LedgerDep,
     response: Response,
-    start: Annotated[int, Query(ge=0, description="First entry index.")] = 0,
+    start: Annotated[int, Query(ge=0, le=MAX_INT64, description="First entry index.")] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"Entries per page, at most {MAX_PAGE}.")] = DEFAULT_PAGE,
 ) -> EntryPage:
     size = ledger.get_run(run).size

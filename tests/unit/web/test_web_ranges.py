@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from web.errors import RangeNotSatisfiableError
-from web.ranges import ByteRange, entity_tag, if_none_match_hits, range_header_value, requested_ranges
+from web.ranges import (
+    ByteRange,
+    entity_tag,
+    if_none_match_hits,
+    range_header_value,
+    requested_ranges,
+)
 
 ETAG = entity_tag("ab" * 32)
 
