@@ -38,7 +38,6 @@ from trainer.outer.errors import CallOrderError, OuterStateError, PayloadError
 from trainer.outer.nesterov import OuterNesterov
 from trainer.outer.protocol import Anomaly, Contribution, OuterUpdate, RoundSignals
 
-
 ANCHOR = 0.5
 """Share of a cluster's start offset pulled back by the ``anchored`` look-ahead: any value in
 (¼, ¾) keeps the offset gain ``lr(1+μ)·|k − ANCHOR|`` below 1 for every stiffness k ∈ [0, 1] at

@@ -8,7 +8,11 @@ from outer_helpers import blocking_round, build_clusters, start_locals, train_lo
 
 from trainer.outer import OuterConfig
 
-KINDS = [OuterConfig(kind="diloco")]
+KINDS = [
+    OuterConfig(kind="diloco"),
+    OuterConfig(kind="dilocox", overlap=False, rank=4, min_rank=2, max_rank=8, bits=8),
+    OuterConfig(kind="dilocox", overlap=False, rank=4, min_rank=2, max_rank=8, bits=4, error_feedback="buffer"),
+]
 
 
 def poison(local: list[torch.Tensor], start: list[torch.Tensor], how: str, seed: int = 99) -> None:
@@ -38,7 +42,7 @@ def run(config, named_params, n_clusters, poisoned_round, poisoned_cluster, how,
     return history
 
 
-@pytest.mark.parametrize("config", KINDS, ids=lambda c: c.kind)
+@pytest.mark.parametrize("config", KINDS, ids=["diloco", "dilocox-int8", "dilocox-int4-buffer"])
 @pytest.mark.parametrize("how", ["scale", "noise"])
 def test_poisoned_cluster_is_flagged_in_its_round_with_two_clusters(config, named_params, how):
     history = run(config, named_params, 2, poisoned_round=3, poisoned_cluster=1, how=how, rounds=4)
@@ -50,13 +54,13 @@ def test_poisoned_cluster_is_flagged_in_its_round_with_two_clusters(config, name
     assert all(list(u.anomalies) == list(flagged) for u in history[3]), "clusters must agree"
 
 
-@pytest.mark.parametrize("config", KINDS, ids=lambda c: c.kind)
+@pytest.mark.parametrize("config", KINDS, ids=["diloco", "dilocox-int8", "dilocox-int4-buffer"])
 def test_scaled_cluster_is_flagged_in_round_zero_with_two_clusters(config, named_params):
     history = run(config, named_params, 2, poisoned_round=0, poisoned_cluster=0, how="scale", rounds=1)
     assert [a.cluster for a in history[0][0].anomalies] == [0]
 
 
-@pytest.mark.parametrize("config", KINDS, ids=lambda c: c.kind)
+@pytest.mark.parametrize("config", KINDS, ids=["diloco", "dilocox-int8", "dilocox-int4-buffer"])
 def test_noise_in_round_zero_with_three_clusters_is_pinned_on_the_noisy_one(config, named_params):
     history = run(config, named_params, 3, poisoned_round=0, poisoned_cluster=2, how="noise", rounds=1)
     assert [a.cluster for a in history[0][0].anomalies] == [2]

@@ -126,3 +126,112 @@ def test_gathered_rank_ordered_mean_equals_the_dense_mean_within_the_quantisatio
         a.apply(0, gathered, local, SIGNALS)
     for t0, t1, step in zip(theta0, algos[0].global_parameters(), expected_step, strict=True):
         torch.testing.assert_close(t0 - t1, step, rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("proxy", ["none", "own", "eager", "anchored"])
+def test_overlap_applies_every_rounds_mean_exactly_once(named_params, proxy):
+    """The look-ahead only moves where a round starts, never θ: with plain SGD (lr 1) and
+    drifts that do not depend on the start, θ_T = θ₀ − Σ_t mean_i Δ_t^i for every proxy."""
+    config = OuterConfig(kind="dilocox", compression=False, delay_proxy=proxy, **PLAIN_SGD)
+    algos = build_clusters(config, named_params, n_clusters=2)
+    locals_ = start_locals(named_params, 2)
+    updates = overlapped_run(algos, locals_, named_params, rounds=5)
+
+    assert [u[0].round for u in updates] == [0, 1, 2, 3, 4]
+    expected = [p.clone() for _, p in named_params]
+    for t in range(5):
+        for e, d0, d1 in zip(expected, local_drift(named_params, 0, t), local_drift(named_params, 1, t), strict=True):
+            e.sub_((d0 + d1) / 2)
+    for e, g in zip(expected, algos[0].global_parameters(), strict=True):
+        torch.testing.assert_close(g, e, rtol=0, atol=1e-6)
+    # After the final exchange every cluster holds θ_T.
+    for local in locals_:
+        for p, g in zip(local, algos[0].global_parameters(), strict=True):
+            assert torch.equal(p, g)
+
+
+def test_overlap_with_one_cluster_and_own_look_ahead_starts_each_round_at_the_next_theta(named_params):
+    """With one cluster the look-ahead is the outer step itself: from round 2 on, every round
+    starts exactly where blocking DiLoCo would put θ."""
+    config = OuterConfig(kind="dilocox", compression=False, delay_proxy="own")
+    algo = build_clusters(config, named_params, n_clusters=1)[0]
+    local = start_locals(named_params, 1)[0]
+    in_flight = None
+    for t in range(4):
+        train_locals([local], named_params, t)
+        payload = algo.contribution(t, local).payload
+        if in_flight is not None:
+            algo.apply(t - 1, [in_flight], local, SIGNALS)
+            if t >= 1:
+                # local = look-ahead with the fresh Δ_t; θ after applying Δ_t must equal it.
+                probe = build_clusters(config, named_params, n_clusters=1)[0]
+                probe.load_state_dict(algo.state_dict())
+                probe.apply(t, [payload], [p.clone() for p in local], SIGNALS)
+                for p, g in zip(local, probe.global_parameters(), strict=True):
+                    torch.testing.assert_close(p, g, rtol=0, atol=1e-6)
+        in_flight = payload
+
+
+def resume_matches(config, named_params, n_clusters, rounds, split, overlapped):
+    """Run `rounds` rounds straight, and again with a state_dict save/load after `split`."""
+    def drive(algos, locals_, start, stop, in_flight):
+        for t in range(start, stop):
+            train_locals(locals_, named_params, t)
+            gathered = [a.contribution(t, local).payload for a, local in zip(algos, locals_, strict=True)]
+            if not overlapped:
+                for a, local in zip(algos, locals_, strict=True):
+                    a.apply(t, gathered, local, SIGNALS)
+                continue
+            if in_flight is not None:
+                for a, local in zip(algos, locals_, strict=True):
+                    a.apply(t - 1, in_flight, local, SIGNALS)
+            in_flight = gathered
+        return in_flight
+
+    algos = build_clusters(config, named_params, n_clusters)
+    locals_ = start_locals(named_params, n_clusters)
+    in_flight = drive(algos, locals_, 0, split, None)
+    saved = [a.state_dict() for a in algos]
+    saved_locals = [[p.clone() for p in local] for local in locals_]
+    drive(algos, locals_, split, rounds, in_flight)
+
+    resumed = build_clusters(config, named_params, n_clusters)
+    for algo, state in zip(resumed, saved, strict=True):
+        algo.load_state_dict(state)
+    # The runtime restarts the in-flight exchange from the pending contributions.
+    pending = [a.pending_contribution() for a in resumed]
+    restarted = [c.payload for c in pending] if overlapped else None
+    assert (restarted is None) == (not overlapped) and all(c is not None for c in pending) == overlapped
+    drive(resumed, saved_locals, split, rounds, restarted)
+
+    for a, b in zip(locals_, saved_locals, strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    for a, b in zip(algos, resumed, strict=True):
+        sa, sb = a.state_dict(), b.state_dict()
+        assert sa.keys() == sb.keys()
+        assert all(torch.equal(sa[k], sb[k]) for k in sa), [k for k in sa if not torch.equal(sa[k], sb[k])]
+
+
+@pytest.mark.parametrize("overlapped", [False, True], ids=["blocking", "overlapped"])
+def test_state_dict_round_trip_continues_bit_exactly(named_params, overlapped):
+    config = compressed(overlap=overlapped, delay_proxy="anchored", rank=8, bits=4)
+    resume_matches(config, named_params, n_clusters=2, rounds=6, split=3, overlapped=overlapped)
+
+
+def test_rank_shrinks_with_concentrated_energy_and_grows_only_when_the_loss_stalls(named_params):
+    config = compressed(rank=8, min_rank=2, max_rank=16, rank_energy=0.6, stall_rounds=2)
+    algos = build_clusters(config, named_params, n_clusters=2)
+    locals_ = start_locals(named_params, 2)
+    ranks = []
+    for t in range(8):
+        improving = t < 5
+        signals = RoundSignals(mean_train_loss=3.0 - 0.1 * t if improving else 2.6)
+        train_locals(locals_, named_params, t)
+        gathered = [a.contribution(t, local).payload for a, local in zip(algos, locals_, strict=True)]
+        updates = [a.apply(t, gathered, local, signals) for a, local in zip(algos, locals_, strict=True)]
+        ranks.append(updates[0].rank)
+    improving_ranks = ranks[:6]
+    assert improving_ranks == sorted(improving_ranks, reverse=True), f"rank grew while improving: {ranks}"
+    assert ranks[1] < ranks[0], "the drift is rank-2 dominated: 60% of its energy needs few directions"
+    assert max(ranks[6:]) > ranks[5], f"two stalled rounds must give rank back: {ranks}"
+    assert max(ranks) <= 16
