@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+import rfc8785
+
 from trainer.data.config import DataConfig
 from trainer.errors import ConfigError
 from trainer.model import ModelConfig, stage_layout
@@ -189,8 +191,11 @@ class TrainConfig:
             raise ConfigError(f"TrainConfig: {exc}") from exc
 
     def digest_text(self) -> str:
-        """Sorted-key JSON of the configuration (what a config digest is taken over)."""
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        """RFC 8785 canonical JSON of the configuration (what a config digest is taken over).
+
+        Canonical, so that the configuration read back from a ledger entry (itself canonical
+        JSON, where 1.0 is written 1) has the digest the run was trained under."""
+        return rfc8785.dumps(self.to_dict()).decode()
 
 
 def load_config_file(path: Path) -> TrainConfig:
@@ -214,7 +219,12 @@ def _known(cls: type[Any], data: Any, where: str) -> dict[str, Any]:
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(f"{where} has unknown field(s) {', '.join(unknown)}; expected some of {', '.join(sorted(names))}")
-    return dict(data)
+    # JSON (and canonical JSON especially) writes 1.0 as 1: give float fields their floats back.
+    floats = {f.name for f in fields(cls) if str(f.type).split(" | ")[0] == "float"}
+    return {
+        k: float(v) if k in floats and isinstance(v, int) and not isinstance(v, bool) else v
+        for k, v in data.items()
+    }
 
 
 def _check(config: object, name: str, ok: bool, expected: str) -> None:
