@@ -70,6 +70,15 @@ class DemoRun:
     metric_keys: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class ServedRun:
+    """A recorded run and the base URL of a server serving it."""
+
+    url: str
+    """e.g. ``http://127.0.0.1:41234`` (no trailing slash)."""
+    run: DemoRun
+
+
 class _Clock:
     """Distinct, predictable timestamps: one minute per reading."""
 
