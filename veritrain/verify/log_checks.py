@@ -92,15 +92,34 @@ def check_chain(report: Report, view: RunView, note: str, head: TrustedHead | No
     if head is None:
         result.fail("not checked: no verified tree head to check the entries against")
         return False
+    audited = True
     try:
         summary = audit_run_log(
             view.run_id, [e.body for e in view.entries], note, [head.vkey], origin=head.checkpoint.origin
         )
+        result.notes.append(f"{summary.size} entries, root {summary.root_hash.hex()[:16]}…")
     except VerificationError as exc:
         result.fail(str(exc), index=exc.index, step=view.step_of(exc.index))
-        return False
-    result.notes.append(f"{summary.size} entries, root {summary.root_hash.hex()[:16]}…")
-    return True
+        audited = False
+    return check_step_sequence(report, view) and audited
+
+
+def check_step_sequence(report: Report, view: RunView) -> bool:
+    """2b. Outer steps are recorded once each, in order, from 0 without a gap (a resumed run
+    continues its chain; it never skips or repeats a step)."""
+    result = report.check(2)
+    expected = 0
+    for entry in view.outer_steps:
+        step = entry.step
+        if step is None:
+            result.fail("outer_step entry without a step number", index=entry.index)
+        elif step > expected:
+            missing = ", ".join(str(s) for s in range(expected, step))
+            result.fail(f"outer step {missing} is missing before this entry", index=entry.index, step=expected)
+        elif step < expected:
+            result.fail(f"outer step {step} is recorded again or out of order", index=entry.index, step=step)
+        expected = max(expected, (step or 0) + 1)
+    return result.passed
 
 
 def check_inclusion(report: Report, view: RunView, source: RunSource, head: TrustedHead | None) -> None:

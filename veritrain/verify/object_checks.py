@@ -110,9 +110,13 @@ def check_data(report: Report, view: RunView, source: RunSource, data: DataIndex
     if data is None:
         return
     train = {int(s["index"]) for s in data.document["shards"] if s.get("split") == "train"}
+    readers: dict[int, list[ViewEntry]] = {}
     for entry in view.outer_steps:
         for data_range in entry.payload.get("data_ranges", []):
             read = {i for first, last in data_range["shards"] for i in range(int(first), int(last) + 1)}
+            for shard_index in read:
+                if entry not in readers.setdefault(shard_index, []):
+                    readers[shard_index].append(entry)
             if read - train:
                 result.fail(
                     f"cluster {data_range['cluster']} read shards {sorted(read - train)[:5]} that are not training shards",
@@ -132,7 +136,15 @@ def check_data(report: Report, view: RunView, source: RunSource, data: DataIndex
             if width and size != int(shard["tokens"]) * width:
                 raise ValueError(f"expected {int(shard['tokens']) * width} bytes ({shard['tokens']} tokens), got {size}")
         except (ValueError, StorageError) as exc:
-            result.fail(f"data shard {shard['index']}: {exc}", index=view.data_manifest.index if view.data_manifest else None)
+            # Name the steps that trained on the shard: those are the ones it puts in doubt.
+            read_by = readers.get(int(shard["index"]), [])
+            used = f" (read in outer steps {', '.join(str(e.step) for e in read_by)})" if read_by else " (held out)"
+            first = read_by[0] if read_by else view.data_manifest
+            result.fail(
+                f"data shard {shard['index']}{used}: {exc}",
+                index=first.index if first else None,
+                step=first.step if first else None,
+            )
     result.notes.append(f"{len(chosen)} of {len(shards)} shards re-hashed")
 
 
@@ -149,23 +161,21 @@ def check_metrics(report: Report, view: RunView, source: RunSource) -> None:
             signed[(entry.step, key)] = float(value)
     served = {(m.step, m.key): m.value for m in source.metrics(view.run_id)}
     result.checked = len(signed)
+    problems: dict[int, list[str]] = {}
     for (step, key), value in sorted(signed.items()):
-        entry = where[step]
         if (step, key) not in served:
-            result.fail(f"metric {key!r} is missing from the metrics table", index=entry.index, step=step)
+            problems.setdefault(step, []).append(f"{key!r} is missing from the metrics table")
         elif served[(step, key)] != value:
-            result.fail(
-                f"metric {key!r}: the entry records {value!r}, the metrics table says {served[(step, key)]!r}",
-                index=entry.index,
-                step=step,
+            problems.setdefault(step, []).append(
+                f"{key!r}: the entry records {value!r}, the metrics table says {served[(step, key)]!r}"
             )
     for step, key in sorted(set(served) - set(signed)):
-        entry_or_none = where.get(step)
-        result.fail(
-            f"metric {key!r} at step {step} is in the metrics table but in no signed entry",
-            index=entry_or_none.index if entry_or_none else None,
-            step=step,
-        )
+        problems.setdefault(step, []).append(f"{key!r} is in the metrics table but in no signed entry")
+    # One line per step: a step whose entry vanished would otherwise produce one per metric.
+    for step, messages in sorted(problems.items()):
+        recorded = where.get(step)
+        shown = "; ".join(messages[:3]) + (f"; and {len(messages) - 3} more" if len(messages) > 3 else "")
+        result.fail(f"metrics of outer step {step}: {shown}", index=recorded.index if recorded else None, step=step)
 
 
 def _whole(source: RunSource, digest: str) -> bytes:
