@@ -1,0 +1,112 @@
+"""A 1 GiB object downloaded through ``veritrain serve`` (a separate server process):
+interrupted after 300 MiB, resumed with Range + If-Range, and reassembled to the right
+SHA-256, while the server's resident memory grows by less than 128 MiB. From the local
+store (Starlette FileResponse) and proxied from S3 (streamed by the app).
+
+The measuring client is ``web.download_check.download_with_resume``, which benchmarks can
+call the same way."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from unit.storage.payloads import deterministic_chunks
+
+from ledger.db import upgrade
+from storage import open_store
+from web.download_check import download_with_resume
+
+GiB = 1 << 30
+MiB = 1 << 20
+VERITRAIN = Path(sys.executable).with_name("veritrain")
+
+
+@pytest.fixture(scope="module")
+def expected_digest() -> str:
+    hasher = hashlib.sha256()
+    for chunk in deterministic_chunks(GiB, seed=11):
+        hasher.update(chunk)
+    return hasher.hexdigest()
+
+
+@pytest.fixture(params=["local", "s3-proxy"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "local":
+        yield f"file://{tmp_path / 'objects'}"
+        shutil.rmtree(tmp_path / "objects")  # pytest keeps recent tmp dirs; do not keep 1 GiB
+        return
+    yield request.getfixturevalue("s3_store_url")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def server(store_url: str, tmp_path: Path) -> Iterator[tuple[str, int]]:
+    """``veritrain serve`` over an empty ledger and ``store_url``, proxying S3 downloads."""
+    database_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    upgrade(database_url)
+    port = free_port()
+    env = dict(
+        os.environ,
+        VERITRAIN_DATABASE_URL=database_url,
+        VERITRAIN_STORE_URL=store_url,
+        VERITRAIN_S3_PRESIGN_DOWNLOADS="false",
+    )
+    process = subprocess.Popen(
+        [str(VERITRAIN), "serve", "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass  # not listening yet
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"veritrain serve did not become ready: {process.communicate()[0][-3000:]}")
+            time.sleep(0.2)
+        yield url, process.pid
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_a_1_gib_download_resumes_and_keeps_server_memory_flat(
+    server: tuple[str, int], store_url: str, expected_digest: str, tmp_path: Path
+) -> None:
+    url, pid = server
+    with open_store(store_url) as store:
+        digest = store.put(deterministic_chunks(GiB, seed=11), expected_sha256=expected_digest)
+        warm = store.put_bytes(b"warm-up")
+    object_url = f"{url}/api/v1/objects/{digest}"
+    # Warm the server up (imports, clients, first-request paths) before measuring.
+    assert httpx.get(f"{url}/api/v1/objects/{warm}").content == b"warm-up"
+    assert httpx.get(object_url, headers={"Range": "bytes=0-0"}).status_code == 206
+
+    report = download_with_resume(object_url, tmp_path / "download.bin", interrupt_after=300 * MiB, server_pid=pid)
+
+    assert report.interrupted_at == 300 * MiB
+    assert report.resumed_status == 206
+    assert report.size == GiB
+    assert report.sha256 == expected_digest == digest
+    assert report.etag == f'"{digest}"'
+    assert report.server_peak_growth is not None
+    assert report.server_peak_growth < 128 * MiB, f"server peak memory grew by {report.server_peak_growth / MiB:.0f} MiB"
+    (tmp_path / "download.bin").unlink()
