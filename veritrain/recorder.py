@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -216,6 +218,7 @@ class LedgerRecorder:
             },
             **evidence,
         }
+        _pause_for_crash_tests(record.step)
         ledger.append(run.run_id, KIND_OUTER_STEP, payload, step=record.step, metrics=metrics)
         run.previous_manifest_root = manifest.root
 
@@ -365,6 +368,21 @@ def _aggregate_digest(record: OuterStepRecord) -> str:
         (a.round, c.cluster, c.stage, c.digest) for a in record.applied for c in a.contribution_digests
     )
     return canonical_digest([list(item) for item in ordered])
+
+
+PAUSE_FOR_CRASH_TESTS = "VERITRAIN_TEST_PAUSE_BEFORE_APPEND"
+"""``<step>:<marker file>``: after step's objects are stored and before its entry is appended,
+create the marker and wait, so a test can kill the run at the worst moment. Tests only."""
+
+
+def _pause_for_crash_tests(step: int) -> None:
+    setting = os.environ.get(PAUSE_FOR_CRASH_TESTS)
+    if not setting:
+        return
+    pause_step, _, marker = setting.partition(":")
+    if int(pause_step) == step:
+        Path(marker).touch()
+        time.sleep(3600)
 
 
 def _plain(value: Any) -> Any:

@@ -1,0 +1,95 @@
+"""Kill-and-resume (issue #5): a run SIGKILLed after an outer step's objects were uploaded but
+before its entry was appended resumes with `veritrain train --resume RUN_ID`, and the finished
+run verifies with no gap and no duplicate -- and equals an uninterrupted run bit for bit."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ledger.db import create_engine
+from ledger.service import Ledger
+from veritrain.recorder import PAUSE_FOR_CRASH_TESTS
+from veritrain.settings import load_settings
+from veritrain.verify import DirectSource, verify_run
+from veritrain.verify.witness import Witness
+
+ARGS = ["train", "--preset", "tiny", "--outer-steps", "4", "--inner-steps", "8", "--run-id", "crash", "--quiet"]
+KILLED_AT = 2
+
+
+def _veritrain() -> str:
+    path = shutil.which("veritrain", path=str(Path(sys.executable).parent))
+    assert path is not None
+    return path
+
+
+def _env(data_dir: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "VERITRAIN_DATA_DIR": str(data_dir), **extra}
+
+
+def _steps(data_dir: Path) -> list[int]:
+    engine = create_engine(f"sqlite:///{data_dir / 'ledger.db'}")
+    try:
+        return [e.step for e in Ledger(engine).entries("crash", 0, 1000) if e.kind == "outer_step"]
+    finally:
+        engine.dispose()
+
+
+def _manifest_roots(data_dir: Path) -> list[str]:
+    engine = create_engine(f"sqlite:///{data_dir / 'ledger.db'}")
+    try:
+        return [e.payload["checkpoint"]["manifest_root"] for e in Ledger(engine).entries("crash", 0, 1000) if e.kind == "outer_step"]
+    finally:
+        engine.dispose()
+
+
+def test_a_run_killed_mid_upload_resumes_with_no_gap_and_no_duplicate(tmp_path: Path) -> None:
+    crashed, reference = tmp_path / "crashed", tmp_path / "reference"
+    marker = tmp_path / "paused"
+    process = subprocess.Popen(
+        [_veritrain(), *ARGS],
+        env=_env(crashed, **{PAUSE_FOR_CRASH_TESTS: f"{KILLED_AT}:{marker}"}),
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 300
+    while not marker.exists():
+        assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
+        assert time.monotonic() < deadline, "the run never reached the pause point"
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)  # the whole process group: launcher and every rank
+    process.wait(timeout=60)
+    assert _steps(crashed) == [0, 1], "the killed step must not be recorded"
+
+    resumed = subprocess.run(
+        [_veritrain(), "train", "--resume", "crash", "--quiet"], env=_env(crashed), capture_output=True, text=True, timeout=600
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert _steps(crashed) == [0, 1, 2, 3]
+
+    source = DirectSource(load_settings(data_dir=crashed))
+    try:
+        report = verify_run(source, "crash", witness=Witness(tmp_path / "witness"))
+    finally:
+        source.close()
+    assert report.ok, report.render()
+    assert report.summary["finished"] is True
+
+    uninterrupted = subprocess.run([_veritrain(), *ARGS], env=_env(reference), capture_output=True, text=True, timeout=600)
+    assert uninterrupted.returncode == 0, uninterrupted.stderr
+    assert _manifest_roots(crashed) == _manifest_roots(reference)
+
+
+def test_resuming_an_unknown_run_says_so(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [_veritrain(), "train", "--resume", "nope"], env=_env(tmp_path), capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode != 0
+    assert "no ledger" in result.stderr or "nope" in result.stderr
