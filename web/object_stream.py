@@ -3,8 +3,10 @@
 Used when the store has no local file to hand to ``FileResponse`` and downloads are not
 redirected to presigned URLs. Memory stays flat: the store's reader yields chunks of at most
 1 MiB and each is sent before the next is read. A whole-object read is verified against its
-digest as it streams (``storage.reader``): if the stored bytes are corrupt, the response is
-aborted before its last byte, so a client never completes a bad download.
+digest as it streams (``storage.reader`` raises after the last chunk instead of ending), and
+the last chunk is held back until that check has passed: if the stored bytes are corrupt,
+the connection is dropped short of ``Content-Length``, so a client never completes a bad
+download.
 
 Several ranges are sent as ``multipart/byteranges`` (RFC 9110 §14.6, RFC 2046 §5.1.1):
 
@@ -67,7 +69,13 @@ def stream_response(
 def _read(store: ObjectStore, digest: str, byte_range: ByteRange | None) -> Iterator[bytes]:
     start, end = (None, None) if byte_range is None else (byte_range.start, byte_range.end)
     with store.open(digest, start, end) as reader:
-        yield from reader
+        held: bytes | None = None
+        for chunk in reader:  # ends only once a whole read has verified
+            if held is not None:
+                yield held
+            held = chunk
+        if held is not None:
+            yield held
 
 
 def _multipart(

@@ -124,3 +124,24 @@ def test_hf_hub_download_follows_the_redirect_to_s3(production_run: DemoRun, tmp
         path = hf_hub_download(repo_id=run.run_id, filename=name, revision="step-000002", endpoint=url, cache_dir=tmp_path)
 
     assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == run.checkpoints[2].files[name]
+
+
+def test_a_corrupt_object_in_s3_never_completes_through_the_proxy(module_bucket: str, s3_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    genuine = random_blob(3 << 20, seed=3)
+    digest = hashlib.sha256(genuine).hexdigest()
+    tampered = genuine[:-1] + bytes([genuine[-1] ^ 1])
+    bucket, prefix = module_bucket.removeprefix("s3://").split("/", 1)
+    # Write straight to the key, as someone with bucket access could (the store never would).
+    s3_server.client().put_object(Bucket=bucket, Key=f"{prefix}/sha256/{digest}", Body=tampered)
+    database_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    upgrade(database_url)
+    settings = AppSettings(database_url=database_url, store_url=module_bucket, s3_presign_downloads=False)
+
+    with serve_in_thread(settings) as url, httpx.stream("GET", f"{url}/api/v1/objects/{digest}") as response:
+        assert response.headers["content-length"] == str(len(genuine))
+        received = bytearray()
+        with pytest.raises(httpx.RemoteProtocolError):
+            for chunk in response.iter_raw():
+                received += chunk
+    assert len(received) < len(genuine)
+    assert bytes(received) == tampered[: len(received)]
