@@ -37,9 +37,10 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from ledger.errors import LedgerError
     from storage.errors import StorageError
     from trainer.errors import TrainerError
+    from veritrain.errors import VeritrainError
     from veritrain.settings import SettingsError
 
-    return (AttestationError, LedgerError, StorageError, TrainerError, SettingsError)
+    return (AttestationError, LedgerError, StorageError, TrainerError, SettingsError, VeritrainError)
 
 
 def main() -> None:

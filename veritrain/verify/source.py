@@ -16,6 +16,7 @@ from ledger.db import create_engine, sqlite_file_missing
 from ledger.errors import NotFoundError
 from ledger.service import Ledger
 from storage import ObjectStore, open_store
+from veritrain.errors import VeritrainError
 from veritrain.settings import Settings
 
 SMALL_OBJECT_LIMIT = 64 << 20
@@ -29,7 +30,7 @@ class MetricRow:
     value: float
 
 
-class SourceError(Exception):
+class SourceError(VeritrainError):
     """The source cannot deliver what was asked (unknown run, unreachable server)."""
 
 
