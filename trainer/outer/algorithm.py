@@ -74,8 +74,8 @@ class OuterLoop:
         self.outer = OuterNesterov(
             names=self.names,
             initial=[p for _, p in named_params],
-            lr=config.outer_lr,
-            momentum=config.outer_momentum,
+            lr=config.lr,
+            momentum=config.momentum,
             nesterov=config.nesterov,
         )
         self.detector = AnomalyDetector(

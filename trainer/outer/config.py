@@ -29,10 +29,12 @@ class OuterConfig:
     """``"diloco"``: blocking, uncompressed fp32 pseudo-gradients. ``"dilocox"``: low-rank +
     quantised pseudo-gradients with error feedback, optionally overlapped with a one-step delay."""
 
-    outer_lr: float = 0.7
-    """Outer learning rate (DiLoCo: 0.7)."""
-    outer_momentum: float = 0.9
-    """Outer momentum (DiLoCo: 0.9)."""
+    outer_lr: float | None = None
+    """Outer learning rate. None: 0.7 (DiLoCo) when blocking, 0.5 with the one-step-delay
+    overlap (measured: docs/outer-algorithm.md). Always a number after construction."""
+    outer_momentum: float | None = None
+    """Outer momentum. None: 0.9 (DiLoCo) when blocking, 0.8 with the one-step-delay overlap.
+    Always a number after construction."""
     nesterov: bool = True
     """Nesterov momentum in the outer SGD step (DiLoCo uses it; False gives heavy-ball SGD)."""
 
@@ -72,12 +74,14 @@ class OuterConfig:
     # --- overlap (DiLoCoX only) -----------------------------------------------------------
     overlap: bool = True
     """One-step-delay overlap: round t's exchange runs while round t+1 computes."""
-    delay_proxy: DelayProxy = "own"
+    delay_proxy: DelayProxy = "anchored"
     """Where a round starts while the previous exchange is in flight (docs/outer-algorithm.md):
     ``"none"`` from the global parameters, which lag one round; ``"own"`` from a look-ahead
     outer step that stands this cluster's own fresh pseudo-gradient in for the missing mean;
     ``"eager"`` from one that uses the last mean with this cluster's part replaced by its
-    fresh one (Kale et al. 2025, "Eager updates")."""
+    fresh one (Kale et al. 2025, "Eager updates"); ``"anchored"`` (default) from ``"own"``'s
+    look-ahead minus half of the cluster's current offset from θ, which keeps the clusters from
+    drifting apart."""
 
     # --- anomaly checks (both kinds) ------------------------------------------------------
     anomaly_checks: bool = True
@@ -102,12 +106,17 @@ class OuterConfig:
     def __post_init__(self) -> None:
         if self.kind not in ("diloco", "dilocox"):
             raise ConfigError(f"OuterConfig.kind must be 'diloco' or 'dilocox', got {self.kind!r}")
-        _require(self, "outer_lr", math.isfinite(self.outer_lr) and self.outer_lr > 0, "> 0")
+        # Resolve the kind-dependent defaults so the recorded config holds the numbers used.
+        if self.outer_lr is None:
+            object.__setattr__(self, "outer_lr", 0.5 if self.overlapped else 0.7)
+        if self.outer_momentum is None:
+            object.__setattr__(self, "outer_momentum", 0.8 if self.overlapped else 0.9)
+        _require(self, "outer_lr", math.isfinite(self.lr) and self.lr > 0, "> 0")
         _require(self, "delay_proxy", self.delay_proxy in ("none", "own", "eager", "anchored"),
                  "'none', 'own', 'eager' or 'anchored'")
         _require(self, "error_feedback", self.error_feedback in ("local", "buffer", "none"),
                  "'local', 'buffer' or 'none'")
-        _require(self, "outer_momentum", 0.0 <= self.outer_momentum < 1.0, "in [0, 1)")
+        _require(self, "outer_momentum", 0.0 <= self.momentum < 1.0, "in [0, 1)")
         _require(self, "rank", self.rank >= 1, ">= 1")
         _require(self, "bits", self.bits in (4, 8, 16, 32), "one of 4, 8, 16, 32")
         _require(self, "quant_block", self.quant_block >= 2 and self.quant_block % 2 == 0,
@@ -126,6 +135,16 @@ class OuterConfig:
         _require(self, "min_inner_steps", self.min_inner_steps >= 1, ">= 1")
         _require(self, "max_inner_steps", self.max_inner_steps >= self.min_inner_steps,
                  f">= min_inner_steps ({self.min_inner_steps})")
+
+    @property
+    def lr(self) -> float:
+        """The resolved outer learning rate."""
+        return float(self.outer_lr if self.outer_lr is not None else math.nan)
+
+    @property
+    def momentum(self) -> float:
+        """The resolved outer momentum."""
+        return float(self.outer_momentum if self.outer_momentum is not None else math.nan)
 
     @property
     def compressed(self) -> bool:

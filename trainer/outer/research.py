@@ -96,8 +96,9 @@ def _dilocox(**overrides: Any) -> OuterConfig:
 
 def sweeps() -> dict[str, dict[str, tuple[str, OuterConfig | None, dict[str, Any]]]]:
     """Named sweeps: run name -> (method, outer config, SimulationConfig overrides)."""
-    fixed = {"adaptive_rank": False, "anomaly_checks": False}
-    blocking = {"overlap": False, **fixed}
+    fixed: dict[str, Any] = {"adaptive_rank": False, "anomaly_checks": False}
+    blocking: dict[str, Any] = {"overlap": False, **fixed}
+    delayed: dict[str, Any] = {"delay_proxy": "anchored", "outer_lr": 0.5, "outer_momentum": 0.8}
 
     def compress(rank: int, bits: int, ef: str = "local", **extra: Any) -> OuterConfig:
         return _dilocox(rank=rank, min_rank=1, max_rank=max(rank, 64), bits=bits, error_feedback=ef, **extra)
@@ -120,6 +121,25 @@ def sweeps() -> dict[str, dict[str, tuple[str, OuterConfig | None, dict[str, Any
                 (16, 8, "none"), (16, 8, "buffer"), (16, 8, "local"),
                 (8, 8, "local"), (32, 8, "local"), (16, 4, "local"), (32, 4, "local"), (64, 4, "local"),
             )
+        },
+        "combined": {
+            **{
+                f"overlap-r{r}-int{b}": ("dilocox", compress(r, b, **delayed, **fixed), {})
+                for r, b in ((16, 8), (16, 4), (28, 4), (32, 4), (48, 4))
+            },
+            "overlap-r32-int4-lr0.7-m0.9": (
+                "dilocox", compress(32, 4, delay_proxy="anchored", outer_lr=0.7, outer_momentum=0.9, **fixed), {}
+            ),
+            "overlap-adaptive-r32-int4": (
+                "dilocox", compress(32, 4, **delayed, adaptive_rank=True, anomaly_checks=False), {}
+            ),
+        },
+        "horizon": {
+            **{f"diloco-H{h}": ("diloco", OuterConfig(kind="diloco"), {"inner_steps": h}) for h in (50, 100)},
+            **{
+                f"overlap-r{r}-int4-H{h}": ("dilocox", compress(r, 4, **delayed, **fixed), {"inner_steps": h})
+                for r, h in ((32, 50), (16, 50), (32, 100))
+            },
         },
     }
 
@@ -172,14 +192,14 @@ def load(folder: Path) -> list[dict[str, Any]]:
 
 
 def report(rows: list[dict[str, Any]]) -> Iterator[str]:
-    """Markdown table: loss, gap to DiLoCo and AllReduce (same H and steps), bytes ratio."""
-    base = {(r["inner_steps"], r["total_steps"], r["method"]): r for r in rows if r["sweep"] == "baselines"}
+    """Markdown table: loss, gap to AllReduce and to plain DiLoCo at H = 25 (same steps, so the
+    same tokens), bytes ratio against the AllReduce baseline."""
+    base = _baselines(rows)
     yield "| sweep | run | H | held-out loss | vs AllReduce | vs DiLoCo | bytes/cluster | AllReduce ÷ bytes | ranks |"
     yield "|---|---|---|---|---|---|---|---|---|"
     for r in rows:
-        key = (r["inner_steps"], r["total_steps"])
-        allreduce = base.get((*key, "allreduce")) or base.get((25, r["total_steps"], "allreduce"))
-        diloco = base.get((*key, "diloco"))
+        allreduce = base.get((25, r["total_steps"], "allreduce"))  # the one reference: H plays no role
+        diloco = base.get((25, r["total_steps"], "diloco"))
         loss = r["final_eval_loss"]
         gap_ar = _gap(loss, allreduce)
         gap_dl = _gap(loss, diloco)
@@ -188,6 +208,16 @@ def report(rows: list[dict[str, Any]]) -> Iterator[str]:
         rank_text = "-" if not ranks or ranks == [0] else f"{r['ranks'][0]}→{r['ranks'][-1]}"
         yield (f"| {r['sweep']} | {r['run']} | {r['inner_steps']} | {loss:.4f}{' (diverged)' if r['diverged'] else ''} "
                f"| {gap_ar} | {gap_dl} | {r['bytes_per_cluster']:.3g} | {ratio:,.0f}× | {rank_text} |")
+
+
+def _baselines(rows: list[dict[str, Any]]) -> dict[tuple[int, int, str], dict[str, Any]]:
+    """AllReduce and plain-DiLoCo (paper defaults) runs by (H, steps, method)."""
+    return {
+        (r["inner_steps"], r["total_steps"], r["method"]): r
+        for r in rows
+        if r["method"] == "allreduce"
+        or (r["method"] == "diloco" and (r["outer"]["outer_lr"], r["outer"]["outer_momentum"]) == (0.7, 0.9))
+    }
 
 
 def _gap(loss: float, reference: dict[str, Any] | None) -> str:
@@ -203,15 +233,15 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    diloco = {(r["inner_steps"], r["total_steps"]): r["final_eval_loss"]
-              for r in rows if r["sweep"] == "baselines" and r["method"] == "diloco"}
+    diloco = {steps: r["final_eval_loss"] for (h, steps, method), r in _baselines(rows).items()
+              if method == "diloco" and h == 25}
     fig, ax = plt.subplots(figsize=(8, 5))
     for sweep in sorted({r["sweep"] for r in rows}):
         points = [
             (r["allreduce_bytes_per_cluster"] / r["bytes_per_cluster"],
-             100.0 * (r["final_eval_loss"] / diloco[(r["inner_steps"], r["total_steps"])] - 1.0), r["run"])
+             100.0 * (r["final_eval_loss"] / diloco[r["total_steps"]] - 1.0), r["run"])
             for r in rows
-            if r["sweep"] == sweep and (r["inner_steps"], r["total_steps"]) in diloco
+            if r["sweep"] == sweep and r["total_steps"] in diloco and r["method"] != "allreduce"
             and r["bytes_per_cluster"] and math.isfinite(r["final_eval_loss"])
         ]
         if not points:

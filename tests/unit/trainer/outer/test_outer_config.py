@@ -38,3 +38,11 @@ def test_to_dict_is_json_able():
     import json
 
     assert json.loads(json.dumps(OuterConfig(kind="dilocox").to_dict()))["kind"] == "dilocox"
+
+
+def test_outer_step_defaults_depend_on_the_overlap_and_are_recorded():
+    assert (OuterConfig(kind="dilocox").outer_lr, OuterConfig(kind="dilocox").outer_momentum) == (0.5, 0.8)
+    blocking = OuterConfig(kind="dilocox", overlap=False)
+    assert (blocking.outer_lr, blocking.outer_momentum) == (0.7, 0.9)
+    explicit = OuterConfig(kind="dilocox", outer_lr=0.6, outer_momentum=0.7)
+    assert explicit.to_dict()["outer_lr"] == 0.6 and explicit.momentum == 0.7
