@@ -1,0 +1,73 @@
+"""`veritrain verify --api URL` and `veritrain reproduce --api URL`: an auditor with nothing
+but the server's URL checks a real recorded run, and catches tampering the API exposes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from e2e.recorded_runs import RUN_ID
+from e2e.test_tamper import STEP, delete_entry, edit_metric, flip_checkpoint_byte, roll_back_tree_head
+
+from veritrain.reproduce import reproduce_step
+from veritrain.settings import Settings
+from veritrain.verify import verify_run
+from veritrain.verify.api_source import ApiSource
+from veritrain.verify.witness import Witness
+from web.settings import WebSettings
+
+Serve = Callable[[WebSettings], str]
+
+
+def _cli(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    veritrain = shutil.which("veritrain", path=str(Path(sys.executable).parent))
+    assert veritrain is not None
+    # No VERITRAIN_* database or store: the API is all the auditor has.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VERITRAIN_")}
+    env["VERITRAIN_WITNESS_DIR"] = str(tmp_path / "witness")
+    return subprocess.run([veritrain, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_verify_and_reproduce_with_only_the_url(recorded_run: Settings, serve_app: Serve, tmp_path: Path) -> None:
+    url = serve_app(recorded_run)
+    result = _cli(["verify", RUN_ID, "--api", url, "--json"], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] and [c["number"] for c in report["checks"]] == list(range(1, 10))
+    assert report["source"] == url
+
+    reproduced = _cli(["reproduce", RUN_ID, "--step", "1", "--api", url], tmp_path)
+    assert reproduced.returncode == 0, reproduced.stdout + reproduced.stderr
+    assert "MATCH" in reproduced.stdout and "MISMATCH" not in reproduced.stdout
+
+
+def test_the_most_recent_run_is_the_default(recorded_run: Settings, serve_app: Serve, tmp_path: Path) -> None:
+    source = ApiSource(serve_app(recorded_run))
+    try:
+        assert source.latest_run_id() == RUN_ID
+        comparison = reproduce_step(source, None, 0, cluster=1)
+    finally:
+        source.close()
+    assert comparison.ok and comparison.cluster == 1
+
+
+@pytest.mark.parametrize(
+    "tamper", [edit_metric, delete_entry, roll_back_tree_head, flip_checkpoint_byte], ids=lambda f: f.__name__
+)
+def test_tampering_shows_through_the_api(
+    tamper: Callable[[Settings], None], fresh_run: Settings, serve_app: Serve, tmp_path: Path
+) -> None:
+    tamper(fresh_run)
+    source = ApiSource(serve_app(fresh_run))
+    try:
+        report = verify_run(source, RUN_ID, witness=Witness(tmp_path / "witness"))
+    finally:
+        source.close()
+    assert not report.ok
+    assert any(f.step == STEP for f in report.failures), report.render()
