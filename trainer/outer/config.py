@@ -31,10 +31,10 @@ class OuterConfig:
 
     outer_lr: float | None = None
     """Outer learning rate. None: 0.7 (DiLoCo) when blocking, 0.5 with the one-step-delay
-    overlap (measured: docs/outer-algorithm.md). Always a number after construction."""
+    overlap (measured: docs/outer-algorithm.md). Read the resolved value from ``lr``."""
     outer_momentum: float | None = None
     """Outer momentum. None: 0.9 (DiLoCo) when blocking, 0.8 with the one-step-delay overlap.
-    Always a number after construction."""
+    Read the resolved value from ``momentum``."""
     nesterov: bool = True
     """Nesterov momentum in the outer SGD step (DiLoCo uses it; False gives heavy-ball SGD)."""
 
@@ -106,11 +106,6 @@ class OuterConfig:
     def __post_init__(self) -> None:
         if self.kind not in ("diloco", "dilocox"):
             raise ConfigError(f"OuterConfig.kind must be 'diloco' or 'dilocox', got {self.kind!r}")
-        # Resolve the kind-dependent defaults so the recorded config holds the numbers used.
-        if self.outer_lr is None:
-            object.__setattr__(self, "outer_lr", 0.5 if self.overlapped else 0.7)
-        if self.outer_momentum is None:
-            object.__setattr__(self, "outer_momentum", 0.8 if self.overlapped else 0.9)
         _require(self, "outer_lr", math.isfinite(self.lr) and self.lr > 0, "> 0")
         _require(self, "delay_proxy", self.delay_proxy in ("none", "own", "eager", "anchored"),
                  "'none', 'own', 'eager' or 'anchored'")
@@ -138,13 +133,19 @@ class OuterConfig:
 
     @property
     def lr(self) -> float:
-        """The resolved outer learning rate."""
-        return float(self.outer_lr if self.outer_lr is not None else math.nan)
+        """The outer learning rate in use (``outer_lr`` or its kind-dependent default). Left
+        unresolved in the field so that ``dataclasses.replace(config, overlap=...)`` picks the
+        default of the new mode."""
+        if self.outer_lr is not None:
+            return self.outer_lr
+        return 0.5 if self.overlapped else 0.7
 
     @property
     def momentum(self) -> float:
-        """The resolved outer momentum."""
-        return float(self.outer_momentum if self.outer_momentum is not None else math.nan)
+        """The outer momentum in use (``outer_momentum`` or its kind-dependent default)."""
+        if self.outer_momentum is not None:
+            return self.outer_momentum
+        return 0.8 if self.overlapped else 0.9
 
     @property
     def compressed(self) -> bool:
@@ -157,8 +158,9 @@ class OuterConfig:
         return self.kind == "dilocox" and self.overlap
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form, for the run's genesis entry."""
-        return asdict(self)
+        """JSON-able form for the run's genesis entry, with the outer lr and momentum that are
+        actually used written out (``OuterConfig(**d)`` gives the same algorithm back)."""
+        return {**asdict(self), "outer_lr": self.lr, "outer_momentum": self.momentum}
 
 
 def _require(config: OuterConfig, name: str, ok: bool, expected: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from trainer.errors import ConfigError
@@ -10,7 +12,7 @@ from trainer.outer import OuterConfig
 
 def test_defaults_are_the_diloco_paper_values():
     config = OuterConfig()
-    assert (config.kind, config.outer_lr, config.outer_momentum, config.nesterov) == ("diloco", 0.7, 0.9, True)
+    assert (config.kind, config.lr, config.momentum, config.nesterov) == ("diloco", 0.7, 0.9, True)
     assert not config.overlapped and not config.compressed
 
 
@@ -41,8 +43,12 @@ def test_to_dict_is_json_able():
 
 
 def test_outer_step_defaults_depend_on_the_overlap_and_are_recorded():
-    assert (OuterConfig(kind="dilocox").outer_lr, OuterConfig(kind="dilocox").outer_momentum) == (0.5, 0.8)
+    assert (OuterConfig(kind="dilocox").lr, OuterConfig(kind="dilocox").momentum) == (0.5, 0.8)
     blocking = OuterConfig(kind="dilocox", overlap=False)
-    assert (blocking.outer_lr, blocking.outer_momentum) == (0.7, 0.9)
+    assert (blocking.lr, blocking.momentum) == (0.7, 0.9)
+    assert blocking.to_dict()["outer_lr"] == 0.7
+    # Switching the kind of a default config switches to that kind's defaults.
+    assert dataclasses.replace(OuterConfig(), kind="dilocox").lr == 0.5
     explicit = OuterConfig(kind="dilocox", outer_lr=0.6, outer_momentum=0.7)
     assert explicit.to_dict()["outer_lr"] == 0.6 and explicit.momentum == 0.7
+    assert OuterConfig(**explicit.to_dict()) == explicit
