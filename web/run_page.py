@@ -96,6 +96,9 @@ class RunPage:
     status: RunStatus
     keys: Sequence[KeyRecord]
     genesis: Mapping[str, Any]
+    genesis_keys: Mapping[str, Any]
+    """The genesis' ``keys`` object (apart, since Jinja would read ``genesis.keys`` as the
+    dict method)."""
     data: DataSummary | None
     final: Mapping[str, Any] | None
     rows: Sequence[StepRow]
@@ -121,13 +124,15 @@ def run_page(
     page = min(max(page, 1), pages)
     data_entry = ledger.entry(run_id, DATA_MANIFEST_INDEX) if run.size > DATA_MANIFEST_INDEX else None
     final = final_entry(ledger, run_id, run.size)
+    genesis = genesis_entry(ledger, run_id).payload
     series = series_cache.series(ledger, run_id, CHART_KEYS, CHART_POINTS)
     return RunPage(
         run=run,
         head=head,
         status=status_cache.status(ledger, run_id, run.size),
         keys=ledger.keys(run_id),
-        genesis=genesis_entry(ledger, run_id).payload,
+        genesis=genesis,
+        genesis_keys=_mapping(genesis.get("keys")),
         data=data_summary(data_entry.payload) if data_entry is not None else None,
         final=final.payload if final is not None else None,
         rows=_table_rows(ledger, run_id, run.size, page),

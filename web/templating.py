@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import Request
 from fastapi.templating import Jinja2Templates
+from jinja2 import Undefined
 from starlette.responses import Response
 
 from web.vendor import plotly_bundle
@@ -34,7 +35,14 @@ def _number(value: Any, digits: int = 4) -> str:
 
 
 def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True)
+    # A field missing from a record is Jinja's Undefined: shown as null, not an error page.
+    return json.dumps(value, indent=2, sort_keys=True, default=_undefined_as_null)
+
+
+def _undefined_as_null(value: Any) -> None:
+    if isinstance(value, Undefined):
+        return None
+    raise TypeError(f"expected JSON-able record values, got {type(value).__name__}")
 
 
 def script_json(value: Any) -> str:

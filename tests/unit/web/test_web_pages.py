@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -18,6 +19,7 @@ from ledger.db import create_engine
 from ledger.models import Entry
 from web import run_page
 from web.app import create_app
+from web.settings import AppSettings
 from web.templating import script_json
 
 
@@ -158,3 +160,24 @@ def test_a_tampered_entry_turns_the_status_red_and_names_the_entry(fresh_run: De
     status = html[html.index('<section id="status"'):html.index("</section>")]
     assert 'class="card failed"' in status
     assert "Log audit failed at entry 2" in status
+
+
+def test_a_run_with_only_a_bare_genesis_still_renders(tmp_path: Path) -> None:
+    from ledger.db import upgrade
+    from ledger.keyring import InMemoryLogKeys
+    from ledger.service import Ledger
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    upgrade(url)
+    engine = create_engine(url)
+    Ledger(engine, origin="test.local", log_keys=InMemoryLogKeys()).create_run("bare", {"note": "no documented fields"})
+    engine.dispose()
+
+    with TestClient(create_app(AppSettings(database_url=url, store_url=f"file://{tmp_path / 'o'}"))) as client:
+        response = client.get("/runs/bare")
+
+    assert response.status_code == 200
+    assert 'class="card ok"' in response.text
+    assert "The checkpoint cannot be listed" in response.text and "initial_checkpoint" in response.text
+    assert "No outer steps on this page." in response.text
+    assert "No data manifest recorded yet." in response.text

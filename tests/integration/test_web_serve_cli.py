@@ -1,0 +1,47 @@
+"""``veritrain serve`` as a user runs it: a separate process on the configured ledger and
+store, printing the URL it serves, answering, and stopping on SIGINT (Ctrl+C)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from unit.web.web_fixture_run import record_demo_run
+
+VERITRAIN = Path(sys.executable).with_name("veritrain")
+
+
+def test_veritrain_serve_prints_its_url_serves_the_run_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    run = record_demo_run(f"sqlite:///{tmp_path / 'ledger.db'}", f"file://{tmp_path / 'objects'}", steps=1)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, VERITRAIN_DATABASE_URL=run.database_url, VERITRAIN_STORE_URL=run.store_url, VERITRAIN_ORIGIN=run.origin)
+    process = subprocess.Popen(
+        [str(VERITRAIN), "serve", "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        assert process.stdout is not None
+        first_line = process.stdout.readline()
+        assert f"http://127.0.0.1:{port}/" in first_line
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                runs = httpx.get(f"http://127.0.0.1:{port}/api/v1/runs", timeout=2)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the server never answered"
+                time.sleep(0.2)
+        assert [r["run_id"] for r in runs.json()["runs"]] == [run.run_id]
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 130  # the shell's status for a Ctrl+C'd command
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
