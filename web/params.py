@@ -26,7 +26,7 @@ Sha256Path = Annotated[
     ),
 ]
 IndexPath = Annotated[int, Path(ge=0, le=MAX_INT64, description="Entry index, 0 = `run.genesis`.")]
-StepPath = Annotated[int, Path(ge=0, le=MAX_INT64, description="Outer step; 0 = the initial checkpoint.")]
+StepPath = Annotated[int, Path(ge=0, le=MAX_INT64, description="Outer step, 0-based.")]
 SizeQuery = Annotated[
     int | None,
     Query(ge=1, le=MAX_INT64, description="Tree size (number of entries); default: the latest signed tree head."),

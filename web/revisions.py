@@ -1,9 +1,9 @@
 """Revision names of the Hugging Face ``resolve`` route: a run is a "repository" whose
 revisions are its outer steps.
 
-``step-000012`` (any number of digits is accepted, six are written) names outer step 12;
-``step-000000`` the initial checkpoint; ``latest`` -- and ``main``, the revision
-``huggingface_hub`` asks for when given none -- the newest recorded step.
+``step-000012`` (any number of digits is accepted, six are written) names the checkpoint
+written by outer step 12 (steps are 0-based, docs/records.md); ``latest`` -- and ``main``,
+the revision ``huggingface_hub`` asks for when given none -- the newest recorded step.
 """
 
 from __future__ import annotations

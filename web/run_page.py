@@ -106,7 +106,8 @@ class RunPage:
     pages: int
     charts: Sequence[tuple[str, str, tuple[str, ...]]]
     chart_data: Mapping[str, Any]
-    latest_checkpoint: LatestCheckpoint
+    latest_checkpoint: LatestCheckpoint | None
+    """None before the first outer step."""
 
 
 def run_page(
@@ -140,7 +141,7 @@ def run_page(
         pages=pages,
         charts=CHARTS,
         chart_data={s.key: {"steps": s.steps, "values": s.values, "total": s.total} for s in series},
-        latest_checkpoint=latest_checkpoint(ledger, store, run_id, run.latest_step or 0),
+        latest_checkpoint=None if run.latest_step is None else latest_checkpoint(ledger, store, run_id, run.latest_step),
     )
 
 

@@ -31,7 +31,7 @@ class CheckpointRef:
     run_id: str
     step: int
     entry_index: int
-    """The ``outer_step`` entry (or, for step 0, the genesis) that records it."""
+    """The ``outer_step`` entry that records it."""
     entry_leaf_hash: str
     """That entry's leaf hash (hex): it commits to the manifest root."""
     manifest_root: str
@@ -53,16 +53,15 @@ def payload_field(entry: EntryRecord, *path: str) -> Any:
 
 
 def checkpoint_ref(ledger: Ledger, run_id: str, step: int) -> CheckpointRef:
-    """The checkpoint of outer step ``step``; step 0 is the initial checkpoint named by the
-    genesis. Unknown runs and steps raise the ledger's ``NotFoundError`` subclasses."""
-    where = "initial_checkpoint" if step == 0 else "checkpoint"
-    entry = ledger.entry(run_id, GENESIS_INDEX) if step == 0 else ledger.entry_by_step(run_id, step)
-    root = payload_field(entry, where, "manifest_root")
-    manifest_object = payload_field(entry, where, "manifest_object")
+    """The checkpoint written at the end of outer step ``step`` (0-based, docs/records.md).
+    Unknown runs and steps raise the ledger's ``NotFoundError`` subclasses."""
+    entry = ledger.entry_by_step(run_id, step)
+    root = payload_field(entry, "checkpoint", "manifest_root")
+    manifest_object = payload_field(entry, "checkpoint", "manifest_object")
     if not (isinstance(root, str) and isinstance(manifest_object, str)):
         raise RecordError(
-            f"run {run_id!r} entry {entry.index}: expected {where}.manifest_root and "
-            f"{where}.manifest_object as hex strings, got {root!r} and {manifest_object!r}"
+            f"run {run_id!r} entry {entry.index}: expected checkpoint.manifest_root and "
+            f"checkpoint.manifest_object as hex strings, got {root!r} and {manifest_object!r}"
         )
     return CheckpointRef(
         run_id=run_id,
@@ -74,10 +73,10 @@ def checkpoint_ref(ledger: Ledger, run_id: str, step: int) -> CheckpointRef:
     )
 
 
-def latest_checkpoint_step(ledger: Ledger, run_id: str) -> int:
-    """The newest outer step with a checkpoint (0, the initial one, before the first step)."""
-    latest = ledger.get_run(run_id).latest_step
-    return 0 if latest is None else latest
+def latest_checkpoint_step(ledger: Ledger, run_id: str) -> int | None:
+    """The newest outer step (each has a checkpoint), None before the first. (The state
+    before step 0 is fixed by the seed and has no checkpoint.)"""
+    return ledger.get_run(run_id).latest_step
 
 
 def load_manifest(store: ObjectStore, ref: CheckpointRef) -> Manifest:

@@ -120,7 +120,7 @@ class CheckpointFile(BaseModel):
 
 class CheckpointInfo(BaseModel):
     run_id: str
-    step: int = Field(description="Outer step; 0 is the initial checkpoint recorded in the genesis.")
+    step: int = Field(description="Outer step (0-based) whose end state this checkpoint holds.")
     entry_index: int = Field(description="The entry that records this checkpoint.")
     manifest_root: str = Field(description="SHA-256 over the files' raw digests in name order (DESIGN.md §4).")
     manifest_object: str = Field(description="SHA-256 of the manifest JSON object; download at `/api/v1/objects/{digest}`.")

@@ -86,7 +86,7 @@ def test_a_checkpoint_download_link_delivers_the_recorded_bytes(page: Page, serv
     download_info.value.save_as(saved)
 
     digest = hashlib.sha256(saved.read_bytes()).hexdigest()
-    manifest = httpx.get(f"{served_demo.url}/api/v1/runs/{run.run_id}/steps/{run.steps}/checkpoint").json()
+    manifest = httpx.get(f"{served_demo.url}/api/v1/runs/{run.run_id}/steps/{run.last_step}/checkpoint").json()
     assert download_info.value.suggested_filename == "model.safetensors.index.json"
     assert digest == link.get_attribute("data-sha256")
     assert digest == {f["name"]: f["digest"] for f in manifest["files"]}["model.safetensors.index.json"]

@@ -63,7 +63,7 @@ def test_the_default_revision_is_the_newest_step_and_a_sharded_model_index_loads
     for shard in sorted(set(index["weight_map"].values())):
         tensors.update(load_file(tmp_path / "model" / shard))
     assert set(tensors) == set(index["weight_map"])
-    latest = manifest(served_demo, run.steps)
+    latest = manifest(served_demo, run.last_step)
     for name, digest in latest.items():
         if (tmp_path / "model" / name).exists():
             assert hashlib.sha256((tmp_path / "model" / name).read_bytes()).hexdigest() == digest

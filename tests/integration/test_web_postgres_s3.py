@@ -81,15 +81,15 @@ def test_a_run_on_postgres_and_s3_is_served_whole(production_run: DemoRun) -> No
         assert client.get("/healthz").json() == {"status": "ok", "database": "ok", "store": "ok"}
         entries = client.get(f"/api/v1/runs/{run.run_id}/entries").json()["entries"]
         assert [e["kind"] for e in entries] == ["run.genesis", "data.manifest", "outer_step", "outer_step", "outer_step", "run.final"]
-        checkpoint = client.get(f"/api/v1/runs/{run.run_id}/steps/3/checkpoint").json()
-        assert checkpoint["manifest_root"] == run.checkpoints[3].manifest_root
+        checkpoint = client.get(f"/api/v1/runs/{run.run_id}/steps/2/checkpoint").json()
+        assert checkpoint["manifest_root"] == run.checkpoints[2].manifest_root
         for f in checkpoint["files"]:
             body = client.get(f["resolve_url"]).content
             assert hashlib.sha256(body).hexdigest() == f["digest"]
             assert len(body) == f["size"]
         page = client.get(f"/runs/{run.run_id}").text
         assert 'class="card ok"' in page
-        assert page.count('class="download"') == len(run.checkpoints[3].files)
+        assert page.count('class="download"') == len(run.checkpoints[2].files)
 
 
 def test_presigned_downloads_redirect_to_s3_and_the_bytes_check_out(production_run: DemoRun) -> None:

@@ -22,9 +22,9 @@ router = APIRouter(prefix="/api/v1", tags=["checkpoints"])
     responses={404: {"description": "No such run or step."}, 502: {"description": "The stored manifest does not match its entry."}},
     summary="Checkpoint manifest of an outer step",
     description=(
-        "The manifest the step's `outer_step` entry names (step 0: the genesis' initial "
-        "checkpoint), fetched from the store, verified against its digest and checked to have "
-        "the recorded root; with every file's digest, size and download URLs."
+        "The manifest the step's `outer_step` entry names, fetched from the store, verified "
+        "against its digest and checked to have the recorded root; with every file's digest, "
+        "size and download URLs."
     ),
 )
 def get_checkpoint(run: RunPath, t: StepPath, ledger: LedgerDep, store: StoreDep, response: Response) -> CheckpointInfo:

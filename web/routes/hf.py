@@ -72,6 +72,11 @@ def resolve(
     try:
         if step is None:
             step = latest_checkpoint_step(ledger, run)
+            if step is None:
+                raise NotFoundError(
+                    f"run {run!r} has no outer step yet, so no checkpoint",
+                    headers=hub_error("RevisionNotFound", "Invalid revision"),
+                )
         ref = checkpoint_ref(ledger, run, step)
     except RunNotFoundError as exc:
         raise NotFoundError(str(exc), headers=hub_error("RepoNotFound", "Repository not found")) from exc

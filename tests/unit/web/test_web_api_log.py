@@ -95,9 +95,9 @@ def test_one_entry_is_immutable_and_its_body_is_the_recorded_payload(client: Tes
     assert response.status_code == 200
     assert response.headers["cache-control"] == IMMUTABLE
     entry = response.json()
-    assert (entry["kind"], entry["step"]) == ("outer_step", 1)
+    assert (entry["kind"], entry["step"]) == ("outer_step", 0)
     payload = json.loads(entry["body"])["payload"]
-    assert payload["checkpoint"]["manifest_root"] == demo_run.checkpoints[1].manifest_root
+    assert payload["checkpoint"]["manifest_root"] == demo_run.checkpoints[0].manifest_root
 
 
 @pytest.mark.parametrize(

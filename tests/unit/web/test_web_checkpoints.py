@@ -20,7 +20,7 @@ from web.app import create_app
 INDEX = "model.safetensors.index.json"
 
 
-@pytest.mark.parametrize("step", [0, 1, 4])
+@pytest.mark.parametrize("step", [0, 1, 3])
 def test_a_steps_manifest_lists_every_file_with_its_digest_and_size(client: TestClient, demo_run: DemoRun, step: int) -> None:
     response = client.get(f"/api/v1/runs/{demo_run.run_id}/steps/{step}/checkpoint")
 
@@ -48,16 +48,16 @@ def test_a_manifest_whose_root_disagrees_with_its_entry_is_a_502(fresh_run: Demo
     # Point step 1's entry at step 2's manifest object, as a tampered database would.
     engine = create_engine(fresh_run.database_url)
     with engine.begin() as conn:
-        body = conn.execute(sa.select(Entry.body).where(Entry.run_id == fresh_run.run_id, Entry.step == 1)).scalar_one()
-        forged = body.replace(fresh_run.checkpoints[1].manifest_object.encode(), fresh_run.checkpoints[2].manifest_object.encode())
-        conn.execute(sa.update(Entry).where(Entry.run_id == fresh_run.run_id, Entry.step == 1).values(body=forged))
+        body = conn.execute(sa.select(Entry.body).where(Entry.run_id == fresh_run.run_id, Entry.step == 0)).scalar_one()
+        forged = body.replace(fresh_run.checkpoints[0].manifest_object.encode(), fresh_run.checkpoints[1].manifest_object.encode())
+        conn.execute(sa.update(Entry).where(Entry.run_id == fresh_run.run_id, Entry.step == 0).values(body=forged))
     engine.dispose()
 
     with TestClient(create_app(settings_for(fresh_run))) as client:
-        response = client.get(f"/api/v1/runs/{fresh_run.run_id}/steps/1/checkpoint")
+        response = client.get(f"/api/v1/runs/{fresh_run.run_id}/steps/0/checkpoint")
 
     assert response.status_code == 502
-    assert fresh_run.checkpoints[1].manifest_root in response.json()["detail"]
+    assert fresh_run.checkpoints[0].manifest_root in response.json()["detail"]
 
 
 def test_resolve_serves_a_step_file_with_the_hub_headers(client: TestClient, demo_run: DemoRun) -> None:
@@ -74,18 +74,18 @@ def test_resolve_serves_a_step_file_with_the_hub_headers(client: TestClient, dem
     assert response.headers["cache-control"] == "public, max-age=31536000, immutable"
 
 
-@pytest.mark.parametrize("revision", ["latest", "main", "step-4", "step-000004"])
+@pytest.mark.parametrize("revision", ["latest", "main", "step-3", "step-000003"])
 def test_latest_and_main_name_the_newest_step(client: TestClient, demo_run: DemoRun, revision: str) -> None:
     response = client.head(f"/{demo_run.run_id}/resolve/{revision}/trainer_state.json")
 
     assert response.status_code == 200
-    assert response.headers["x-repo-commit"] == demo_run.checkpoints[4].manifest_root
+    assert response.headers["x-repo-commit"] == demo_run.checkpoints[demo_run.last_step].manifest_root
     assert response.headers["content-length"] == response.headers["x-linked-size"]
     short = "public, max-age=5"
     assert (response.headers["cache-control"] == short) is (revision in ("latest", "main"))
 
 
-def test_step_zero_is_the_initial_checkpoint(client: TestClient, demo_run: DemoRun) -> None:
+def test_step_zero_is_the_first_outer_steps_checkpoint(client: TestClient, demo_run: DemoRun) -> None:
     response = client.get(f"/{demo_run.run_id}/resolve/step-000000/trainer_state.json")
 
     assert json.loads(response.content)["step"] == 0
@@ -140,4 +140,4 @@ def test_a_run_may_be_called_api_or_docs_without_breaking_anything(tmp_path: Pat
         assert "swagger" in client.get("/docs").text.lower()
         resolved = client.get("/docs/resolve/latest/trainer_state.json")
         assert resolved.status_code == 200
-        assert resolved.headers["x-repo-commit"] == run.checkpoints[1].manifest_root
+        assert resolved.headers["x-repo-commit"] == run.checkpoints[0].manifest_root

@@ -26,8 +26,8 @@ def test_every_recorded_point_without_max_points(client: TestClient, demo_run: D
     body = response.json()
     assert [s["key"] for s in body["series"]] == demo_run.metric_keys
     loss = next(s for s in body["series"] if s["key"] == "train_loss")
-    assert loss["steps"] == list(range(1, demo_run.steps + 1))
-    assert loss["entries"] == [step + 1 for step in loss["steps"]]
+    assert loss["steps"] == list(range(demo_run.steps))
+    assert loss["entries"] == [step + 2 for step in loss["steps"]]  # after the genesis and data manifest
     assert (loss["total"], loss["downsampled"]) == (demo_run.steps, False)
 
 

@@ -44,9 +44,9 @@ def test_the_step_table_is_server_rendered_newest_first_with_anomalies(page: str
     header, *rows = tables(page)["steps"]
 
     assert header[:3] == ["Step", "Recorded (UTC)", "Train loss"]
-    assert [int(r[0]) for r in rows] == list(range(demo_run.steps, 0, -1))
+    assert [int(r[0]) for r in rows] == list(range(demo_run.last_step, -1, -1))
     flagged = {r[0]: r[header.index("Anomalies")] for r in rows}
-    assert flagged["2"] == "cluster 1" and flagged["1"] == "none"
+    assert flagged["1"] == "cluster 1" and flagged["0"] == "none"
     assert rows[-1][header.index("Rank")] == "8" and rows[0][header.index("Rank")] == "4"
 
 
@@ -61,7 +61,7 @@ def test_the_status_says_it_is_the_servers_own_check_and_passes(page: str) -> No
 
 def test_the_latest_checkpoint_files_link_to_their_bytes(client: TestClient, page: str, demo_run: DemoRun) -> None:
     downloads = [a for a in links(page) if a.get("class") == "download"]
-    latest = demo_run.checkpoints[demo_run.steps].files
+    latest = demo_run.checkpoints[demo_run.last_step].files
 
     assert {a["download"]: a["data-sha256"] for a in downloads} == latest
     for a in downloads:
@@ -88,7 +88,7 @@ def test_the_verify_block_has_the_exact_commands_for_this_server(page: str, demo
     verify = page[page.index('<section id="verify"'):]
 
     assert f"veritrain verify --api http://testserver {demo_run.run_id}" in verify
-    assert f"veritrain reproduce {demo_run.run_id} --step {demo_run.steps} --api http://testserver" in verify
+    assert f"veritrain reproduce {demo_run.run_id} --step {demo_run.last_step} --api http://testserver" in verify
     assert f"veritrain note verify --vkey '{demo_run.log_vkey}' checkpoint.txt" in verify
 
 
@@ -98,7 +98,7 @@ def test_the_chart_data_is_embedded_downsampled_json(page: str, demo_run: DemoRu
     data = json.loads(embedded.group(1))
 
     assert set(data) == {"train_loss", "eval_loss", "perplexity", "bytes_sent", "rank"}
-    assert data["train_loss"]["steps"] == list(range(1, demo_run.steps + 1))
+    assert data["train_loss"]["steps"] == list(range(demo_run.steps))
     for chart in ("loss", "perplexity", "bytes", "rank"):
         assert f'id="chart-{chart}"' in page
 
@@ -130,7 +130,7 @@ def test_the_step_table_pages_through_long_runs(client: TestClient, demo_run: De
     beyond = client.get(f"/runs/{demo_run.run_id}", params={"page": 99}).text
 
     steps = [[r[0] for r in tables(html)["steps"][1:]] for html in (first, second)]
-    assert steps == [["4", "3"], ["2", "1"]]  # entries 4..6 hold steps 3-4 and run.final
+    assert steps == [["3", "2"], ["1", "0"]]  # entries 4..6 hold steps 2-3 and run.final
     assert "page 1 of 3" in first and "older" in first
     assert "page 3 of 3" in beyond and "older" not in beyond
 
@@ -178,6 +178,6 @@ def test_a_run_with_only_a_bare_genesis_still_renders(tmp_path: Path) -> None:
 
     assert response.status_code == 200
     assert 'class="card ok"' in response.text
-    assert "The checkpoint cannot be listed" in response.text and "initial_checkpoint" in response.text
+    assert "No outer step recorded yet, so no checkpoint" in response.text
     assert "No outer steps on this page." in response.text
     assert "No data manifest recorded yet." in response.text

@@ -62,12 +62,17 @@ class DemoRun:
     origin: str
     log_vkey: str
     steps: int
+    """Outer steps recorded: ``0 .. steps - 1`` (0-based, docs/records.md)."""
     finished: bool
     checkpoints: dict[int, CheckpointFacts]
-    """Step (0 = initial) -> its checkpoint."""
+    """Outer step -> the checkpoint written at its end."""
     data_manifest_object: str
     shard_digests: list[str]
     metric_keys: list[str] = field(default_factory=list)
+
+    @property
+    def last_step(self) -> int:
+        return self.steps - 1
 
 
 @dataclass(frozen=True)
@@ -111,16 +116,17 @@ def record_demo_run(
             work = Path(scratch)
             keys = _keys(origin, run_id)
             model = GPT(MODEL, seed=seed)
-            checkpoints = {0: _checkpoint(store, work, model, step=0)}
+            checkpoints: dict[int, CheckpointFacts] = {}
             shards, data_object, data_manifest = _data(store, rng)
-            ledger.create_run(run_id, _genesis(ledger, run_id, keys, seed, checkpoints[0]))
+            ledger.create_run(run_id, _genesis(ledger, run_id, keys, seed))
             ledger.append(run_id, "data.manifest", {
                 "schema": "veritrain/data.manifest/v1",
                 "manifest_object": data_object,
+                "inline": True,
                 "manifest": data_manifest,
             })
             loss = 5.6
-            for step in range(1, steps + 1):
+            for step in range(steps):
                 _perturb(model, step)
                 checkpoints[step] = _checkpoint(store, work, model, step=step)
                 loss = loss * 0.93 + rng.uniform(-0.02, 0.02)
@@ -135,7 +141,7 @@ def record_demo_run(
                     "steps": steps,
                     "tokens": steps * 2 * TOKENS_PER_SHARD,
                     "final_metrics": {"train_loss": round(loss, 6)},
-                    "last_checkpoint": {"step": steps, "manifest_root": checkpoints[steps].manifest_root},
+                    "last_checkpoint": {"manifest_root": checkpoints[steps - 1].manifest_root},
                 })
             log_vkey = ledger.log_public_key(run_id).vkey
     finally:
@@ -164,8 +170,8 @@ def _keys(origin: str, run_id: str) -> dict[str, Any]:
     }
 
 
-def _genesis(ledger: Ledger, run_id: str, keys: dict[str, Any], seed: int, initial: CheckpointFacts) -> dict[str, Any]:
-    config = {"preset": "fixture", "model": MODEL.__dict__, "outer_lr": 0.7, "outer_momentum": 0.9, "inner_steps": 8}
+def _genesis(ledger: Ledger, run_id: str, keys: dict[str, Any], seed: int) -> dict[str, Any]:
+    config = {"preset": "fixture", "model": dict(MODEL.__dict__), "outer_lr": 0.7, "outer_momentum": 0.9, "inner_steps": 8}
     config_digest = hashlib.sha256(canonical_json(config)).hexdigest()
     code = hashlib.sha256(b"fixture source tree").hexdigest()
     deps = hashlib.sha256(b"fixture dependencies").hexdigest()
@@ -173,7 +179,7 @@ def _genesis(ledger: Ledger, run_id: str, keys: dict[str, Any], seed: int, initi
         "schema": "veritrain/run.genesis/v1",
         "run_id": run_id,
         "method": "dilocox",
-        "model": {"preset": "fixture", "config": dict(MODEL.__dict__), "parameters": sum(p.numel() for p in GPT(MODEL).parameters()), "stages": [[0, 1]]},
+        "model": {**MODEL.__dict__, "parameter_count": sum(p.numel() for p in GPT(MODEL).parameters()), "stage_blocks": [[0, 1]]},
         "hyperparameters": config,
         "config_digest": config_digest,
         "topology": {"clusters": CLUSTERS, "stages": 1, "world_size": CLUSTERS, "backend": "gloo"},
@@ -192,8 +198,11 @@ def _genesis(ledger: Ledger, run_id: str, keys: dict[str, Any], seed: int, initi
             "launch_measurement": hashlib.sha384(code.encode() + deps.encode()).hexdigest(),
             "reference": {"code_digest": code, "dependency_digest": deps, "config_digest": config_digest},
         },
-        "verification_policy": {"mode": "bitwise"},
-        "initial_checkpoint": {"manifest_root": initial.manifest_root, "manifest_object": initial.manifest_object, "files": len(initial.files)},
+        "verification_policy": {
+            "mode": "bitwise",
+            "hardware": {"device": "cpu", "machine": "x86_64", "torch": torch.__version__},
+            "fallback": {"metric": "eval_loss", "delta": 0.001},
+        },
     }
 
 
@@ -225,7 +234,7 @@ def _checkpoint(store: ObjectStore, work: Path, model: GPT, *, step: int) -> Che
     manifest = write_checkpoint(
         directory,
         model=state,
-        trainer_state={"step": step, "data_cursor": step * 8},
+        trainer_state={"step": step, "data_cursor": (step + 1) * 8},
         tensor_files={"inner-cluster00000-stage00000.safetensors": optimizer},
         max_shard_bytes=64 * 1024,
     )
@@ -242,7 +251,7 @@ def _perturb(model: GPT, step: int) -> None:
 
 def _metrics(loss: float, step: int, rng: random.Random) -> dict[str, float]:
     eval_loss = loss + 0.05
-    rank = 8 if step < 3 else 4
+    rank = 8 if step < 2 else 4
     return {
         "train_loss": round(loss, 6),
         "eval_loss": round(eval_loss, 6),
@@ -269,15 +278,16 @@ def _outer_step(
     contributions = []
     for cluster, key in enumerate(keys["clusters"]):
         digest = hashlib.sha256(f"{run_id}/{step}/{cluster}".encode()).hexdigest()
-        envelope = sign_envelope(canonical_json({"cluster": cluster, "step": step, "digest": digest}), "application/vnd.veritrain.contribution+json", [key])
-        contributions.append({"cluster": cluster, "stages": [{"stage": 0, "digest": digest}], "signature_object": store.put_bytes(envelope.to_json())})
+        envelope = sign_envelope(canonical_json({"cluster": cluster, "stage": 0, "step": step, "digest": digest}), "application/vnd.veritrain.contribution+json", [key])
+        stage = {"stage": 0, "digest": digest, "signature_object": store.put_bytes(envelope.to_json())}
+        contributions.append({"cluster": cluster, "stages": [stage]})
     statement = canonical_json({"_type": "https://in-toto.io/Statement/v1", "subject": [{"name": f"step-{step}", "digest": {"sha256": checkpoint.manifest_root}}]})
     statement_object = store.put_bytes(sign_envelope(statement, IN_TOTO, [keys["statement"]]).to_json())
     quotes = [
         {"cluster": j, "object": store.put_bytes(canonical_json({"tee_type": "software", "cluster": j, "step": step}))}
         for j in range(CLUSTERS)
     ]
-    anomalies = [{"round": step - 1, "cluster": 1, "stage": 0, "reason": "norm 812.4 is 96x the median", "excluded": False}] if step == 2 else []
+    anomalies = [{"round": step - 1, "cluster": 1, "stage": 0, "reason": "norm 812.4 is 96x the median", "excluded": False}] if step == 1 else []
     applied_digests = [{"cluster": c["cluster"], "stage": 0, "digest": c["stages"][0]["digest"]} for c in contributions]
     return {
         "schema": "veritrain/outer_step/v1",
@@ -285,18 +295,20 @@ def _outer_step(
         "inner_steps": 8,
         "method": "dilocox",
         "compression": {"rank": metrics["rank"], "bits": metrics["bits"]},
-        "tokens": {"step": 2 * TOKENS_PER_SHARD, "total": step * 2 * TOKENS_PER_SHARD},
+        "tokens": {"step": 2 * TOKENS_PER_SHARD, "total": (step + 1) * 2 * TOKENS_PER_SHARD},
+        "metrics_digest": hashlib.sha256(canonical_json(metrics)).hexdigest(),
+        "nonfinite_metrics": [],
         "metrics": metrics,
-        "data_ranges": [{"cluster": j, "first_inner_step": (step - 1) * 8, "inner_steps": 8, "sequences": 16, "tokens": TOKENS_PER_SHARD, "shards": [[j, j + 1]]} for j in range(CLUSTERS)],
+        "data_ranges": [{"cluster": j, "first_inner_step": step * 8, "inner_steps": 8, "sequences": 16, "tokens": TOKENS_PER_SHARD, "shards": [[j, j + 1]]} for j in range(CLUSTERS)],
         "contributions": contributions,
-        "applied": [{"round": step - 1, "contribution_digests": applied_digests, "payload_bytes": int(metrics["bytes_sent"]), "rank": metrics["rank"], "bits": metrics["bits"]}] if step > 1 else [],
+        "applied": [{"round": step - 1, "contribution_digests": applied_digests, "payload_bytes": int(metrics["bytes_sent"]), "rank": metrics["rank"], "bits": metrics["bits"]}] if step > 0 else [],
         "anomalies": anomalies,
         "aggregate_digest": hashlib.sha256("".join(d["digest"] for d in applied_digests).encode()).hexdigest(),
         "checkpoint": {
             "manifest_root": checkpoint.manifest_root,
             "manifest_object": checkpoint.manifest_object,
             "files": len(checkpoint.files),
-            "previous_manifest_root": checkpoints[step - 1].manifest_root,
+            **({"previous_manifest_root": checkpoints[step - 1].manifest_root} if step > 0 else {}),
         },
         "attestation": {
             "statement_object": statement_object,
@@ -304,5 +316,4 @@ def _outer_step(
             "nonce": nonce,
             "quotes": quotes,
         },
-        "metrics_digest": hashlib.sha256(canonical_json(metrics)).hexdigest(),
     }
