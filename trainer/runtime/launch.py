@@ -70,8 +70,8 @@ def spawn(entry: Callable[[int, Spec, Rendezvous, Any], None], spec: Spec, world
     )
     try:
         mp.start_processes(  # type: ignore[attr-defined,no-untyped-call]
-            entry,
-            args=(spec, ("127.0.0.1", store.port), results),
+            _in_launch_environment,
+            args=(entry, dict(os.environ), spec, ("127.0.0.1", store.port), results),
             nprocs=world_size,
             join=True,
             start_method="forkserver",
@@ -84,3 +84,19 @@ def spawn(entry: Callable[[int, Spec, Rendezvous, Any], None], spec: Spec, world
     finally:
         del store
     return None if results.empty() else results.get()
+
+
+def _in_launch_environment(
+    rank: int,
+    entry: Callable[[int, Spec, Rendezvous, Any], None],
+    environment: dict[str, str],
+    spec: Spec,
+    rendezvous: Rendezvous,
+    results: Any,
+) -> None:
+    """Run ``entry`` with the launcher's environment of *this* launch. A forkserver forks
+    ranks from the environment it was started with (at the first launch), so settings changed
+    since -- object-store credentials, ``VERITRAIN_*`` -- would otherwise not reach them."""
+    os.environ.clear()
+    os.environ.update(environment)
+    entry(rank, spec, rendezvous, results)
