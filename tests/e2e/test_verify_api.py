@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 from e2e.recorded_runs import RUN_ID
-from e2e.test_tamper import STEP, delete_entry, edit_metric, flip_checkpoint_byte, roll_back_tree_head
+from e2e.test_tamper import (
+    STEP,
+    delete_entry,
+    edit_metric,
+    flip_checkpoint_byte,
+    roll_back_tree_head,
+)
 
 from veritrain.reproduce import reproduce_step
 from veritrain.settings import Settings
