@@ -65,6 +65,9 @@ class DataSummary:
 
     payload: Mapping[str, Any]
     sources: Sequence[Mapping[str, Any]]
+    source_bytes: int
+    licences: Mapping[str, int]
+    """Licence -> number of sources under it."""
     tokenizer: Mapping[str, Any]
     shard_counts: Mapping[str, Mapping[str, int]]
     """split -> {"shards": n, "tokens": t}."""
@@ -205,10 +208,16 @@ def data_summary(payload: Mapping[str, Any]) -> DataSummary:
             bucket["shards"] += 1
             tokens = shard.get("tokens")
             bucket["tokens"] += tokens if isinstance(tokens, int) else 0
+    licences: dict[str, int] = {}
+    for source in sources:
+        licence = str(source.get("license", "unknown"))
+        licences[licence] = licences.get(licence, 0) + 1
     shown = {"sources", "shards", "tokenizer"}
     return DataSummary(
         payload=payload,
         sources=sources,
+        source_bytes=sum(s["bytes"] for s in sources if isinstance(s.get("bytes"), int)),
+        licences=licences,
         tokenizer=_mapping(manifest.get("tokenizer")),
         shard_counts=counts,
         other={k: v for k, v in manifest.items() if k not in shown},

@@ -36,6 +36,7 @@
         margin: { l: 55, r: 10, t: 10, b: 40 },
         // Steps are whole numbers: one tick per step on short runs, Plotly's choice otherwise.
         xaxis: { title: { text: "outer step" }, dtick: lastStep <= 12 ? 1 : undefined },
+        yaxis: { automargin: true },
         legend: { orientation: "h", y: -0.25 },
         height: 280
       }, { responsive: true, displaylogo: false });

@@ -72,6 +72,7 @@ def test_the_data_manifest_shows_sources_licences_and_shard_counts(page: str) ->
     found = tables(page)
 
     assert found["sources"][1][:3] == ["file://corpus/fixture.txt", "CC0-1.0", "19"]
+    assert "1 source, 19 bytes; licences: CC0-1.0 (1)." in " ".join(page.split())
     assert found["shards"][1:] == [["eval", "1", "4,096"], ["train", "3", "12,288"]]
 
 
