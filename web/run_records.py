@@ -32,8 +32,6 @@ class CheckpointRef:
     step: int
     entry_index: int
     """The ``outer_step`` entry that records it."""
-    entry_leaf_hash: str
-    """That entry's leaf hash (hex): it commits to the manifest root."""
     manifest_root: str
     manifest_object: str
 
@@ -67,7 +65,6 @@ def checkpoint_ref(ledger: Ledger, run_id: str, step: int) -> CheckpointRef:
         run_id=run_id,
         step=step,
         entry_index=entry.index,
-        entry_leaf_hash=entry.leaf_hash.hex(),
         manifest_root=root,
         manifest_object=manifest_object,
     )

@@ -29,6 +29,7 @@ from ledger.errors import EntryNotFoundError, RunNotFoundError
 from web.deps import IMMUTABLE, SHORT, ResourcesDep
 from web.downloads import object_response
 from web.errors import NotFoundError
+from web.ranges import entity_tag
 from web.revisions import LATEST, hub_error, parse_revision
 from web.run_records import checkpoint_ref, file_digest, latest_checkpoint_step, load_manifest
 from web.schemas import ResponsesDoc
@@ -89,7 +90,7 @@ def resolve(
     except NotFoundError as exc:
         exc.headers.update(hub_error("EntryNotFound", "Entry not found") | commit)
         raise
-    headers = commit | {"X-Linked-Etag": f'"{digest}"', "X-Linked-Size": str(store.size(digest))}
+    headers = commit | {"X-Linked-Etag": entity_tag(digest), "X-Linked-Size": str(store.size(digest))}
     # A step's files never change; "latest" moves on as the run records new steps.
     immutable = revision not in LATEST
     return object_response(
