@@ -37,14 +37,30 @@ _HEX_HASH = re.compile(r"[0-9a-f]{64}")
 _TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z")
 
 
+RESERVED_RUN_IDS = frozenset({"static"})
+"""Run ids that would collide with a path the web app serves at its root (``/static`` is a
+mount, so ``/static/resolve/...`` could never reach a run of that name)."""
+
+
 def check_run_id(run_id: str) -> None:
     """Raise :class:`InvalidRunIdError` unless ``run_id`` is 1–64 of ``A-Z a-z 0-9 . _ -``,
-    starting with a letter or digit."""
-    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
+    starting and ending with a letter or digit, without ``--`` or ``..``, and not reserved.
+
+    Run ids reach URLs and Hugging Face repository ids (``hf_hub_download(repo_id=run)``),
+    whose validator refuses ``--``, ``..`` and a leading or trailing ``-`` or ``.``."""
+    if (
+        not isinstance(run_id, str)
+        or not _RUN_ID.fullmatch(run_id)
+        or not run_id[-1].isalnum()
+        or "--" in run_id
+        or ".." in run_id
+    ):
         raise InvalidRunIdError(
-            "expected a run id of 1-64 letters, digits, '.', '_' or '-' starting with a "
-            f"letter or digit, got {run_id!r}"
+            "expected a run id of 1-64 letters, digits, '.', '_' or '-' that starts and ends "
+            f"with a letter or digit and has no '--' or '..', got {run_id!r}"
         )
+    if run_id in RESERVED_RUN_IDS:
+        raise InvalidRunIdError(f"run id {run_id!r} is reserved (the web app serves /{run_id})")
 
 
 def check_kind(kind: str) -> None:

@@ -2,31 +2,17 @@
 ``trainer_state.json``, and the manifest that names them all by SHA-256 (DESIGN.md §4).
 
 Never pickle: everything here is safetensors or JSON.
+
+Manifests and transfers need no torch, and a reader of manifests (the web app, a verifier)
+should not pay for importing it: the tensor-handling names load their modules on first use.
 """
 
-from storage.checkpoint.files import (
-    TRAINER_STATE_FILE,
-    Checkpoint,
-    load_checkpoint,
-    write_checkpoint,
-    write_files,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from storage.checkpoint.manifest import Manifest, ManifestEntry, manifest_root, validate_file_name
-from storage.checkpoint.sharding import (
-    INDEX_FILE,
-    load_model,
-    model_index,
-    shard_file_name,
-    tensor_nbytes,
-    write_model,
-    write_model_index,
-)
-from storage.checkpoint.tensors import (
-    flatten_tensors,
-    load_tensors,
-    save_tensors,
-    unflatten_tensors,
-)
 from storage.checkpoint.transfer import (
     download_checkpoint,
     read_manifest,
@@ -34,6 +20,55 @@ from storage.checkpoint.transfer import (
     upload_files,
     upload_manifest,
 )
+
+if TYPE_CHECKING:
+    from storage.checkpoint.files import (
+        TRAINER_STATE_FILE,
+        Checkpoint,
+        load_checkpoint,
+        write_checkpoint,
+        write_files,
+    )
+    from storage.checkpoint.sharding import (
+        INDEX_FILE,
+        load_model,
+        model_index,
+        shard_file_name,
+        tensor_nbytes,
+        write_model,
+        write_model_index,
+    )
+    from storage.checkpoint.tensors import (
+        flatten_tensors,
+        load_tensors,
+        save_tensors,
+        unflatten_tensors,
+    )
+
+_LAZY = {
+    "storage.checkpoint.files": ("TRAINER_STATE_FILE", "Checkpoint", "load_checkpoint", "write_checkpoint", "write_files"),
+    "storage.checkpoint.sharding": (
+        "INDEX_FILE",
+        "load_model",
+        "model_index",
+        "shard_file_name",
+        "tensor_nbytes",
+        "write_model",
+        "write_model_index",
+    ),
+    "storage.checkpoint.tensors": ("flatten_tensors", "load_tensors", "save_tensors", "unflatten_tensors"),
+}
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'storage.checkpoint' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "INDEX_FILE",

@@ -5,29 +5,15 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import Engine
+from unit.ledger.ledger_helpers import ORIGIN, StepClock
 
 from ledger.db import create_engine, upgrade
 from ledger.keyring import InMemoryLogKeys
 from ledger.service import Ledger
-
-ORIGIN = "test.veritrain.local"
-
-
-class StepClock:
-    """A clock that advances one second per reading, so timestamps are distinct and
-    predictable."""
-
-    def __init__(self) -> None:
-        self._now = datetime(2026, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        self._now += timedelta(seconds=1)
-        return self._now
 
 
 @pytest.fixture
@@ -57,6 +43,3 @@ def engine(migrated_template: Path, tmp_path: Path) -> Iterator[Engine]:
 def ledger(engine: Engine, log_keys: InMemoryLogKeys) -> Ledger:
     return Ledger(engine, origin=ORIGIN, log_keys=log_keys, clock=StepClock())
 
-
-def log_vkey(log_keys: InMemoryLogKeys, run_id: str) -> str:
-    return log_keys(f"{ORIGIN}/runs/{run_id}").public.vkey

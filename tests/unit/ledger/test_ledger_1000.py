@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import ORIGIN, StepClock
+from unit.ledger.ledger_helpers import ORIGIN, StepClock
 
 from ledger.checkpoint import verify_checkpoint
 from ledger.db import create_engine

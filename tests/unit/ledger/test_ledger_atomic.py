@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 import sqlalchemy as sa
-from conftest import ORIGIN, StepClock
 from sqlalchemy.engine import Engine
+from unit.ledger.ledger_helpers import ORIGIN, StepClock
 
 from attestation.keys import SigningKey
 from ledger.errors import ConflictError

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import StepClock
+from unit.ledger.ledger_helpers import StepClock
 
 from ledger.db import create_engine, upgrade
 from ledger.keyring import InMemoryLogKeys

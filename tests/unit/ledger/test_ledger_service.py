@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from conftest import ORIGIN, log_vkey
 from sqlalchemy.engine import Engine
+from unit.ledger.ledger_helpers import ORIGIN, log_vkey
 
 from attestation.keys import SigningKey
 from ledger.checkpoint import verify_checkpoint
