@@ -41,6 +41,17 @@ def test_run_ids_that_could_escape_a_url_or_origin_are_refused(run_id: str) -> N
         check_run_id(run_id)
 
 
+@pytest.mark.parametrize("run_id", ["run--2", "run..2", "run-", "run.", "run_"])
+def test_run_ids_a_hugging_face_client_could_not_name_are_refused(run_id: str) -> None:
+    with pytest.raises(InvalidRunIdError, match="starts and ends"):
+        check_run_id(run_id)
+
+
+def test_a_run_id_the_web_app_serves_at_its_root_is_reserved() -> None:
+    with pytest.raises(InvalidRunIdError, match="reserved"):
+        check_run_id("static")
+
+
 def test_the_body_is_canonical_json_of_the_envelope() -> None:
     data = body(loss=0.5, b=[1, 2])
     assert data == (
