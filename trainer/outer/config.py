@@ -52,6 +52,9 @@ class OuterConfig:
     in the cluster's parameters (the next round starts from ``θ − e`` and its pseudo-gradient,
     measured from ``θ``, carries it); ``"buffer"`` adds it to the next pseudo-gradient (classic
     error feedback, Seide et al. 2014; Karimireddy et al. 2019); ``"none"`` drops it."""
+    two_sided: bool = True
+    """Project on a left and a right basis every round (``(n+m)·r`` elements per matrix, both
+    sides of the power iteration advance each round); False alternates one side per round."""
     min_compress_dim: int = 32
     """Matrices whose smaller side is below this, and all 1-D tensors, are sent in bf16: their
     factors would not be smaller than the tensor itself."""

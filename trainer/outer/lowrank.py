@@ -2,23 +2,29 @@
 
 PowerSGD (Vogels et al., NeurIPS 2019, Algorithm 1) approximates a gradient matrix ``M`` by
 ``P·Qᵀ`` with ``P = M·Q`` and refreshes ``Q`` by one power-iteration step per use, warm-started
-from the previous step. Because every worker uses the *same* ``Q``, the workers' ``P`` factors
-live in one basis and their average is the factor of the averaged matrix: the projection is
-linear, ``mean_i(M_i·Q) = mean_i(M_i)·Q``. DiLoCoX (Qi et al. 2025, arXiv 2506.21263)
-compresses pseudo-gradients the same way, with quantised factors.
+from the previous step. Because every worker uses the *same* ``Q``, the workers' factors live in
+one basis and their average is the factor of the averaged matrix: the projection is linear,
+``mean_i(M_i·Q) = mean_i(M_i)·Q``. DiLoCoX (Qi et al. 2025, arXiv 2506.21263) compresses
+pseudo-gradients the same way, with quantised factors.
 
 PowerSGD needs two all-reduces per step (``P`` then ``Q``); our protocol has one all-gather per
-round. So the power iteration is spread over rounds: a round uses either a right basis ``Q``
-(``m×r``; every cluster sends ``M_i·Q``, ``n×r``) or a left basis ``U`` (``n×r``; every cluster
-sends ``M_iᵀ·U``, ``m×r``). From the averaged factor of one round the next basis on the other
-side is the orthonormalised factor -- exactly the two half-steps of PowerSGD's power iteration,
-each applied to a fresh (error-fed) pseudo-gradient. The decoded approximation is the
-orthogonal projection ``M·Q·Qᵀ`` or ``U·Uᵀ·M``; what it misses stays in the error feedback.
+round, so a round projects on bases fixed *before* it and the power iteration advances between
+rounds. A round has a left basis ``U`` (``n×r``), a right basis ``V`` (``m×r``) or both, and
+every cluster sends the coordinates of the orthogonal projection of its ``M`` on
 
-The refresh also orders the new basis by the singular values of the averaged factor: the
-eigenvalues of its small ``r×r`` Gram matrix are the spectral energies the rank rule reads.
-All of this runs in float64 on ``r×r`` or ``k×r`` matrices (cheap), with fixed seeds derived
-from the run seed, the round and the tensor index, so every cluster computes identical bases.
+    S = { U·X + Y·Vᵀ }:   A = M·V  (n×r),   B = Uᵀ·(M − A·Vᵀ)  (r×m),   P_S(M) = A·Vᵀ + U·B
+
+(with one basis, only ``A`` or only ``B``). The two parts are orthogonal, so inner products of
+projections equal inner products of the concatenated coordinates -- the anomaly checks use
+that. After the round, the averaged projection ``M̂ = Ā·Vᵀ + U·B̄`` has its column space in
+``[U, Ā]`` and its row space in ``[V, B̄ᵀ]``; a QR of each and an SVD of the small core give
+``M̂``'s singular vectors: the top ``r`` of them are the next bases (one block power-iteration
+step on both sides, warm-started from the last bases) and its singular values ``σ_j²`` are the
+spectral energies the rank rule reads. With one basis per round the side alternates (the left
+singular vectors of ``Ā·Vᵀ`` become the next round's ``U``, and so on).
+
+Everything runs in float64 on ``k×2r`` and ``2r×2r`` matrices, with fixed seeds derived from the
+run seed, the round and the tensor index, so every cluster computes identical bases.
 """
 
 from __future__ import annotations
@@ -40,29 +46,38 @@ def random_basis(rows: int, rank: int, generator: torch.Generator) -> torch.Tens
     return _orthonormal(gaussian).to(torch.float32)
 
 
-def factor_spectrum(mean_factor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The averaged factor ``F`` (``k×r``) of a round as its singular directions: returns the
-    energies ``σ_j²`` (descending, length ``r``) and ``F·V`` (``k×r``, orthogonal columns of norm
-    ``σ_j``, same order), from the eigen-decomposition of the small Gram matrix ``FᵀF``."""
-    F = mean_factor.to(torch.float64)
-    energies, vectors = torch.linalg.eigh(F.T @ F)  # ascending
-    order = torch.argsort(energies, descending=True, stable=True)
-    return energies[order].clamp_(min=0.0), F @ vectors[:, order]
+def projection_spectrum(
+    left: torch.Tensor | None, right: torch.Tensor | None, A: torch.Tensor | None, B: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Singular triplets of ``M̂ = A·Vᵀ + U·B`` (the averaged projection) without forming it:
+    returns the energies ``σ_j²`` (descending), the left and the right singular vectors."""
+    col_parts = [t for t in (left, A) if t is not None]
+    row_parts = [t for t in (right, None if B is None else B.T) if t is not None]
+    QL, _ = torch.linalg.qr(torch.cat([t.to(torch.float64) for t in col_parts], dim=1))
+    QR, _ = torch.linalg.qr(torch.cat([t.to(torch.float64) for t in row_parts], dim=1))
+    core = torch.zeros(QL.shape[1], QR.shape[1], dtype=torch.float64)
+    if A is not None and right is not None:
+        core += (QL.T @ A.to(torch.float64)) @ (right.to(torch.float64).T @ QR)
+    if B is not None and left is not None:
+        core += (QL.T @ left.to(torch.float64)) @ (B.to(torch.float64) @ QR)
+    u, sigma, vh = torch.linalg.svd(core, full_matrices=False)
+    # Fix the sign of each singular pair (largest |component| of u positive): unique output.
+    flip = torch.where(u.gather(0, u.abs().argmax(dim=0, keepdim=True)) < 0, -1.0, 1.0)
+    return sigma.pow(2), QL @ (u * flip), QR @ (vh.T * flip)
 
 
 def next_basis(
     directions: torch.Tensor, energies: torch.Tensor, rank: int, generator: torch.Generator
 ) -> torch.Tensor:
-    """One power-iteration half-step: the orthonormal ``k×rank`` basis spanned by the leading
-    ``directions`` (from :func:`factor_spectrum`). Directions with no energy, and extra ones
-    when ``rank`` exceeds what the factor had, are seeded random directions (they may pick up
-    new signal in later rounds)."""
-    k, r = directions.shape
-    keep = min(rank, r)
-    top = float(energies[0]) if r else 0.0
+    """The orthonormal ``k×rank`` basis spanned by the leading singular ``directions``.
+    Directions with no energy, and extra ones when ``rank`` exceeds what there is, are seeded
+    random directions (they may pick up new signal in later rounds)."""
+    k, available = directions.shape
+    keep = min(rank, available)
+    top = float(energies[0]) if energies.numel() else 0.0
     alive = energies[:keep] > 1e-12 * top if top > 0 else torch.zeros(keep, dtype=torch.bool)
     chosen = torch.randn(k, rank, generator=generator, dtype=torch.float64)
-    chosen[:, :keep] = torch.where(alive[None, :], directions[:, :keep], chosen[:, :keep])
+    chosen[:, :keep] = torch.where(alive[None, :], directions[:, :keep].to(torch.float64), chosen[:, :keep])
     return _orthonormal(chosen).to(torch.float32)
 
 

@@ -1,27 +1,29 @@
-"""DiLoCoX's compressed payload: low-rank factors in a shared basis, block-quantised, with
+"""DiLoCoX's compressed payload: low-rank projections on shared bases, block-quantised, with
 error feedback and an adaptive rank.
 
 Per tensor of the stage shard, in order:
 
-* matrices whose smaller side is at least ``min_compress_dim``: the factor ``M·Q`` (right basis
-  ``Q``, ``m×r``) or ``Mᵀ·U`` (left basis ``U``, ``n×r``) of the error-fed pseudo-gradient ``M``,
-  column by column (so a quantisation block never mixes singular directions of very different
-  size), as int8 / int4 blocks (quantize.py), bf16 or fp32 (``bits``);
+* matrices whose smaller side is at least ``min_compress_dim``: the coordinates of the
+  error-fed pseudo-gradient ``M`` projected on the round's shared bases (lowrank.py): ``A = M·V``
+  column by column, then ``B = Uᵀ·(M − A·Vᵀ)`` row by row -- so a quantisation block never mixes
+  singular directions of very different size -- as int8 / int4 blocks (quantize.py), bf16 or
+  fp32 (``bits``). With ``two_sided`` (default) a round has both bases and costs ``(n+m)·r``
+  elements; otherwise one basis whose side alternates, ``n·r`` or ``m·r``;
 * everything else (1-D tensors, small matrices): bf16 -- their factors would be no smaller.
 
-The round's basis side alternates (lowrank.py) and its rank is one number for the whole shard,
-capped per matrix at half its smaller side. Both are fixed before the round from information
-every cluster shares (the gathered payloads of an earlier round), so all payloads of a round
-have the same length. Error feedback (Seide et al. 2014; Karimireddy et al. 2019, "Error
-Feedback Fixes SignSGD"): each cluster keeps ``e ← M − decode(encode(M))`` and adds it to the
-next pseudo-gradient, so nothing that compression drops is lost, only delayed.
+The round's bases and rank (one number for the shard, capped per matrix at half its smaller
+side) are fixed before the round from information every cluster shares -- the gathered payloads
+of an earlier round -- so all payloads of a round have the same length. Error feedback (Seide
+et al. 2014; Karimireddy et al. 2019): the residual ``M − decode(encode(M))`` is either kept in
+the cluster's parameters (``"local"``, see algorithm.py) or added to the next pseudo-gradient
+(``"buffer"``); nothing compression drops is lost, only delayed.
 
-Adaptive rank: after each round the averaged factors' singular values say how the captured
+Adaptive rank: after each round the averaged projection's singular values say how the captured
 energy spreads over directions; the next rank is the smallest one holding ``rank_energy`` of
 it -- it never grows on that signal. It grows (doubles, up to ``max_rank``) only when the mean
 training loss has stalled for ``stall_rounds`` rounds. Early on, pseudo-gradients are dominated
-by a few directions and the rank drops quickly; as training converges and the loss flattens
-the rank is given back -- DiLoCoX's "aggressive early, gentler later" schedule, driven by
+by a few directions and the rank drops quickly; as training converges and the loss flattens the
+rank is given back -- DiLoCoX's "aggressive early, gentler later" schedule, driven by
 measurements instead of a fixed timetable.
 """
 
@@ -39,14 +41,15 @@ from trainer.outer.errors import OuterStateError
 from trainer.outer.lowrank import (
     basis_generator,
     choose_rank,
-    factor_spectrum,
     next_basis,
+    projection_spectrum,
     random_basis,
 )
 from trainer.outer.protocol import RoundSignals
 from trainer.outer.quantize import dequantize, quantize, quantized_length
 
-RIGHT, LEFT = 0, 1
+Bases = tuple[torch.Tensor | None, torch.Tensor | None]
+"""(U, V): left basis ``n×r`` and right basis ``m×r`` of one matrix; either may be absent."""
 
 
 @dataclass(frozen=True)
@@ -54,10 +57,8 @@ class _RoundPlan:
     """What every cluster uses for one round."""
 
     rank: int
-    side: int
-    """RIGHT: factors are ``M·Q`` (``n×r``); LEFT: factors are ``Mᵀ·U`` (``m×r``)."""
-    bases: tuple[torch.Tensor | None, ...]
-    """Per tensor: its orthonormal basis, or None for a tensor sent in bf16."""
+    bases: tuple[Bases | None, ...]
+    """Per tensor: its bases, or None for a tensor sent in bf16."""
 
 
 class LowRankCodec:
@@ -71,16 +72,13 @@ class LowRankCodec:
         self.seed = seed
         self.lag = lag
         self.bits: int = config.bits
-        self.compressed = [
-            len(s) == 2 and min(s) >= config.min_compress_dim for s in self.shapes
-        ]
+        self.compressed = [len(s) == 2 and min(s) >= config.min_compress_dim for s in self.shapes]
         self.error = [torch.zeros(s, dtype=torch.float32) for s in self.shapes]
         self._rank = config.rank
         self._best_loss = math.inf
         self._stalled = 0
-        self._plans: dict[int, _RoundPlan] = {
-            r: self._random_plan(r, config.rank, RIGHT) for r in range(lag)
-        }
+        # Rounds before the first refresh use seeded random bases (one-sided: the right side).
+        self._plans: dict[int, _RoundPlan] = {r: self._random_plan(r, config.rank) for r in range(lag)}
         self.last_stats: dict[str, float] = {}
         self.encode_stats: dict[str, float] = {}
 
@@ -100,17 +98,17 @@ class LowRankCodec:
             target = delta.to(torch.float32)
             if self.config.error_feedback == "buffer":
                 target = target + error
-            basis = plan.bases[i]
-            if basis is None:
+            bases = plan.bases[i]
+            if bases is None:
                 sent = target.to(torch.bfloat16)
                 segments.append(sent.reshape(-1).view(torch.uint8))
                 decoded = sent.to(torch.float32)
             else:
-                factor = _factor(target, basis, plan.side)
-                data = self._encode_factor(factor)
-                segments.append(data)
-                shape = (int(factor.shape[0]), int(factor.shape[1]))
-                decoded = _expand(self._decode_factor(data, shape), basis, plan.side)
+                A, B = _project(target, bases)
+                data = [self._encode_values(A.t()) if A is not None else None,
+                        self._encode_values(B) if B is not None else None]
+                segments.extend(d for d in data if d is not None)
+                decoded = self._expand_one(self._decode_coordinates(torch.cat([d for d in data if d is not None]), i, plan), i, plan)
             residual = target - decoded
             target_sq += float(target.double().pow(2).sum())
             residual_sq += float(residual.double().pow(2).sum())
@@ -131,26 +129,26 @@ class LowRankCodec:
         check_payload(payload, sum(lengths))
         out = []
         for i, data in enumerate(torch.split(payload, lengths)):
-            basis = plan.bases[i]
-            if basis is None:
+            if plan.bases[i] is None:
                 out.append(data.contiguous().view(torch.bfloat16).to(torch.float32).view(self.shapes[i]))
             else:
-                out.append(self._decode_factor(data, self._factor_shape(i, plan)))
+                out.append(self._decode_coordinates(data, i, plan))
         return out
 
     def expand(self, round: int, coordinates: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         plan = self._plan(round)
-        return [
-            c if basis is None else _expand(c, basis, plan.side)
-            for c, basis in zip(coordinates, plan.bases, strict=True)
-        ]
+        return [self._expand_one(c, i, plan) for i, c in enumerate(coordinates)]
 
     def project(self, round: int, dense: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         plan = self._plan(round)
-        return [
-            d if basis is None else _factor(d, basis, plan.side)
-            for d, basis in zip(dense, plan.bases, strict=True)
-        ]
+        out = []
+        for d, bases in zip(dense, plan.bases, strict=True):
+            if bases is None:
+                out.append(d)
+                continue
+            A, B = _project(d.to(torch.float32), bases)
+            out.append(torch.cat([t.reshape(-1) for t in ((A.t() if A is not None else None), B) if t is not None]))
+        return out
 
     def finish_round(
         self, round: int, mean: Sequence[torch.Tensor] | None, signals: RoundSignals
@@ -158,26 +156,35 @@ class LowRankCodec:
         plan = self._plans.pop(round)
         target = round + self.lag
         self._track_stall(signals.mean_train_loss)
-        if mean is None:  # every contribution was excluded: keep the basis as it was
+        if mean is None:  # every contribution was excluded: keep the bases as they were
             self._plans[target] = plan
             return
-        spectra = {
-            i: factor_spectrum(m) for i, m in enumerate(mean) if plan.bases[i] is not None
-        }
-        energies = torch.zeros(max(len(spectra), 1), plan.rank, dtype=torch.float64)
-        for row, (energy, _) in enumerate(spectra.values()):
+        spectra = {}
+        for i, bases in enumerate(plan.bases):
+            if bases is not None:
+                A, B = self._split(mean[i], i, plan)
+                spectra[i] = projection_spectrum(bases[0], bases[1], A, B)
+        width = max((e.numel() for e, _, _ in spectra.values()), default=1)
+        energies = torch.zeros(max(len(spectra), 1), width, dtype=torch.float64)
+        for row, (energy, _, _) in enumerate(spectra.values()):
             energies[row, : energy.numel()] = energy
         rank = self._next_rank(energies)
-        side = LEFT if plan.side == RIGHT else RIGHT
-        bases: list[torch.Tensor | None] = []
-        for i in range(len(self.shapes)):
-            if i not in spectra:
-                bases.append(None)
+        new_bases: list[Bases | None] = []
+        for i, bases in enumerate(plan.bases):
+            if bases is None:
+                new_bases.append(None)
                 continue
-            energy, directions = spectra[i]
+            energy, left_dirs, right_dirs = spectra[i]
+            r = self._capped(i, rank)
             generator = basis_generator(self.seed, target, i)
-            bases.append(next_basis(directions, energy, self._capped(i, rank), generator))
-        self._plans[target] = _RoundPlan(rank=rank, side=side, bases=tuple(bases))
+            # Two-sided: both bases advance. One-sided: the other side takes over.
+            want_left = self.config.two_sided or bases[0] is None
+            want_right = self.config.two_sided or bases[1] is None
+            new_bases.append((
+                next_basis(left_dirs, energy, r, generator) if want_left else None,
+                next_basis(right_dirs, energy, r, generator) if want_right else None,
+            ))
+        self._plans[target] = _RoundPlan(rank=rank, bases=tuple(new_bases))
         total = float(energies.sum())
         self.last_stats = {
             "rank_next": float(rank),
@@ -191,10 +198,10 @@ class LowRankCodec:
         state[f"{prefix}stalled"] = torch.tensor(self._stalled, dtype=torch.int64)
         for round, plan in self._plans.items():
             state[f"{prefix}plan.{round}.rank"] = torch.tensor(plan.rank, dtype=torch.int64)
-            state[f"{prefix}plan.{round}.side"] = torch.tensor(plan.side, dtype=torch.int64)
-            for i, basis in enumerate(plan.bases):
-                if basis is not None:
-                    state[f"{prefix}plan.{round}.basis.{i}"] = basis.clone()
+            for i, bases in enumerate(plan.bases):
+                for side, basis in zip(("left", "right"), bases or (None, None), strict=True):
+                    if basis is not None:
+                        state[f"{prefix}plan.{round}.{side}.{i}"] = basis.clone()
         return state
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor], prefix: str) -> None:
@@ -204,21 +211,24 @@ class LowRankCodec:
             self._rank = int(state[f"{prefix}rank"].item())
             self._best_loss = float(state[f"{prefix}best_loss"].item())
             self._stalled = int(state[f"{prefix}stalled"].item())
-            rounds = sorted(
-                {int(k.split(".")[-2]) for k in state if k.startswith(f"{prefix}plan.") and k.endswith(".rank")}
-            )
-            plans = {}
-            for round in rounds:
-                key = f"{prefix}plan.{round}"
-                bases = tuple(
-                    state[f"{key}.basis.{i}"].clone() if self.compressed[i] else None
-                    for i in range(len(self.shapes))
-                )
-                plans[round] = _RoundPlan(
-                    rank=int(state[f"{key}.rank"].item()), side=int(state[f"{key}.side"].item()), bases=bases
-                )
         except KeyError as exc:
             raise OuterStateError(f"expected key {exc.args[0]!r} in the outer state, it is missing") from exc
+        rounds = sorted(
+            {int(k.split(".")[-2]) for k in state if k.startswith(f"{prefix}plan.") and k.endswith(".rank")}
+        )
+        plans = {}
+        for round in rounds:
+            key = f"{prefix}plan.{round}"
+            bases: list[Bases | None] = []
+            for i in range(len(self.shapes)):
+                left, right = state.get(f"{key}.left.{i}"), state.get(f"{key}.right.{i}")
+                if self.compressed[i] and left is None and right is None:
+                    raise OuterStateError(f"expected a basis {key}.left.{i} or {key}.right.{i}, none found")
+                bases.append(
+                    (None if left is None else left.clone(), None if right is None else right.clone())
+                    if self.compressed[i] else None
+                )
+            plans[round] = _RoundPlan(rank=int(state[f"{key}.rank"].item()), bases=tuple(bases))
         self._plans = plans
 
     # ----------------------------------------------------------------------------- helpers
@@ -230,24 +240,29 @@ class LowRankCodec:
             )
         return self._plans[round]
 
-    def _random_plan(self, round: int, rank: int, side: int) -> _RoundPlan:
-        bases: list[torch.Tensor | None] = []
-        for i, shape in enumerate(self.shapes):
+    def _random_plan(self, round: int, rank: int) -> _RoundPlan:
+        bases: list[Bases | None] = []
+        for i, (n, *rest) in enumerate(self.shapes):
             if not self.compressed[i]:
                 bases.append(None)
                 continue
-            rows = shape[1] if side == RIGHT else shape[0]
-            bases.append(random_basis(rows, self._capped(i, rank), basis_generator(self.seed, round, i)))
-        return _RoundPlan(rank=rank, side=side, bases=tuple(bases))
+            m, r = rest[0], self._capped(i, rank)
+            generator = basis_generator(self.seed, round, i)
+            right = random_basis(m, r, generator)
+            left = random_basis(n, r, generator) if self.config.two_sided else None
+            bases.append((left, right))
+        return _RoundPlan(rank=rank, bases=tuple(bases))
 
     def _capped(self, index: int, rank: int) -> int:
         return max(1, min(rank, min(self.shapes[index]) // 2))
 
-    def _factor_shape(self, index: int, plan: _RoundPlan) -> tuple[int, int]:
+    def _part_sizes(self, index: int, plan: _RoundPlan) -> tuple[int, int]:
+        """Elements of A (``n×r``) and of B (``r×m``) for one matrix; 0 for an absent part."""
+        bases = plan.bases[index]
+        assert bases is not None
         n, m = self.shapes[index]
-        basis = plan.bases[index]
-        assert basis is not None
-        return (n if plan.side == RIGHT else m, basis.shape[1])
+        left, right = bases
+        return (n * right.shape[1] if right is not None else 0, m * left.shape[1] if left is not None else 0)
 
     def _segment_lengths(self, plan: _RoundPlan) -> list[int]:
         lengths = []
@@ -255,30 +270,57 @@ class LowRankCodec:
             if plan.bases[i] is None:
                 lengths.append(2 * shape.numel())
             else:
-                rows, rank = self._factor_shape(i, plan)
-                lengths.append(self._factor_bytes(rows * rank))
+                lengths.append(sum(self._values_bytes(k) for k in self._part_sizes(i, plan) if k))
         return lengths
 
-    def _factor_bytes(self, numel: int) -> int:
+    def _values_bytes(self, numel: int) -> int:
         if self.bits in (4, 8):
             return quantized_length(numel, bits=self.bits, block=self.config.quant_block)
         return numel * self.bits // 8
 
-    def _encode_factor(self, factor: torch.Tensor) -> torch.Tensor:
-        columns = factor.t().contiguous().reshape(-1)  # column-major: one direction per run
+    def _encode_values(self, values: torch.Tensor) -> torch.Tensor:
+        flat = values.contiguous().reshape(-1)
         if self.bits in (4, 8):
-            return quantize(columns, bits=self.bits, block=self.config.quant_block)
+            return quantize(flat, bits=self.bits, block=self.config.quant_block)
         dtype = torch.bfloat16 if self.bits == 16 else torch.float32
-        return columns.to(dtype).view(torch.uint8)
+        return flat.to(dtype).view(torch.uint8)
 
-    def _decode_factor(self, data: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
-        rows, rank = shape
+    def _decode_values(self, data: torch.Tensor, numel: int) -> torch.Tensor:
         if self.bits in (4, 8):
-            columns = dequantize(data, rows * rank, bits=self.bits, block=self.config.quant_block)
-        else:
-            dtype = torch.bfloat16 if self.bits == 16 else torch.float32
-            columns = data.contiguous().view(dtype).to(torch.float32)
-        return columns.view(rank, rows).t()
+            return dequantize(data, numel, bits=self.bits, block=self.config.quant_block)
+        dtype = torch.bfloat16 if self.bits == 16 else torch.float32
+        return data.contiguous().view(dtype).to(torch.float32)
+
+    def _decode_coordinates(self, data: torch.Tensor, index: int, plan: _RoundPlan) -> torch.Tensor:
+        """Payload segment of one matrix -> its coordinates, ``A`` column-major then ``B``."""
+        parts, offset = [], 0
+        for numel in self._part_sizes(index, plan):
+            if numel:
+                size = self._values_bytes(numel)
+                parts.append(self._decode_values(data[offset : offset + size], numel))
+                offset += size
+        return torch.cat(parts)
+
+    def _split(self, coordinates: torch.Tensor, index: int, plan: _RoundPlan) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Coordinates -> (A ``n×r``, B ``r×m``)."""
+        n, m = self.shapes[index]
+        a_numel, b_numel = self._part_sizes(index, plan)
+        A = coordinates[:a_numel].view(-1, n).t() if a_numel else None  # stored column-major
+        B = coordinates[a_numel:].view(-1, m) if b_numel else None
+        return A, B
+
+    def _expand_one(self, coordinates: torch.Tensor, index: int, plan: _RoundPlan) -> torch.Tensor:
+        bases = plan.bases[index]
+        if bases is None:
+            return coordinates
+        left, right = bases
+        A, B = self._split(coordinates, index, plan)
+        out = torch.zeros(self.shapes[index], dtype=torch.float32)
+        if A is not None and right is not None:
+            out += A @ right.t()
+        if B is not None and left is not None:
+            out += left @ B
+        return out
 
     def _track_stall(self, loss: float) -> None:
         if not math.isfinite(loss):
@@ -301,11 +343,11 @@ class LowRankCodec:
         return self._rank
 
 
-def _factor(matrix: torch.Tensor, basis: torch.Tensor, side: int) -> torch.Tensor:
-    """``M·Q`` (RIGHT, ``n×r``) or ``Mᵀ·U`` (LEFT, ``m×r``)."""
-    return matrix @ basis if side == RIGHT else matrix.t() @ basis
-
-
-def _expand(factor: torch.Tensor, basis: torch.Tensor, side: int) -> torch.Tensor:
-    """``P·Qᵀ`` (RIGHT) or ``U·Rᵀ`` (LEFT): the projection of ``M`` onto the basis."""
-    return factor @ basis.t() if side == RIGHT else basis @ factor.t()
+def _project(matrix: torch.Tensor, bases: Bases) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Coordinates of the projection on ``{U·X + Y·Vᵀ}``: ``A = M·V`` and
+    ``B = Uᵀ·(M − A·Vᵀ)`` (orthogonal parts; lowrank.py)."""
+    left, right = bases
+    A = matrix @ right if right is not None else None
+    rest = matrix - A @ right.t() if A is not None and right is not None else matrix
+    B = left.t() @ rest if left is not None else None
+    return A, B

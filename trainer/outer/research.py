@@ -116,29 +116,30 @@ def sweeps() -> dict[str, dict[str, tuple[str, OuterConfig | None, dict[str, Any
             for lr, m in ((0.7, 0.9), (0.5, 0.8))
         },
         "compression": {
-            f"r{r}-int{b}-ef_{ef}": ("dilocox", compress(r, b, ef, **blocking), {})
+            f"r{r}-int{b}-ef_{ef}": ("dilocox", compress(r, b, ef, two_sided=False, **blocking), {})
             for r, b, ef in (
                 (16, 8, "none"), (16, 8, "buffer"), (16, 8, "local"),
                 (8, 8, "local"), (32, 8, "local"), (16, 4, "local"), (32, 4, "local"), (64, 4, "local"),
             )
         },
         "combined": {
+            "blocking-two-r16-int4": ("dilocox", compress(16, 4, two_sided=True, **blocking), {}),
+            "overlap-alt-r32-int4": ("dilocox", compress(32, 4, two_sided=False, **delayed, **fixed), {}),
             **{
-                f"overlap-r{r}-int{b}": ("dilocox", compress(r, b, **delayed, **fixed), {})
-                for r, b in ((16, 8), (16, 4), (28, 4), (32, 4), (48, 4))
+                f"overlap-two-r{r}-int{b}": ("dilocox", compress(r, b, two_sided=True, **delayed, **fixed), {})
+                for r, b in ((16, 4), (8, 8), (24, 4), (12, 4))
             },
-            "overlap-r32-int4-lr0.7-m0.9": (
-                "dilocox", compress(32, 4, delay_proxy="anchored", outer_lr=0.7, outer_momentum=0.9, **fixed), {}
-            ),
-            "overlap-adaptive-r32-int4": (
-                "dilocox", compress(32, 4, **delayed, adaptive_rank=True, anomaly_checks=False), {}
+            "overlap-two-adaptive-r16-int4": (
+                "dilocox", compress(16, 4, two_sided=True, **delayed, adaptive_rank=True, anomaly_checks=False), {}
             ),
         },
         "horizon": {
             **{f"diloco-H{h}": ("diloco", OuterConfig(kind="diloco"), {"inner_steps": h}) for h in (50, 100)},
             **{
-                f"overlap-r{r}-int4-H{h}": ("dilocox", compress(r, 4, **delayed, **fixed), {"inner_steps": h})
-                for r, h in ((32, 50), (16, 50), (32, 100))
+                f"overlap-two-r{r}-int4-H{h}": (
+                    "dilocox", compress(r, 4, two_sided=True, **delayed, **fixed), {"inner_steps": h}
+                )
+                for r, h in ((16, 50), (8, 50), (16, 100))
             },
         },
     }
