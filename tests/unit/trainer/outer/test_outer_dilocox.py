@@ -94,9 +94,12 @@ def test_without_error_feedback_the_sums_stay_apart(named_params):
     assert min(without[30:]) > 0.8
 
 
+@pytest.mark.parametrize("two_sided", [True, False], ids=["two-sided", "one-sided"])
 @pytest.mark.parametrize("bits", [8, 4])
-def test_gathered_rank_ordered_mean_equals_the_dense_mean_within_the_quantisation_bound(named_params, bits):
-    config = compressed(rank=8, max_rank=8, bits=bits, quant_block=32, **PLAIN_SGD)
+def test_gathered_rank_ordered_mean_equals_the_dense_mean_within_the_quantisation_bound(
+    named_params, bits, two_sided
+):
+    config = compressed(rank=8, max_rank=8, bits=bits, quant_block=32, two_sided=two_sided, **PLAIN_SGD)
     algos = build_clusters(config, named_params, n_clusters=3)
     locals_ = start_locals(named_params, 3)
     train_locals(locals_, named_params, 0)
@@ -212,9 +215,10 @@ def resume_matches(config, named_params, n_clusters, rounds, split, overlapped):
         assert all(torch.equal(sa[k], sb[k]) for k in sa), [k for k in sa if not torch.equal(sa[k], sb[k])]
 
 
+@pytest.mark.parametrize("two_sided", [True, False], ids=["two-sided", "one-sided"])
 @pytest.mark.parametrize("overlapped", [False, True], ids=["blocking", "overlapped"])
-def test_state_dict_round_trip_continues_bit_exactly(named_params, overlapped):
-    config = compressed(overlap=overlapped, delay_proxy="anchored", rank=8, bits=4)
+def test_state_dict_round_trip_continues_bit_exactly(named_params, overlapped, two_sided):
+    config = compressed(overlap=overlapped, delay_proxy="anchored", rank=8, bits=4, two_sided=two_sided)
     resume_matches(config, named_params, n_clusters=2, rounds=6, split=3, overlapped=overlapped)
 
 
@@ -235,3 +239,22 @@ def test_rank_shrinks_with_concentrated_energy_and_grows_only_when_the_loss_stal
     assert ranks[1] < ranks[0], "the drift is rank-2 dominated: 60% of its energy needs few directions"
     assert max(ranks[6:]) > ranks[5], f"two stalled rounds must give rank back: {ranks}"
     assert max(ranks) <= 16
+
+
+@pytest.mark.parametrize("two_sided", [True, False], ids=["two-sided", "one-sided"])
+def test_coordinates_preserve_inner_products_of_the_projections(named_params, two_sided):
+    """The anomaly checks measure norms and cosines on coordinates; that is only sound if the
+    coordinates are an orthonormal system for the projected matrices."""
+    algo = build_clusters(compressed(rank=6, two_sided=two_sided), named_params, n_clusters=1)[0]
+    codec = algo.codec
+    a = local_drift(named_params, 0, 0)
+    b = local_drift(named_params, 1, 3)
+    ca, cb = codec.project(0, a), codec.project(0, b)
+    ea, eb = codec.expand(0, ca), codec.expand(0, cb)
+    for i in range(len(named_params)):
+        in_coordinates = float(torch.dot(ca[i].reshape(-1).double(), cb[i].reshape(-1).double()))
+        in_parameters = float(torch.dot(ea[i].reshape(-1).double(), eb[i].reshape(-1).double()))
+        assert in_coordinates == pytest.approx(in_parameters, rel=1e-4, abs=1e-12)
+        # And expanding is a projection: projecting again changes nothing.
+        again = codec.expand(0, codec.project(0, ea))[i]
+        torch.testing.assert_close(again, ea[i], rtol=1e-4, atol=1e-9)
