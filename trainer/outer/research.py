@@ -266,6 +266,29 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def plot_curves(rows: list[dict[str, Any]], path: Path, runs: list[str]) -> None:
+    """Held-out loss against inner steps for the named runs (``sweep/run``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    by_name = {f"{r['sweep']}/{r['run']}": r for r in rows}
+    for name in runs:
+        if name in by_name:
+            steps, losses = zip(*by_name[name]["curve"], strict=True)
+            ax.plot(steps, losses, marker=".", label=name)
+    ax.set_xlabel("inner steps per cluster (equal tokens across methods)")
+    ax.set_ylabel("held-out loss (nats/byte)")
+    ax.set_ylim(top=2.6)
+    ax.set_title("Held-out loss of the global parameters")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweep", choices=sorted(sweeps()), help="run this sweep")
@@ -273,6 +296,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/outer-sweeps"), help="folder of .jsonl results")
     parser.add_argument("--report", type=Path, help="print the table of every run in this folder")
     parser.add_argument("--plot", type=Path, help="with --report: write the trade-off PNG here")
+    parser.add_argument("--curves", type=Path, help="with --report: write a loss-curve PNG here")
+    parser.add_argument("--curve-runs", nargs="*", default=[], help="sweep/run names for --curves")
     args = parser.parse_args(argv)
     if args.sweep:
         run_sweep(args.sweep, args.out, only=args.only)
@@ -282,6 +307,8 @@ def main(argv: list[str] | None = None) -> None:
             print(line)
         if args.plot:
             plot(rows, args.plot)
+        if args.curves:
+            plot_curves(rows, args.curves, args.curve_runs)
 
 
 if __name__ == "__main__":
