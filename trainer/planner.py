@@ -1,0 +1,492 @@
+"""Will a model fit, and how long will its communication take? Pure arithmetic on shapes.
+
+``plan(model, placement=..., ...)`` answers two questions for C clusters x S pipeline stages x
+D data-parallel replicas per stage, without building a tensor:
+
+* **memory per GPU**, stage by stage: working weights, gradients, the inner AdamW state, the
+  outer algorithm's fp32 global copy and momentum, the error-feedback residual, the one-step-
+  delay references, activations (with the micro-batch, sequence length and recomputation
+  assumptions stated in ``Workload``) and a fixed headroom;
+* **time per outer step** on the inter-cluster link: the AllReduce baseline's gradient
+  all-reduce every inner step against DiLoCoX's one compressed all-gather per outer step, both
+  from the byte formulas of ``trainer/outer/accounting.py``, next to the compute time the
+  workload implies (6 FLOPs per parameter per token for forward + backward, Kaplan et al. 2020
+  §2.1; 8 with full recomputation, one extra forward).
+
+What is held where follows this repository's implementation (docs/trainer.md,
+docs/outer-algorithm.md) on GPUs with mixed precision (``Precision``): the inner optimiser,
+the outer state, the residual and the references are sharded over the D replicas of a stage
+(DiLoCoX Fig. 1: "each worker maintains distributed inner and outer optimizers' state"), or
+kept in host memory with ``offload_outer``. Deliberate simplifications: no tensor
+parallelism, the pipeline bubble is folded into the MFU, and the baseline's all-reduce is not
+overlapped with the backward pass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from trainer.errors import ConfigError
+from trainer.model import ModelConfig, stage_layout
+from trainer.outer.accounting import allgather_bytes_per_outer_step, allreduce_bytes_per_outer_step
+from trainer.outer.config import OuterConfig
+from trainer.outer.quantize import quantized_length
+
+GB = 1e9
+"""Decimal gigabytes, as GPU memory is sold (80 GB A800)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    """How the model is laid out over GPUs."""
+
+    clusters: int = 2
+    """C: outer replicas, joined by the slow link."""
+    stages: int = 8
+    """S: pipeline stages per replica (one GPU each, per data-parallel replica)."""
+    data_parallel: int = 2
+    """D: data-parallel replicas of each stage inside a cluster (fast fabric)."""
+
+    def __post_init__(self) -> None:
+        for name in ("clusters", "stages", "data_parallel"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"Placement.{name} must be >= 1, got {getattr(self, name)}")
+
+    @property
+    def gpus_per_cluster(self) -> int:
+        return self.stages * self.data_parallel
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """What one inner step processes, and how activations are kept."""
+
+    micro_batch_size: int = 1
+    """Sequences per micro-batch."""
+    sequence_length: int = 4096
+    """Tokens per sequence."""
+    micro_batches: int = 0
+    """Micro-batches per data-parallel replica per inner step; 0 means S, the fewest the 1F1B
+    schedule accepts."""
+    recompute: bool = True
+    """Full activation recomputation: each block keeps only its input and recomputes the rest
+    during the backward pass (Chen et al. 2016; Korthikanti et al. 2022)."""
+
+    def __post_init__(self) -> None:
+        for name in ("micro_batch_size", "sequence_length"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"Workload.{name} must be >= 1, got {getattr(self, name)}")
+        if self.micro_batches < 0:
+            raise ConfigError(f"Workload.micro_batches must be >= 0, got {self.micro_batches}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Precision:
+    """Bytes per element of each kind of state (mixed precision, Micikevicius et al. 2018)."""
+
+    weights: int = 2
+    """bf16 working weights."""
+    gradients: int = 2
+    """bf16 gradients."""
+    inner_optimizer: int = 12
+    """AdamW: fp32 master weights + first and second moments."""
+    outer: int = 4
+    """fp32: the outer algorithm's global copy, momentum, residual and references."""
+    activations: int = 2
+    """bf16 activations."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Accelerator:
+    """One GPU."""
+
+    name: str = "A800 80GB"
+    memory_gb: float = 80.0
+    peak_tflops: float = 312.0
+    """Dense bf16 tensor-core peak; the A800 is the A100 SXM4 with NVLink capped at 400 GB/s,
+    so it keeps the A100's 312 TFLOP/s (NVIDIA A100 datasheet)."""
+    mfu: float = 0.4
+    """Model FLOPs utilisation assumed for compute time (pipeline bubble included)."""
+    headroom_gb: float = 6.0
+    """CUDA context, communication buffers and allocator fragmentation."""
+
+    def __post_init__(self) -> None:
+        if not self.memory_gb > 0 or not self.peak_tflops > 0 or not 0 < self.mfu <= 1:
+            raise ConfigError(
+                f"Accelerator needs memory_gb > 0, peak_tflops > 0 and mfu in (0, 1], got "
+                f"{self.memory_gb}, {self.peak_tflops}, {self.mfu}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryItem:
+    name: str
+    bytes: float
+    note: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageMemory:
+    """Memory of one GPU holding stage ``stage`` (every data-parallel replica is alike)."""
+
+    stage: int
+    parameters: int
+    """Parameters held by the stage (a tied copy of the embedding included)."""
+    items: tuple[MemoryItem, ...]
+    capacity_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(item.bytes for item in self.items)
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.capacity_bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommPlan:
+    """One cluster's inter-cluster traffic and the times it implies (seconds, bytes)."""
+
+    link_mbit: float
+    inner_steps: int
+    tokens_per_inner_step: int
+    """Tokens one cluster trains on per inner step."""
+    compute_seconds_per_inner_step: float
+    allreduce_bytes_per_inner_step: float
+    allreduce_comm_seconds_per_inner_step: float
+    dilocox_payload_bytes: int
+    """One cluster's payload per round, all stages, the larger of the two alternating sides."""
+    dilocox_bytes_per_outer_step: float
+    dilocox_comm_seconds_per_outer_step: float
+    overlapped: bool
+
+    @property
+    def allreduce_comm_fraction(self) -> float:
+        """Share of the baseline's step time spent communicating."""
+        comm = self.allreduce_comm_seconds_per_inner_step
+        return comm / (comm + self.compute_seconds_per_inner_step)
+
+    @property
+    def allreduce_seconds_per_outer_step(self) -> float:
+        return self.inner_steps * (self.compute_seconds_per_inner_step + self.allreduce_comm_seconds_per_inner_step)
+
+    @property
+    def dilocox_exposed_seconds_per_outer_step(self) -> float:
+        """Communication not hidden: all of it when blocking; with the one-step delay only
+        what outlasts the next round's H inner steps."""
+        comm = self.dilocox_comm_seconds_per_outer_step
+        if not self.overlapped:
+            return comm
+        return max(0.0, comm - self.inner_steps * self.compute_seconds_per_inner_step)
+
+    @property
+    def dilocox_seconds_per_outer_step(self) -> float:
+        return self.inner_steps * self.compute_seconds_per_inner_step + self.dilocox_exposed_seconds_per_outer_step
+
+    @property
+    def bytes_ratio(self) -> float:
+        """AllReduce bytes / DiLoCoX bytes for the same tokens."""
+        return self.inner_steps * self.allreduce_bytes_per_inner_step / self.dilocox_bytes_per_outer_step
+
+    @property
+    def speedup(self) -> float:
+        """DiLoCoX tokens/s over the baseline's, from the two step times."""
+        return self.allreduce_seconds_per_outer_step / self.dilocox_seconds_per_outer_step
+
+    @property
+    def inner_steps_to_hide(self) -> int:
+        """The smallest H whose compute covers one DiLoCoX exchange."""
+        return max(1, math.ceil(self.dilocox_comm_seconds_per_outer_step / self.compute_seconds_per_inner_step))
+
+    def to_dict(self) -> dict[str, Any]:
+        derived = (
+            "allreduce_comm_fraction",
+            "allreduce_seconds_per_outer_step",
+            "dilocox_exposed_seconds_per_outer_step",
+            "dilocox_seconds_per_outer_step",
+            "bytes_ratio",
+            "speedup",
+            "inner_steps_to_hide",
+        )
+        return {**asdict(self), **{name: getattr(self, name) for name in derived}}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    model: ModelConfig
+    parameters: int
+    placement: Placement
+    workload: Workload
+    precision: Precision
+    accelerator: Accelerator
+    outer: OuterConfig
+    offload_outer: bool
+    stages: tuple[StageMemory, ...]
+    comm: CommPlan
+    assumptions: tuple[str, ...] = field(default=())
+
+    @property
+    def fits(self) -> bool:
+        return all(stage.fits for stage in self.stages)
+
+    @property
+    def largest(self) -> StageMemory:
+        return max(self.stages, key=lambda s: s.total_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.to_dict(),
+            "parameters": self.parameters,
+            "placement": asdict(self.placement),
+            "workload": asdict(self.workload),
+            "precision": asdict(self.precision),
+            "accelerator": asdict(self.accelerator),
+            "outer": {"rank": self.outer.rank, "bits": self.outer.bits, "overlapped": self.outer.overlapped,
+                      "error_feedback": self.outer.error_feedback, "offload_outer": self.offload_outer},
+            "fits": self.fits,
+            "stages": [
+                {"stage": s.stage, "parameters": s.parameters, "total_bytes": s.total_bytes, "fits": s.fits,
+                 "items": [asdict(item) for item in s.items]}
+                for s in self.stages
+            ],
+            "comm": self.comm.to_dict(),
+            "assumptions": list(self.assumptions),
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Shapes
+
+
+def stage_parameter_shapes(model: ModelConfig, *, stage: int, stages: int) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape) of every parameter stage ``stage`` holds, in ``trainer.model.StageModel``'s
+    order and names (a unit test checks them against a built stage)."""
+    d, f, kv = model.d_model, model.hidden, model.kv_heads * model.head_dim
+    layernorm = model.norm == "layernorm"
+
+    def norm(prefix: str) -> list[tuple[str, tuple[int, ...]]]:
+        gains: list[tuple[str, tuple[int, ...]]] = [(f"{prefix}.weight", (d,))]
+        return gains + [(f"{prefix}.bias", (d,))] if layernorm else gains
+
+    shapes: list[tuple[str, tuple[int, ...]]] = []
+    first, last = stage == 0, stage == stages - 1
+    if first:
+        shapes.append(("embed.wte.weight", (model.vocab_size, d)))
+        if model.positions == "learned":
+            shapes.append(("embed.wpe.weight", (model.context, d)))
+    fc_out = 2 * f if model.mlp == "swiglu" else f
+    for i in stage_layout(model.n_layer, stages)[stage]:
+        p = f"blocks.{i}"
+        shapes += norm(f"{p}.ln_1")
+        shapes += [(f"{p}.attn.qkv.weight", (d + 2 * kv, d)), (f"{p}.attn.qkv.bias", (d + 2 * kv,)),
+                   (f"{p}.attn.proj.weight", (d, d)), (f"{p}.attn.proj.bias", (d,))]
+        shapes += norm(f"{p}.ln_2")
+        shapes += [(f"{p}.mlp.fc.weight", (fc_out, d)), (f"{p}.mlp.fc.bias", (fc_out,)),
+                   (f"{p}.mlp.proj.weight", (d, f)), (f"{p}.mlp.proj.bias", (d,))]
+    if last:
+        shapes += norm("head.ln_f")
+        if not (model.tie_embeddings and first):  # tied on one stage: the head reuses embed.wte
+            shapes.append(("head.wte.weight", (model.vocab_size, d)))
+    return shapes
+
+
+def payload_bytes(shapes: Sequence[tuple[int, ...]], outer: OuterConfig, *, side: int) -> int:
+    """Bytes of one DiLoCoX payload for these tensors (docs/outer-algorithm.md §2): matrices
+    with both sides >= ``min_compress_dim`` as a rank-r factor with rows = the matrix's rows
+    (``side`` 0, ``M·Q``) or columns (``side`` 1, ``Mᵀ·U``), rank capped at half the smaller
+    side; everything else bf16. Uncompressed (plain DiLoCo): fp32."""
+    if not outer.compressed:
+        return 4 * sum(math.prod(s) for s in shapes)
+    total = 0
+    for shape in shapes:
+        if len(shape) != 2 or min(shape) < outer.min_compress_dim:
+            total += 2 * math.prod(shape)
+            continue
+        rank = max(1, min(outer.rank, min(shape) // 2))
+        numel = shape[side] * rank
+        total += (
+            quantized_length(numel, bits=outer.bits, block=outer.quant_block)
+            if outer.bits in (4, 8)
+            else numel * outer.bits // 8
+        )
+    return total
+
+
+# --------------------------------------------------------------------------------------------
+# The plan
+
+
+def plan(
+    model: ModelConfig,
+    *,
+    placement: Placement,
+    workload: Workload | None = None,
+    precision: Precision | None = None,
+    accelerator: Accelerator | None = None,
+    outer: OuterConfig | None = None,
+    link_mbit: float = 1000.0,
+    inner_steps: int = 100,
+    offload_outer: bool = False,
+) -> Plan:
+    """Memory per GPU and communication per outer step (module docstring)."""
+    workload = workload or Workload()
+    precision = precision or Precision()
+    accelerator = accelerator or Accelerator()
+    outer = outer or OuterConfig(kind="dilocox")
+    if not link_mbit > 0:
+        raise ConfigError(f"expected a link bandwidth > 0 Mbit/s, got {link_mbit}")
+    if inner_steps < 1:
+        raise ConfigError(f"expected inner_steps >= 1, got {inner_steps}")
+    stage_layout(model.n_layer, placement.stages)  # raises when S does not fit the depth
+    micro_batches = workload.micro_batches or placement.stages
+    shapes = [stage_parameter_shapes(model, stage=s, stages=placement.stages) for s in range(placement.stages)]
+    workload = replace(workload, micro_batches=micro_batches)
+    memory = tuple(
+        _stage_memory(model, s, shapes[s], placement, workload, precision, accelerator, outer, offload_outer)
+        for s in range(placement.stages)
+    )
+    # Only the outer algorithm's tensors travel: a tied copy on the last stage is not exchanged.
+    exchanged = [shape for stage in shapes for name, shape in stage if name != "head.wte.weight" or not model.tie_embeddings]
+    payload = max(payload_bytes(exchanged, outer, side=0), payload_bytes(exchanged, outer, side=1))
+    parameters = model.parameter_count()
+    tokens = workload.micro_batch_size * workload.sequence_length * micro_batches * placement.data_parallel
+    flops_per_token = (8 if workload.recompute else 6) * parameters
+    compute = flops_per_token * tokens / (placement.gpus_per_cluster * accelerator.peak_tflops * 1e12 * accelerator.mfu)
+    link_bytes_per_second = link_mbit * 1e6 / 8
+    allreduce = allreduce_bytes_per_outer_step(parameters=parameters, n_clusters=placement.clusters, inner_steps=1)
+    gathered = allgather_bytes_per_outer_step(payload_bytes=payload, n_clusters=placement.clusters)
+    comm = CommPlan(
+        link_mbit=link_mbit,
+        inner_steps=inner_steps,
+        tokens_per_inner_step=tokens,
+        compute_seconds_per_inner_step=compute,
+        allreduce_bytes_per_inner_step=allreduce,
+        allreduce_comm_seconds_per_inner_step=allreduce / link_bytes_per_second,
+        dilocox_payload_bytes=payload,
+        dilocox_bytes_per_outer_step=gathered,
+        dilocox_comm_seconds_per_outer_step=gathered / link_bytes_per_second,
+        overlapped=outer.overlapped,
+    )
+    return Plan(
+        model=model,
+        parameters=parameters,
+        placement=placement,
+        workload=workload,
+        precision=precision,
+        accelerator=accelerator,
+        outer=outer,
+        offload_outer=offload_outer,
+        stages=memory,
+        comm=comm,
+        assumptions=_assumptions(workload, accelerator, precision, offload_outer),
+    )
+
+
+def bandwidth_for_comm_fraction(*, bytes_per_step: float, compute_seconds_per_step: float, fraction: float) -> float:
+    """The link (Mbit/s) on which sending ``bytes_per_step`` takes ``fraction`` of a step that
+    also computes for ``compute_seconds_per_step``: comm = compute · f / (1 − f)."""
+    if not 0 < fraction < 1:
+        raise ConfigError(f"expected a communication fraction in (0, 1), got {fraction}")
+    if not (bytes_per_step > 0 and compute_seconds_per_step > 0):
+        raise ConfigError(
+            f"expected positive bytes and compute seconds per step, got {bytes_per_step} and {compute_seconds_per_step}"
+        )
+    comm_seconds = compute_seconds_per_step * fraction / (1.0 - fraction)
+    return bytes_per_step * 8 / comm_seconds / 1e6
+
+
+def smallest_fitting_data_parallel(model: ModelConfig, *, placement: Placement, limit: int = 64, **options: Any) -> int | None:
+    """The smallest D (from the placement's, up to ``limit``) at which every stage fits, or None."""
+    for d in range(placement.data_parallel, limit + 1):
+        candidate = Placement(clusters=placement.clusters, stages=placement.stages, data_parallel=d)
+        if plan(model, placement=candidate, **options).fits:
+            return d
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def block_activation_bytes(model: ModelConfig, *, tokens: int, bytes_per_element: int) -> float:
+    """Activations one block saves for its backward pass for ``tokens`` tokens, summing the
+    tensors it keeps (the method of Korthikanti et al. 2022 §4.1) with a fused attention kernel
+    that stores no T×T scores: the norm inputs and outputs (4d), q, k, v (d + 2kv), the
+    attention output (d) and the MLP's hidden tensors (SwiGLU: gate, up, their product and the
+    activation, 4f; GELU: 2f)."""
+    d, f, kv = model.d_model, model.hidden, model.kv_heads * model.head_dim
+    mlp = 4 * f if model.mlp == "swiglu" else 2 * f
+    return tokens * bytes_per_element * (4 * d + (d + 2 * kv) + d + mlp)
+
+
+def _stage_memory(
+    model: ModelConfig,
+    stage: int,
+    shapes: Sequence[tuple[str, tuple[int, ...]]],
+    placement: Placement,
+    workload: Workload,
+    precision: Precision,
+    accelerator: Accelerator,
+    outer: OuterConfig,
+    offload_outer: bool,
+) -> StageMemory:
+    S, D = placement.stages, placement.data_parallel
+    held = sum(math.prod(shape) for _, shape in shapes)
+    # The last stage's copy of a tied embedding trains (weights, gradients, AdamW) but the outer
+    # algorithm leaves it out (docs/trainer.md, "Tied embeddings across stages").
+    outer_params = sum(
+        math.prod(shape) for name, shape in shapes if not (name == "head.wte.weight" and model.tie_embeddings)
+    )
+    layers = len(stage_layout(model.n_layer, S)[stage])
+    tokens = workload.micro_batch_size * workload.sequence_length
+    # 1F1B (Narayanan et al. 2021): stage s holds up to S - s micro-batches between forward and backward.
+    in_flight = min(S - stage, workload.micro_batches)
+    full_block = block_activation_bytes(model, tokens=tokens, bytes_per_element=precision.activations)
+    if workload.recompute:
+        kept = layers * in_flight * tokens * model.d_model * precision.activations + (full_block if layers else 0.0)
+        activation_note = f"{layers} block inputs x {in_flight} micro-batches in flight + one block recomputed"
+    else:
+        kept = layers * in_flight * full_block
+        activation_note = f"{layers} blocks x {in_flight} micro-batches in flight, no recomputation"
+    if stage == S - 1:
+        kept += tokens * model.vocab_size * 4  # fp32 logits for the loss
+        activation_note += " + fp32 logits"
+    where = "host memory" if offload_outer else f"sharded over D={D}"
+    outer_bytes = 0.0 if offload_outer else outer_params * precision.outer / D
+    items = [
+        MemoryItem(name="weights", bytes=held * precision.weights, note=f"{held:,} parameters, {precision.weights} B each"),
+        MemoryItem(name="gradients", bytes=held * precision.gradients, note=f"{precision.gradients} B each"),
+        MemoryItem(name="inner AdamW state", bytes=held * precision.inner_optimizer / D,
+                   note=f"fp32 master + 2 moments, sharded over D={D}"),
+        MemoryItem(name="outer global copy", bytes=outer_bytes, note=f"fp32 θ, {where}"),
+        MemoryItem(name="outer momentum", bytes=outer_bytes, note=f"fp32 Nesterov buffer, {where}"),
+    ]
+    if outer.kind == "dilocox" and outer.compressed and outer.error_feedback != "none":
+        items.append(MemoryItem(name="error feedback", bytes=outer_bytes, note=f"fp32 residual, {where}"))
+    if outer.overlapped:
+        items.append(MemoryItem(name="one-step-delay references", bytes=2 * outer_bytes,
+                                note=f"fp32 look-ahead + contributed reference, {where}"))
+    items += [
+        MemoryItem(name="activations", bytes=kept, note=activation_note),
+        MemoryItem(name="headroom", bytes=accelerator.headroom_gb * GB, note="CUDA context, NCCL buffers, fragmentation"),
+    ]
+    return StageMemory(stage=stage, parameters=held, items=tuple(items), capacity_bytes=accelerator.memory_gb * GB)
+
+
+def _assumptions(
+    workload: Workload, accelerator: Accelerator, precision: Precision, offload_outer: bool
+) -> tuple[str, ...]:
+    return (
+        f"micro-batch {workload.micro_batch_size} x {workload.sequence_length} tokens, {workload.micro_batches} micro-batches "
+        f"per replica per inner step, 1F1B schedule",
+        "full activation recomputation" if workload.recompute else "no activation recomputation",
+        f"mixed precision: {precision.weights} B weights, {precision.gradients} B gradients, "
+        f"{precision.inner_optimizer} B AdamW state, fp32 outer state",
+        f"{accelerator.name}: {accelerator.peak_tflops:g} TFLOP/s peak at {accelerator.mfu:.0%} MFU, "
+        f"{accelerator.headroom_gb:g} GB headroom",
+        "outer state in host memory" if offload_outer else "outer state on the GPU",
+        "AllReduce baseline: fp32 gradients ring-all-reduced over the link every inner step, not overlapped",
+    )

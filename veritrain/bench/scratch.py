@@ -1,0 +1,24 @@
+"""Scratch folders for benchmark files: the caller's, or a temporary one removed afterwards."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def scratch_dir(given: Path | None, *, prefix: str) -> Iterator[Path]:
+    """``given`` (created if needed, kept afterwards), else a new temporary folder that is
+    removed with everything in it (stored objects are read-only files; removal still works)."""
+    if given is not None:
+        given.mkdir(parents=True, exist_ok=True)
+        yield given
+        return
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,79 @@
+"""``veritrain serve`` in its own process, for benchmarks that measure the HTTP API from outside.
+
+A separate process (not a thread of the benchmark) so that the clients' work and the server's
+do not share one interpreter lock: what the clients measure is what a remote client would see
+from a server on this machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import httpx
+
+from veritrain.bench.errors import BenchError
+
+START_TIMEOUT_S = 60.0
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def served(settings_env: Mapping[str, str], *, log: Path) -> Iterator[str]:
+    """Run ``python -m veritrain serve`` with ``settings_env`` added to the environment; yield
+    its base URL once ``/healthz`` answers, and stop it (SIGINT, as Ctrl+C) afterwards."""
+    port = free_port()
+    env = {**os.environ, **settings_env}
+    with open(log, "wb") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "veritrain", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            _wait_healthy(process, url, log)
+            yield url
+        finally:
+            _stop(process)
+
+
+def _wait_healthy(process: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:]
+            raise BenchError(f"expected `veritrain serve` to start, it exited with {process.returncode}:\n{tail}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass  # not listening yet
+        time.sleep(0.2)
+    raise BenchError(f"expected `veritrain serve` to answer {url}/healthz within {START_TIMEOUT_S:.0f} s, it did not")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -1,0 +1,150 @@
+"""A synthetic recorded run for the ledger benchmark: real appends, realistic bodies.
+
+Each entry goes through ``ledger.service.Ledger`` exactly as the recorder writes it (one
+transaction, a signed tree head, metric rows); only the content is made up. An ``outer_step``
+payload has the fields and sizes of docs/records.md for C clusters x S stages -- data ranges,
+per-(cluster, stage) contribution digests, the applied round, checkpoint and attestation
+digests -- and about twenty metrics, so a body is a few kilobytes like a real one. Nothing
+refers to stored objects: the benchmark times the log, not the object store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ledger.envelope import KIND_DATA_MANIFEST, KIND_OUTER_STEP
+from ledger.service import Ledger
+
+SCHEMA = "veritrain/outer_step/v1"
+
+
+@dataclass(frozen=True)
+class SyntheticRun:
+    run_id: str
+    log_vkey: str
+    """The run's log key (C2SP vkey), as its genesis names it."""
+    entries: int
+    """Entries in the log: genesis, data manifest and the outer steps."""
+    outer_steps: int
+    append_seconds: float
+    """Wall time of the outer-step appends alone."""
+
+
+def build_synthetic_run(
+    ledger: Ledger,
+    run_id: str,
+    *,
+    outer_steps: int,
+    clusters: int = 2,
+    stages: int = 2,
+    progress: Callable[[int], None] | None = None,
+) -> SyntheticRun:
+    """Create ``run_id`` and append ``outer_steps`` outer-step entries to it."""
+    vkey = ledger.log_public_key(run_id).vkey
+    ledger.create_run(run_id, _genesis(run_id, vkey, clusters=clusters, stages=stages))
+    ledger.append(run_id, KIND_DATA_MANIFEST, {"schema": "veritrain/data.manifest/v1", "manifest_object": _digest(run_id, "data")})
+    started = time.perf_counter()
+    for step in range(outer_steps):
+        payload, metrics = outer_step_payload(run_id, step, clusters=clusters, stages=stages)
+        ledger.append(run_id, KIND_OUTER_STEP, payload, step=step, metrics=metrics)
+        if progress is not None:
+            progress(step + 1)
+    seconds = time.perf_counter() - started
+    return SyntheticRun(run_id=run_id, log_vkey=vkey, entries=outer_steps + 2, outer_steps=outer_steps, append_seconds=seconds)
+
+
+def outer_step_payload(run_id: str, step: int, *, clusters: int, stages: int) -> tuple[dict[str, Any], dict[str, float]]:
+    """(payload, metrics) of outer step ``step``, shaped like the recorder's (docs/records.md)."""
+    H, sequences, context = 20, 8, 64
+    tokens = clusters * H * sequences * context
+    loss = 2.0 + 3.0 * math.exp(-step / 50)
+    metrics = {
+        "train_loss": loss + 0.05,
+        "eval_loss": loss,
+        "perplexity": math.exp(loss),
+        "lr": 3e-3 * (0.1 + 0.9 * math.exp(-step / 2000)),
+        "grad_norm": 0.5 + 0.1 * math.sin(step),
+        "tokens": float(tokens * (step + 1)),
+        "step_tokens": float(tokens),
+        "compute_seconds": 0.8 + 0.01 * (step % 7),
+        "comm_seconds": 0.12,
+        "exposed_comm_seconds": 0.0,
+        "wall_seconds": 0.95,
+        "bytes_sent": 13_512.0,
+        "bytes_sent_all_clusters": 27_024.0,
+        "pseudo_gradient_norm": 0.3,
+        "rank": 4.0,
+        "bits": 8.0,
+        "mean_pseudo_gradient_norm": 0.25,
+        "outer_step_norm": 0.2,
+        "global_param_norm": 40.0 + step * 1e-3,
+        "included_clusters": float(clusters),
+    }
+
+    def contribution_digests(round_: int) -> list[dict[str, Any]]:
+        return [
+            {"cluster": c, "stage": s, "digest": _digest(run_id, f"contribution/{round_}/{c}/{s}")}
+            for c in range(clusters)
+            for s in range(stages)
+        ]
+
+    payload = {
+        "schema": SCHEMA,
+        "step": step,
+        "inner_steps": H,
+        "method": "dilocox",
+        "compression": {"rank": 4, "bits": 8},
+        "tokens": {"step": tokens, "total": tokens * (step + 1)},
+        "metrics_digest": _digest(run_id, f"metrics/{step}"),
+        "nonfinite_metrics": [],
+        "data_ranges": [
+            {"cluster": c, "first_inner_step": step * H, "inner_steps": H, "sequences": H * sequences,
+             "tokens": H * sequences * context, "shards": [[c * 3 + step % 5, c * 3 + step % 5 + 2]]}
+            for c in range(clusters)
+        ],
+        "contributions": [
+            {"cluster": c, "stages": [
+                {"stage": s, "digest": _digest(run_id, f"contribution/{step}/{c}/{s}"),
+                 "signature_object": _digest(run_id, f"signature/{step}/{c}/{s}")}
+                for s in range(stages)
+            ]}
+            for c in range(clusters)
+        ],
+        "applied": [{"round": max(step - 1, 0), "contribution_digests": contribution_digests(max(step - 1, 0)),
+                     "payload_bytes": 13_512, "rank": 4, "bits": 8}],
+        "anomalies": [],
+        "aggregate_digest": _digest(run_id, f"aggregate/{step}"),
+        "checkpoint": {"manifest_root": _digest(run_id, f"root/{step}"), "manifest_object": _digest(run_id, f"manifest/{step}"),
+                       "files": 2 * clusters * stages + 3,
+                       "previous_manifest_root": _digest(run_id, f"root/{step - 1}") if step else None},
+        "attestation": {
+            "statement_object": _digest(run_id, f"statement/{step}"),
+            "statement_digest": _digest(run_id, f"statement-digest/{step}"),
+            "nonce": _digest(run_id, f"nonce/{step}"),
+            "quotes": [{"cluster": c, "object": _digest(run_id, f"quote/{step}/{c}")} for c in range(clusters)],
+        },
+    }
+    return payload, metrics
+
+
+def _genesis(run_id: str, vkey: str, *, clusters: int, stages: int) -> dict[str, Any]:
+    return {
+        "schema": "veritrain/run.genesis/v1",
+        "run_id": run_id,
+        "method": "dilocox",
+        "topology": {"clusters": clusters, "stages": stages, "world_size": clusters * stages},
+        "seed": 0,
+        "keys": {"log": vkey},
+        "tee": {"type": "software"},
+        "verification_policy": {"mode": "bitwise"},
+        "note": "synthetic run written by veritrain bench ledger",
+    }
+
+
+def _digest(run_id: str, what: str) -> str:
+    return hashlib.sha256(f"{run_id}/{what}".encode()).hexdigest()
