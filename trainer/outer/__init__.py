@@ -53,7 +53,8 @@ def build_outer_algorithm(
     shapes = [p.shape for _, p in named_params]
     codec: Codec
     if config.compressed:
-        codec = LowRankCodec(config, shapes=shapes, seed=seed, lag=2 if config.overlapped else 1)
+        device = named_params[0][1].device if named_params else torch.device("cpu")
+        codec = LowRankCodec(config, shapes=shapes, seed=seed, lag=2 if config.overlapped else 1, device=device)
     else:
         codec = DenseCodec(shapes)
     return OuterLoop(config, named_params=named_params, codec=codec, cluster=cluster, n_clusters=n_clusters)

@@ -66,14 +66,23 @@ class LowRankCodec:
     its information can shape an encoding: 1 when blocking, 2 with the one-step-delay overlap
     (round t is encoded before round t−1 is applied)."""
 
-    def __init__(self, config: OuterConfig, *, shapes: Sequence[torch.Size], seed: int, lag: int) -> None:
+    def __init__(
+        self,
+        config: OuterConfig,
+        *,
+        shapes: Sequence[torch.Size],
+        seed: int,
+        lag: int,
+        device: torch.device | None = None,
+    ) -> None:
         self.config = config
+        self.device = device or torch.device("cpu")
         self.shapes = [torch.Size(s) for s in shapes]
         self.seed = seed
         self.lag = lag
         self.bits: int = config.bits
         self.compressed = [len(s) == 2 and min(s) >= config.min_compress_dim for s in self.shapes]
-        self.error = [torch.zeros(s, dtype=torch.float32) for s in self.shapes]
+        self.error = [torch.zeros(s, dtype=torch.float32, device=self.device) for s in self.shapes]
         self._rank = config.rank
         self._best_loss = math.inf
         self._stalled = 0
@@ -162,8 +171,9 @@ class LowRankCodec:
         spectra = {}
         for i, bases in enumerate(plan.bases):
             if bases is not None:
-                A, B = self._split(mean[i], i, plan)
-                spectra[i] = projection_spectrum(bases[0], bases[1], A, B)
+                # Small matrices, on the CPU in float64: the same bits on every cluster.
+                A, B = (_cpu(t) for t in self._split(mean[i], i, plan))
+                spectra[i] = projection_spectrum(_cpu(bases[0]), _cpu(bases[1]), A, B)
         width = max((e.numel() for e, _, _ in spectra.values()), default=1)
         energies = torch.zeros(max(len(spectra), 1), width, dtype=torch.float64)
         for row, (energy, _, _) in enumerate(spectra.values()):
@@ -181,8 +191,8 @@ class LowRankCodec:
             want_left = self.config.two_sided or bases[0] is None
             want_right = self.config.two_sided or bases[1] is None
             new_bases.append((
-                next_basis(left_dirs, energy, r, generator) if want_left else None,
-                next_basis(right_dirs, energy, r, generator) if want_right else None,
+                next_basis(left_dirs, energy, r, generator).to(self.device) if want_left else None,
+                next_basis(right_dirs, energy, r, generator).to(self.device) if want_right else None,
             ))
         self._plans[target] = _RoundPlan(rank=rank, bases=tuple(new_bases))
         total = float(energies.sum())
@@ -207,7 +217,7 @@ class LowRankCodec:
     def load_state_dict(self, state: Mapping[str, torch.Tensor], prefix: str) -> None:
         try:
             for i, e in enumerate(self.error):
-                e.copy_(state[f"{prefix}error.{i}"])
+                e.copy_(state[f"{prefix}error.{i}"])  # copy_ moves it to this codec's device
             self._rank = int(state[f"{prefix}rank"].item())
             self._best_loss = float(state[f"{prefix}best_loss"].item())
             self._stalled = int(state[f"{prefix}stalled"].item())
@@ -225,7 +235,8 @@ class LowRankCodec:
                 if self.compressed[i] and left is None and right is None:
                     raise OuterStateError(f"expected a basis {key}.left.{i} or {key}.right.{i}, none found")
                 bases.append(
-                    (None if left is None else left.clone(), None if right is None else right.clone())
+                    (None if left is None else left.to(self.device, copy=True),
+                     None if right is None else right.to(self.device, copy=True))
                     if self.compressed[i] else None
                 )
             plans[round] = _RoundPlan(rank=int(state[f"{key}.rank"].item()), bases=tuple(bases))
@@ -248,8 +259,8 @@ class LowRankCodec:
                 continue
             m, r = rest[0], self._capped(i, rank)
             generator = basis_generator(self.seed, round, i)
-            right = random_basis(m, r, generator)
-            left = random_basis(n, r, generator) if self.config.two_sided else None
+            right = random_basis(m, r, generator).to(self.device)
+            left = random_basis(n, r, generator).to(self.device) if self.config.two_sided else None
             bases.append((left, right))
         return _RoundPlan(rank=rank, bases=tuple(bases))
 
@@ -315,7 +326,7 @@ class LowRankCodec:
             return coordinates
         left, right = bases
         A, B = self._split(coordinates, index, plan)
-        out = torch.zeros(self.shapes[index], dtype=torch.float32)
+        out = torch.zeros(self.shapes[index], dtype=torch.float32, device=coordinates.device)
         if A is not None and right is not None:
             out += A @ right.t()
         if B is not None and left is not None:
@@ -341,6 +352,10 @@ class LowRankCodec:
                 energies, fraction=self.config.rank_energy, lower=self.config.min_rank, upper=self._rank
             )
         return self._rank
+
+
+def _cpu(tensor: torch.Tensor | None) -> torch.Tensor | None:
+    return None if tensor is None else tensor.cpu()
 
 
 def _project(matrix: torch.Tensor, bases: Bases) -> tuple[torch.Tensor | None, torch.Tensor | None]:

@@ -136,11 +136,23 @@ def sweeps() -> dict[str, dict[str, tuple[str, OuterConfig | None, dict[str, Any
         "horizon": {
             **{f"diloco-H{h}": ("diloco", OuterConfig(kind="diloco"), {"inner_steps": h}) for h in (50, 100)},
             **{
-                f"overlap-two-r{r}-int4-H{h}": (
-                    "dilocox", compress(r, 4, two_sided=True, **delayed, **fixed), {"inner_steps": h}
+                f"overlap-alt-r{r}-int4-H{h}": (
+                    "dilocox", compress(r, 4, two_sided=False, **delayed, **fixed), {"inner_steps": h}
                 )
-                for r, h in ((16, 50), (8, 50), (16, 100))
+                for r, h in ((32, 50), (16, 50), (32, 100))
             },
+        },
+        "refine": {
+            "blocking-alt-r32-int4-lr0.5-m0.8": (
+                "dilocox", compress(32, 4, two_sided=False, outer_lr=0.5, outer_momentum=0.8, **blocking), {}
+            ),
+            "overlap-alt-r28-int4": ("dilocox", compress(28, 4, two_sided=False, **delayed, **fixed), {}),
+            "overlap-alt-r48-int4": ("dilocox", compress(48, 4, two_sided=False, **delayed, **fixed), {}),
+            "overlap-alt-adaptive-r32-int4": (
+                "dilocox",
+                compress(32, 4, two_sided=False, **delayed, adaptive_rank=True, anomaly_checks=False),
+                {},
+            ),
         },
     }
 
