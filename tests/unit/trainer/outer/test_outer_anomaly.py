@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from outer_helpers import blocking_round, build_clusters, start_locals, train_locals
+from outer_helpers import SIGNALS, blocking_round, build_clusters, start_locals, train_locals
 
 from trainer.outer import OuterConfig
 
@@ -85,3 +85,23 @@ def test_excluded_contribution_does_not_move_the_global_parameters(named_params)
     honest_mean = [((p - a) + (p - b)) / 2 for (_, p), a, b in zip(named_params, locals_[0], locals_[2], strict=True)]
     expected = sum(float(m.double().pow(2).sum()) for m in honest_mean) ** 0.5
     assert update.stats["mean_pseudo_gradient_norm"] == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("how", ["scale", "noise"])
+def test_poisoned_cluster_is_flagged_under_the_one_step_delay(named_params, how):
+    """Default DiLoCoX (compressed, overlapped): the update of the poisoned round flags it."""
+    config = OuterConfig(kind="dilocox", rank=4, min_rank=2, max_rank=8)
+    algos = build_clusters(config, named_params, 2)
+    locals_ = start_locals(named_params, 2)
+    updates, in_flight = {}, None
+    for t in range(5):
+        start = [p.clone() for p in locals_[1]]
+        train_locals(locals_, named_params, t)
+        if t == 3:
+            poison(locals_[1], start, how)
+        gathered = [a.contribution(t, loc).payload for a, loc in zip(algos, locals_, strict=True)]
+        if in_flight is not None:
+            updates[t - 1] = [a.apply(t - 1, in_flight, loc, SIGNALS) for a, loc in zip(algos, locals_, strict=True)]
+        in_flight = gathered
+    assert [list(updates[t][0].anomalies) for t in range(3)] == [[], [], []]
+    assert [a.cluster for a in updates[3][0].anomalies] == [1]
