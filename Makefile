@@ -19,8 +19,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/veritrain demo
 
-# Services are started, the tests run, and the services are stopped even when tests fail.
+# Lint and type-check first (cheap), then start the services, run the tests, and stop the
+# services even when tests fail.
 test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 	scripts/services.sh start $(VENV)
 	. .ci-state/env && status=0; \
 	  CI=$${CI:-true} $(BIN)/python -m pytest $(PYTEST_ARGS) || status=$$?; \
