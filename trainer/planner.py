@@ -37,6 +37,16 @@ from trainer.outer.quantize import quantized_length
 
 GB = 1e9
 """Decimal gigabytes, as GPU memory is sold (80 GB A800)."""
+SHORT_NAMES = {
+    "inner AdamW state": "AdamW",
+    "outer global copy": "outer θ",
+    "outer momentum": "momentum",
+    "error feedback": "residual",
+    "one-step-delay references": "refs",
+    "activations": "activ.",
+    "gradients": "grads",
+}
+"""Column headers of ``Plan.lines``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,7 +169,7 @@ class CommPlan:
     allreduce_bytes_per_inner_step: float
     allreduce_comm_seconds_per_inner_step: float
     dilocox_payload_bytes: int
-    """One cluster's payload per round, all stages, the larger of the two alternating sides."""
+    """One cluster's payload per round, all stages (payload_bytes)."""
     dilocox_bytes_per_outer_step: float
     dilocox_comm_seconds_per_outer_step: float
     overlapped: bool
@@ -237,6 +247,36 @@ class Plan:
     def largest(self) -> StageMemory:
         return max(self.stages, key=lambda s: s.total_bytes)
 
+    def lines(self) -> list[str]:
+        """The plan for a person: memory per GPU by stage, then the link."""
+        p, c, gb = self.placement, self.comm, self.accelerator.memory_gb
+        out = [
+            f"{self.parameters / 1e9:,.2f} B parameters on C={p.clusters} clusters x S={p.stages} stages x "
+            f"D={p.data_parallel} replicas ({p.gpus_per_cluster} GPUs per cluster, {self.accelerator.name})",
+            f"memory per GPU (GB; capacity {gb:g}):",
+        ]
+        names = [SHORT_NAMES.get(item.name, item.name) for item in self.stages[0].items]
+        out.append("  " + f"{'stage':>5} {'params':>7}  " + " ".join(f"{n:>8}" for n in names) + f"  {'total':>7}")
+        for stage in self.stages:
+            cells = " ".join(f"{item.bytes / GB:8.1f}" for item in stage.items)
+            verdict = "fits" if stage.fits else f"DOES NOT FIT (+{(stage.total_bytes - stage.capacity_bytes) / GB:.1f})"
+            out.append(f"  {stage.stage:>5} {stage.parameters / 1e9:6.2f}B  {cells}  {stage.total_bytes / GB:7.1f}  {verdict}")
+        out.append(f"  -> {'fits' if self.fits else 'does NOT fit'} in {gb:g} GB per GPU")
+        out += [f"  assumes {line}" for line in self.assumptions]
+        out += [
+            f"per outer step (H={c.inner_steps}) on a {c.link_mbit:g} Mbit/s link, {c.tokens_per_inner_step:,} tokens "
+            f"per cluster per inner step:",
+            f"  compute             {c.compute_seconds_per_inner_step:12,.1f} s per inner step",
+            f"  AllReduce           {c.allreduce_bytes_per_inner_step / 1e9:12,.2f} GB per inner step -> "
+            f"{c.allreduce_comm_seconds_per_inner_step:,.0f} s; {c.allreduce_seconds_per_outer_step:,.0f} s per outer step "
+            f"({c.allreduce_comm_fraction:.2%} communicating)",
+            f"  DiLoCoX (rank {self.outer.rank}, int{self.outer.bits})  {c.dilocox_payload_bytes / 1e6:,.1f} MB per round -> "
+            f"{c.dilocox_comm_seconds_per_outer_step:,.1f} s, exposed {c.dilocox_exposed_seconds_per_outer_step:,.1f} s "
+            f"({'one-step-delay overlap' if c.overlapped else 'blocking'}); hidden from H >= {c.inner_steps_to_hide}",
+            f"  bytes AllReduce/DiLoCoX {c.bytes_ratio:,.0f}x, estimated speedup {c.speedup:,.1f}x",
+        ]
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model.to_dict(),
@@ -270,7 +310,7 @@ def stage_parameter_shapes(model: ModelConfig, *, stage: int, stages: int) -> li
 
     def norm(prefix: str) -> list[tuple[str, tuple[int, ...]]]:
         gains: list[tuple[str, tuple[int, ...]]] = [(f"{prefix}.weight", (d,))]
-        return gains + [(f"{prefix}.bias", (d,))] if layernorm else gains
+        return [*gains, (f"{prefix}.bias", (d,))] if layernorm else gains
 
     shapes: list[tuple[str, tuple[int, ...]]] = []
     first, last = stage == 0, stage == stages - 1
@@ -294,11 +334,13 @@ def stage_parameter_shapes(model: ModelConfig, *, stage: int, stages: int) -> li
     return shapes
 
 
-def payload_bytes(shapes: Sequence[tuple[int, ...]], outer: OuterConfig, *, side: int) -> int:
-    """Bytes of one DiLoCoX payload for these tensors (docs/outer-algorithm.md §2): matrices
-    with both sides >= ``min_compress_dim`` as a rank-r factor with rows = the matrix's rows
-    (``side`` 0, ``M·Q``) or columns (``side`` 1, ``Mᵀ·U``), rank capped at half the smaller
-    side; everything else bf16. Uncompressed (plain DiLoCo): fp32."""
+def payload_bytes(shapes: Sequence[tuple[int, ...]], outer: OuterConfig) -> int:
+    """Bytes of one cluster's DiLoCoX payload for these tensors (trainer/outer/lowrank_codec.py):
+    a matrix whose smaller side is at least ``min_compress_dim`` travels as its coordinates on
+    the round's shared bases, rank capped at half the smaller side -- two-sided: ``A`` (n×r)
+    and ``B`` (r×m), each block-quantised; one-sided: the larger of ``n×r`` and ``m×r`` (the
+    side alternates, so this is the worse round). Everything else is bf16. Uncompressed (plain
+    DiLoCo): fp32."""
     if not outer.compressed:
         return 4 * sum(math.prod(s) for s in shapes)
     total = 0
@@ -307,13 +349,16 @@ def payload_bytes(shapes: Sequence[tuple[int, ...]], outer: OuterConfig, *, side
             total += 2 * math.prod(shape)
             continue
         rank = max(1, min(outer.rank, min(shape) // 2))
-        numel = shape[side] * rank
-        total += (
-            quantized_length(numel, bits=outer.bits, block=outer.quant_block)
-            if outer.bits in (4, 8)
-            else numel * outer.bits // 8
-        )
+        n, m = shape
+        parts = (n * rank, m * rank) if outer.two_sided else (max(n, m) * rank,)
+        total += sum(_values_bytes(numel, outer) for numel in parts)
     return total
+
+
+def _values_bytes(numel: int, outer: OuterConfig) -> int:
+    if outer.bits in (4, 8):
+        return quantized_length(numel, bits=outer.bits, block=outer.quant_block)
+    return numel * outer.bits // 8
 
 
 # --------------------------------------------------------------------------------------------
@@ -351,7 +396,7 @@ def plan(
     )
     # Only the outer algorithm's tensors travel: a tied copy on the last stage is not exchanged.
     exchanged = [shape for stage in shapes for name, shape in stage if name != "head.wte.weight" or not model.tie_embeddings]
-    payload = max(payload_bytes(exchanged, outer, side=0), payload_bytes(exchanged, outer, side=1))
+    payload = payload_bytes(exchanged, outer)
     parameters = model.parameter_count()
     tokens = workload.micro_batch_size * workload.sequence_length * micro_batches * placement.data_parallel
     flops_per_token = (8 if workload.recompute else 6) * parameters
@@ -406,6 +451,22 @@ def smallest_fitting_data_parallel(model: ModelConfig, *, placement: Placement, 
         if plan(model, placement=candidate, **options).fits:
             return d
     return None
+
+
+def fitting_alternatives(model: ModelConfig, *, placement: Placement, limit: int = 64, **options: Any) -> list[str]:
+    """For a plan that does not fit: the smallest D that would, at S, 2S and 4S stages, with the
+    outer state on the GPU or in host memory (one line each; "none" past ``limit``)."""
+    out = []
+    for stages in (placement.stages, 2 * placement.stages, 4 * placement.stages):
+        if stages > model.n_layer:
+            break
+        for offload in (False, True):
+            candidate = Placement(clusters=placement.clusters, stages=stages, data_parallel=placement.data_parallel)
+            d = smallest_fitting_data_parallel(model, placement=candidate, limit=limit, **{**options, "offload_outer": offload})
+            where = "host memory" if offload else "the GPU"
+            found = f"D >= {d} ({stages * d} GPUs per cluster)" if d else f"no D <= {limit}"
+            out.append(f"S={stages}, outer state on {where}: {found}")
+    return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,17 +1,63 @@
-"""`veritrain plan`: not built yet (issue #7)."""
+"""``veritrain plan``: memory per GPU and communication per outer step for a topology.
+
+Parses the options and calls ``trainer.planner.plan``; see that module for the arithmetic
+and docs/benchmarks.md for how it compares with the DiLoCoX paper's setting.
+"""
 
 from __future__ import annotations
 
+import json
+from typing import Annotated
+
 import typer
 
-app = typer.Typer(help="not built yet (issue #7)")
 
+def plan(
+    preset: Annotated[str, typer.Option(help="Model preset (trainer/presets.py).")] = "qwen1.5-107b",
+    clusters: Annotated[int, typer.Option(min=1, help="C: clusters joined by the slow link.")] = 2,
+    stages: Annotated[int, typer.Option(min=1, help="S: pipeline stages per cluster.")] = 8,
+    data_parallel: Annotated[int, typer.Option(min=1, help="D: replicas of each stage inside a cluster.")] = 2,
+    gpu_memory: Annotated[float, typer.Option(min=1.0, help="GB of memory per GPU.")] = 80.0,
+    bandwidth: Annotated[float, typer.Option(min=0.001, help="Link between clusters, Mbit/s.")] = 1000.0,
+    rank: Annotated[int, typer.Option(min=1, help="DiLoCoX low-rank rank.")] = 16,
+    bits: Annotated[int, typer.Option(help="Bits per factor element: 4, 8, 16 or 32.")] = 8,
+    inner_steps: Annotated[int, typer.Option(min=1, help="H: inner steps per outer step.")] = 100,
+    micro_batch_size: Annotated[int, typer.Option(min=1, help="Sequences per micro-batch.")] = 1,
+    seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sequence.")] = 4096,
+    micro_batches: Annotated[int, typer.Option(min=0, help="Micro-batches per replica per inner step (0: S).")] = 0,
+    recompute: Annotated[bool, typer.Option("--recompute/--no-recompute", help="Full activation recomputation.")] = True,
+    mfu: Annotated[float, typer.Option(min=0.01, max=1.0, help="Model FLOPs utilisation for compute time.")] = 0.4,
+    offload_outer: Annotated[bool, typer.Option(help="Keep the outer state in host memory.")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the plan as one JSON object.")] = False,
+) -> None:
+    """Will the model fit, and how long does each outer step communicate: AllReduce vs DiLoCoX."""
+    from dataclasses import replace
 
-def plan() -> None:
-    """Not built yet (issue #7)."""
-    raise typer.Exit(code=_not_built())
+    from trainer.errors import ConfigError
+    from trainer.outer.config import OuterConfig
+    from trainer.planner import Accelerator, Placement, Workload, fitting_alternatives
+    from trainer.planner import plan as make_plan
+    from trainer.presets import MODEL_PRESETS, run_preset
 
-
-def _not_built() -> int:
-    typer.echo("veritrain plan: not built yet (issue #7)", err=True)
-    return 3
+    model = MODEL_PRESETS[preset] if preset in MODEL_PRESETS else run_preset(preset).model
+    if bits not in (4, 8, 16, 32):
+        raise ConfigError(f"expected --bits 4, 8, 16 or 32, got {bits}")
+    outer = replace(OuterConfig(kind="dilocox"), rank=rank, bits=bits, max_rank=max(rank, 32))  # type: ignore[arg-type]
+    options = {
+        "workload": Workload(micro_batch_size=micro_batch_size, sequence_length=seq_len, micro_batches=micro_batches,
+                             recompute=recompute),
+        "accelerator": Accelerator(memory_gb=gpu_memory, mfu=mfu),
+        "outer": outer,
+        "link_mbit": bandwidth,
+        "inner_steps": inner_steps,
+    }
+    placement = Placement(clusters=clusters, stages=stages, data_parallel=data_parallel)
+    result = make_plan(model, placement=placement, offload_outer=offload_outer, **options)  # type: ignore[arg-type]
+    alternatives = [] if result.fits else fitting_alternatives(model, placement=placement, **options)
+    if json_output:
+        typer.echo(json.dumps({**result.to_dict(), "alternatives": alternatives}, indent=1))
+        return
+    typer.echo("\n".join(result.lines()))
+    if alternatives:
+        typer.echo("what would fit (same workload, smallest D):")
+        typer.echo("\n".join(f"  {line}" for line in alternatives))
