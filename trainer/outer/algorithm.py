@@ -7,17 +7,19 @@ lowrank_codec.py for DiLoCoX). This module owns *when* the mean is applied:
 * blocking: round t starts from ``θ_t``; ``Δ_t^i = θ_t − x_t^i``;
   ``θ_{t+1} = Nesterov(θ_t, mean_i Δ_t^i)`` and round t+1 starts from ``θ_{t+1}``.
 * one-step delay (DiLoCoX, Qi et al. 2025): round t's exchange runs while round t+1 computes.
-  Each round's pseudo-gradient is this cluster's progress *in that round*,
-  ``Δ_t^i = s_t^i − x_t^i`` with ``s_t^i`` where the round started. The global parameters only
-  ever take outer steps on true means, one round late: ``θ_{t+1} = Nesterov(θ_t, mean_i Δ_t^i)``
-  (identical on every cluster). Round t+2 starts from a look-ahead
-  ``s_{t+2}^i = Nesterov*(θ_{t+1}, p^i)`` -- the outer step the optimiser *would* take next, on a
-  copy of its state, with a stand-in ``p^i`` for the mean of round t+1 that is still in flight
-  (``delay_proxy``: ``own`` = this cluster's decoded ``Δ_{t+1}^i``; ``eager`` = the mean of round
-  t with this cluster's part swapped for its fresh one, after Kale et al. 2025; ``none`` = no
-  look-ahead, start from ``θ_{t+1}``). Nothing is counted twice: the look-ahead only moves where
-  the next round starts, never ``θ``. Round 1 starts where round 0 ended; after the last round
-  the runtime applies the final exchange and the local parameters become ``θ_T``.
+  Each round's pseudo-gradient is measured from that round's *reference* ``r_t^i``:
+  ``Δ_t^i = r_t^i − x_t^i``. The global parameters only ever take outer steps on true means,
+  one round late: ``θ_{t+1} = Nesterov(θ_t, mean_i Δ_t^i)`` (identical on every cluster). Round
+  t+2's reference is a look-ahead ``r_{t+2}^i = Nesterov*(θ_{t+1}, p^i)`` -- the outer step the
+  optimiser *would* take next, on a copy of its state, with a stand-in ``p^i`` for the mean of
+  round t+1 that is still in flight (``delay_proxy``: ``anchored`` = this cluster's decoded
+  ``Δ_{t+1}^i`` minus half of its offset ``r_{t+1}^i − θ_{t+1}``; ``own`` = without the anchor;
+  ``eager`` = the mean of round t with this cluster's part swapped for its fresh one, after Kale
+  et al. 2025; ``none`` = start from ``θ_{t+1}``). Nothing is counted twice: the look-ahead only
+  moves where rounds start, never ``θ``. Round 1 starts where round 0 ended; after the final
+  exchange the local parameters become ``θ_T``.
+* local error feedback (``error_feedback="local"``): a round starts at its reference minus the
+  residual the codec could not send, so the next pseudo-gradient carries it.
 
 Every reduction runs in cluster order on CPU tensors or in fixed-order elementwise kernels, so
 the result is bitwise identical on every cluster and on every re-run (same thread count).
@@ -90,6 +92,7 @@ class OuterLoop:
         # the look-ahead; with local error feedback the round *starts* at reference − residual.
         self._reference: list[torch.Tensor] | None = None
         self._contributed_reference: list[torch.Tensor] | None = None  # of the last contribution
+        self._last_mean: list[torch.Tensor] | None = None  # last applied mean: anomaly reference
 
     # ----------------------------------------------------------------------------------------
     # OuterAlgorithm
@@ -159,6 +162,7 @@ class OuterLoop:
 
         # 2. The outer step on the global parameters.
         if mean is not None:
+            self._last_mean = [m.clone() for m in mean]
             step = self.outer.step(mean)
             stats["mean_pseudo_gradient_norm"] = _norm(mean)
             stats["outer_step_norm"] = _norm(step)
@@ -194,7 +198,11 @@ class OuterLoop:
         state["next_round"] = torch.tensor(self._next_round, dtype=torch.int64)
         for round, payload in self._pending.items():
             state[f"pending.{round}"] = payload.detach().cpu().clone()
-        for label, tensors in (("reference", self._reference), ("contributed", self._contributed_reference)):
+        for label, tensors in (
+            ("reference", self._reference),
+            ("contributed", self._contributed_reference),
+            ("last_mean", self._last_mean),
+        ):
             for name, tensor in zip(self.names, tensors or [], strict=False):
                 state[f"{label}.{name}"] = tensor.clone()
         return state
@@ -213,6 +221,7 @@ class OuterLoop:
         }
         self._reference = _optional_tensors(state, "reference", self.names)
         self._contributed_reference = _optional_tensors(state, "contributed", self.names)
+        self._last_mean = _optional_tensors(state, "last_mean", self.names)
 
     def global_parameters(self) -> list[torch.Tensor]:
         """The fp32 global parameters θ (identical on every cluster): the model to evaluate
@@ -268,14 +277,12 @@ class OuterLoop:
     def _check(self, round: int, coordinates: Sequence[Sequence[torch.Tensor]]) -> list[Anomaly]:
         if not self.config.anomaly_checks:
             return []
-        momentum = self.outer.momentum_buffers
-        has_momentum = any(bool(b.any()) for b in momentum)
-        momentum_coordinates = self.codec.project(round, momentum) if has_momentum else None
+        previous = self.codec.project(round, self._last_mean) if self._last_mean is not None else None
         stats = []
         for i, mine in enumerate(coordinates):
             norm = _norm(mine)
-            if momentum_coordinates is not None:
-                reference, kind = momentum_coordinates, "momentum"
+            if previous is not None:
+                reference, kind = previous, "previous"
             else:
                 others = [c for j, c in enumerate(coordinates) if j != i]
                 reference, kind = (_rank_ordered_mean(others) if others else []), "others"

@@ -50,7 +50,7 @@ def test_poisoned_cluster_is_flagged_in_its_round_with_two_clusters(config, name
         assert [list(u.anomalies) for u in updates] == [[], []], f"honest round {round} flagged"
     flagged = history[3][0].anomalies
     assert [a.cluster for a in flagged] == [1]
-    assert ("norm" if how == "scale" else "cosine with the outer momentum") in flagged[0].reason
+    assert ("norm" if how == "scale" else "cosine with the previous mean") in flagged[0].reason
     assert all(list(u.anomalies) == list(flagged) for u in history[3]), "clusters must agree"
 
 
