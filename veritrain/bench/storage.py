@@ -227,6 +227,8 @@ def _scratch_bucket(environment: Mapping[str, str]) -> Iterator[str]:
         try:
             yield bucket
         finally:
+            for upload in client.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
+                client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
             paginator = client.get_paginator("list_objects_v2")
             for page in paginator.paginate(Bucket=bucket):
                 for item in page.get("Contents", []):

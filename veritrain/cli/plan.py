@@ -7,7 +7,7 @@ and docs/benchmarks.md for how it compares with the DiLoCoX paper's setting.
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -43,7 +43,7 @@ def plan(
     if bits not in (4, 8, 16, 32):
         raise ConfigError(f"expected --bits 4, 8, 16 or 32, got {bits}")
     outer = replace(OuterConfig(kind="dilocox"), rank=rank, bits=bits, max_rank=max(rank, 32))  # type: ignore[arg-type]
-    options = {
+    options: dict[str, Any] = {
         "workload": Workload(micro_batch_size=micro_batch_size, sequence_length=seq_len, micro_batches=micro_batches,
                              recompute=recompute),
         "accelerator": Accelerator(memory_gb=gpu_memory, mfu=mfu),
@@ -52,7 +52,7 @@ def plan(
         "inner_steps": inner_steps,
     }
     placement = Placement(clusters=clusters, stages=stages, data_parallel=data_parallel)
-    result = make_plan(model, placement=placement, offload_outer=offload_outer, **options)  # type: ignore[arg-type]
+    result = make_plan(model, placement=placement, offload_outer=offload_outer, **options)
     alternatives = [] if result.fits else fitting_alternatives(model, placement=placement, **options)
     if json_output:
         typer.echo(json.dumps({**result.to_dict(), "alternatives": alternatives}, indent=1))

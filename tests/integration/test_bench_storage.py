@@ -1,0 +1,45 @@
+"""``veritrain bench storage`` in a tiny mode: every comparison measured in fresh processes,
+S3 against the real SeaweedFS (a scratch bucket, deleted afterwards). Not a timed test."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import S3Server
+
+from veritrain.bench.storage import MiB, StorageBenchConfig, run_storage_bench
+
+pytestmark = pytest.mark.integration
+
+
+def test_tiny_storage_bench_with_s3(tmp_path: Path, s3_server: S3Server) -> None:
+    buckets_before = {b["Name"] for b in s3_server.client().list_buckets()["Buckets"]}
+    result = run_storage_bench(StorageBenchConfig(sizes=(1 * MiB, 4 * MiB), workdir=tmp_path))
+    data = result.to_dict()
+    for name in ("store_and_hash", "api_download", "s3_upload", "s3_download"):
+        entry = data[name]
+        assert entry["ratio"] > 0 and entry["ours_mib_per_s"] > 0 and entry["baseline_mib_per_s"] > 0, name
+        assert set(entry["peak_growth_mib"]) == {"1", "4"}
+    assert {b["Name"] for b in s3_server.client().list_buckets()["Buckets"]} == buckets_before
+    # The store really holds the payload, named by its SHA-256 (besides the probe's warm-up object).
+    payload = (tmp_path / "payload-4MiB.bin").read_bytes()
+    stored = tmp_path / "store-4MiB" / "sha256" / hashlib.sha256(payload).hexdigest()
+    assert stored.read_bytes() == payload
+
+
+def test_cli_json_without_s3(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "veritrain", "bench", "storage", "--json", "--size-mib", "2", "--no-s3",
+         "--workdir", str(tmp_path)],
+        capture_output=True, text=True, env=dict(os.environ), timeout=300, check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    data = json.loads(completed.stdout)
+    assert data["s3_upload"].startswith("skipped")
+    assert data["sizes_mib"][1] == 2

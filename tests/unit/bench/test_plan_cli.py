@@ -1,0 +1,40 @@
+"""``veritrain plan`` as a user runs it (typer's runner over the real command)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from veritrain.cli.main import app
+
+runner = CliRunner()
+
+
+def test_107b_at_the_papers_topology_says_what_does_not_fit() -> None:
+    result = runner.invoke(app, ["plan"])
+    assert result.exit_code == 0, result.output
+    assert "107.14 B parameters on C=2 clusters x S=8 stages x D=2 replicas" in result.output
+    assert "does NOT fit in 80 GB per GPU" in result.output
+    assert "S=32, outer state on host memory: D >= 2 (64 GPUs per cluster)" in result.output
+
+
+def test_json_plan_fits_when_given_enough_gpus() -> None:
+    result = runner.invoke(app, ["plan", "--stages", "32", "--data-parallel", "2", "--offload-outer", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert plan["fits"] is True and plan["alternatives"] == []
+    assert plan["parameters"] == 107_141_801_984
+    assert 0.99 < plan["comm"]["allreduce_comm_fraction"] < 1.0
+    assert all(stage["total_bytes"] <= 80e9 for stage in plan["stages"])
+
+
+def test_rank_and_bits_change_the_payload() -> None:
+    sizes = {}
+    for bits in ("8", "4"):
+        result = runner.invoke(app, ["plan", "--bits", bits, "--json"])
+        assert result.exit_code == 0, result.output
+        sizes[bits] = json.loads(result.output)["comm"]["dilocox_payload_bytes"]
+    assert sizes["4"] < sizes["8"]
+    refused = runner.invoke(app, ["plan", "--bits", "3"])
+    assert refused.exit_code != 0

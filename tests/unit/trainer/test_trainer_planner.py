@@ -1,0 +1,192 @@
+"""The planner's arithmetic, checked against hand-computed numbers and against the code it
+describes (the model's parameters, the DiLoCoX codec's payload length)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from trainer.errors import ConfigError
+from trainer.model import ModelConfig, build_stage
+from trainer.outer.config import OuterConfig
+from trainer.outer.lowrank_codec import LowRankCodec
+from trainer.planner import (
+    GB,
+    Accelerator,
+    CommPlan,
+    Placement,
+    Workload,
+    bandwidth_for_comm_fraction,
+    block_activation_bytes,
+    fitting_alternatives,
+    payload_bytes,
+    plan,
+    stage_parameter_shapes,
+)
+from trainer.presets import MODEL_PRESETS
+
+# 2 blocks, d 64, 2 heads, vocabulary 256, context 64, GPT-2 style (tied, learned positions).
+# By hand: wte 256·64 = 16,384; wpe 64·64 = 4,096; per block: ln_1 128, qkv 192·64 + 192 =
+# 12,480, proj 64·64 + 64 = 4,160, ln_2 128, fc 256·64 + 256 = 16,640, proj 64·256 + 64 =
+# 16,448 -> 49,984; ln_f 128. Total 16,384 + 4,096 + 2·49,984 + 128 = 120,576.
+SMALL = ModelConfig(vocab_size=256, context=64, n_layer=2, n_head=2, d_model=64)
+SMALL_PARAMETERS = 120_576
+
+
+def test_small_model_parameters_match_the_hand_count() -> None:
+    assert SMALL.parameter_count() == SMALL_PARAMETERS
+    shapes = stage_parameter_shapes(SMALL, stage=0, stages=1)
+    assert sum(math.prod(s) for _, s in shapes) == SMALL_PARAMETERS
+
+
+@pytest.mark.parametrize(
+    ("model", "stages"),
+    [
+        (MODEL_PRESETS["tiny"], 1),
+        (MODEL_PRESETS["tiny"], 2),
+        (ModelConfig(vocab_size=96, context=16, n_layer=3, n_head=4, n_kv_head=2, d_model=32, d_ff=48,
+                     mlp="swiglu", norm="rmsnorm", positions="rope", tie_embeddings=False), 3),
+    ],
+)
+def test_shapes_are_exactly_those_of_the_built_stages(model: ModelConfig, stages: int) -> None:
+    for stage in range(stages):
+        built = build_stage(model, stage=stage, n_stages=stages, seed=0)
+        assert stage_parameter_shapes(model, stage=stage, stages=stages) == [
+            (name, tuple(p.shape)) for name, p in built.named_parameters()
+        ]
+
+
+def test_payload_bytes_equal_the_codec_payload_length() -> None:
+    """The planner's formula must describe what trainer/outer actually sends."""
+    model, outer = MODEL_PRESETS["tiny"], OuterConfig(kind="dilocox")
+    for stage in range(2):
+        shapes = [s for name, s in stage_parameter_shapes(model, stage=stage, stages=2) if name != "head.wte.weight"]
+        codec = LowRankCodec(outer, shapes=[torch.Size(s) for s in shapes], seed=0, lag=2)
+        assert payload_bytes(shapes, outer) == codec.payload_length(0)
+
+
+def test_payload_bytes_by_hand() -> None:
+    # A 128x64 matrix at rank 4, two-sided int8 in blocks of 64: A = 128·4 = 512 elements
+    # (8 blocks: 512 B codes + 16 B scales), B = 64·4 = 256 (4 blocks: 256 + 8) -> 792 B;
+    # a 64-vector in bf16: 128 B; a 16x64 matrix (side < min_compress_dim 32) in bf16: 2048 B.
+    outer = dataclasses.replace(OuterConfig(kind="dilocox"), rank=4, min_rank=2)
+    assert payload_bytes([(128, 64), (64,), (16, 64)], outer) == 792 + 128 + 2048
+    # int4: codes are half a byte each -> A 256 + 16, B 128 + 8.
+    int4 = dataclasses.replace(outer, bits=4)
+    assert payload_bytes([(128, 64)], int4) == 256 + 16 + 128 + 8
+    # The rank is capped at half the smaller side: rank 64 on a 128x64 matrix is rank 32.
+    high = dataclasses.replace(outer, rank=64, max_rank=64)
+    assert payload_bytes([(128, 64)], high) == payload_bytes([(128, 64)], dataclasses.replace(high, rank=32))
+    # Plain DiLoCo sends fp32.
+    assert payload_bytes([(128, 64), (64,)], OuterConfig(kind="diloco")) == 4 * (128 * 64 + 64)
+
+
+def test_memory_items_by_hand_for_one_stage() -> None:
+    result = plan(SMALL, placement=Placement(clusters=2, stages=1, data_parallel=1),
+                  workload=Workload(sequence_length=64, micro_batches=1),
+                  accelerator=Accelerator(headroom_gb=0.0), outer=OuterConfig(kind="dilocox"))
+    items = {item.name: item.bytes for item in result.stages[0].items}
+    P = SMALL_PARAMETERS
+    assert items["weights"] == 2 * P and items["gradients"] == 2 * P
+    assert items["inner AdamW state"] == 12 * P
+    assert items["outer global copy"] == items["outer momentum"] == items["error feedback"] == 4 * P
+    assert items["one-step-delay references"] == 8 * P
+    # Recomputation: 2 block inputs (64 tokens x 64 x 2 B) + one block's full activations
+    # (64 tokens x 2 B x (4·64 + 192 + 64 + 2·256) = 131,072) + fp32 logits 64 x 256 x 4.
+    assert items["activations"] == 2 * 64 * 64 * 2 + 131_072 + 64 * 256 * 4
+    assert block_activation_bytes(SMALL, tokens=64, bytes_per_element=2) == 131_072
+    assert result.stages[0].total_bytes == pytest.approx(36 * P + 212_992)
+    assert result.fits
+
+
+def test_data_parallel_shards_optimiser_and_outer_state_but_not_weights() -> None:
+    def items(d: int) -> dict[str, float]:
+        result = plan(SMALL, placement=Placement(clusters=2, stages=1, data_parallel=d))
+        return {item.name: item.bytes for item in result.stages[0].items}
+
+    one, four = items(1), items(4)
+    assert four["weights"] == one["weights"] and four["gradients"] == one["gradients"]
+    assert four["inner AdamW state"] == one["inner AdamW state"] / 4
+    assert four["outer momentum"] == one["outer momentum"] / 4
+
+
+def test_tied_copy_trains_on_the_last_stage_but_holds_no_outer_state() -> None:
+    result = plan(SMALL, placement=Placement(clusters=2, stages=2, data_parallel=1))
+    last = result.stages[1]
+    items = {item.name: item.bytes for item in last.items}
+    wte = 256 * 64
+    assert items["weights"] == 2 * last.parameters
+    assert items["outer global copy"] == 4 * (last.parameters - wte)
+
+
+def test_offloading_the_outer_state_removes_it_from_the_gpu() -> None:
+    result = plan(SMALL, placement=Placement(clusters=2, stages=1, data_parallel=1), offload_outer=True)
+    items = {item.name: item.bytes for item in result.stages[0].items}
+    assert items["outer global copy"] == items["outer momentum"] == items["one-step-delay references"] == 0
+
+
+def test_communication_by_hand() -> None:
+    # C = 2: a ring all-reduce sends 2(C-1)/C = 1 x the fp32 gradients per inner step.
+    result = plan(SMALL, placement=Placement(clusters=2, stages=1, data_parallel=1), link_mbit=8.0, inner_steps=10,
+                  workload=Workload(sequence_length=64, micro_batches=1), outer=OuterConfig(kind="diloco"))
+    comm = result.comm
+    assert comm.allreduce_bytes_per_inner_step == 4 * SMALL_PARAMETERS
+    assert comm.allreduce_comm_seconds_per_inner_step == pytest.approx(4 * SMALL_PARAMETERS / 1e6)
+    # Plain DiLoCo all-gathers fp32 once per outer step: (C-1) x 4P bytes.
+    assert comm.dilocox_bytes_per_outer_step == 4 * SMALL_PARAMETERS
+    assert comm.bytes_ratio == pytest.approx(10.0)
+    # 8 FLOPs per parameter per token with recomputation, 64 tokens, one GPU at 312 TFLOP/s x 0.4.
+    assert comm.compute_seconds_per_inner_step == pytest.approx(8 * SMALL_PARAMETERS * 64 / (312e12 * 0.4))
+
+
+def test_step_times_speedup_and_the_h_that_hides_the_exchange() -> None:
+    comm = CommPlan(link_mbit=1.0, inner_steps=10, tokens_per_inner_step=100, compute_seconds_per_inner_step=1.0,
+                    allreduce_bytes_per_inner_step=9.0, allreduce_comm_seconds_per_inner_step=9.0,
+                    dilocox_payload_bytes=5, dilocox_bytes_per_outer_step=5.0, dilocox_comm_seconds_per_outer_step=5.0,
+                    overlapped=True)
+    assert comm.allreduce_comm_fraction == pytest.approx(0.9)
+    assert comm.allreduce_seconds_per_outer_step == pytest.approx(100.0)
+    assert comm.dilocox_exposed_seconds_per_outer_step == 0.0
+    assert comm.speedup == pytest.approx(10.0)
+    assert comm.inner_steps_to_hide == 5
+    blocking = dataclasses.replace(comm, overlapped=False)
+    assert blocking.dilocox_exposed_seconds_per_outer_step == 5.0
+    assert blocking.speedup == pytest.approx(100 / 15)
+    short = dataclasses.replace(comm, inner_steps=2)  # 2 s of compute cannot hide 5 s
+    assert short.dilocox_exposed_seconds_per_outer_step == pytest.approx(3.0)
+
+
+def test_bandwidth_for_a_communication_fraction() -> None:
+    # Half the step communicating, 1 s of compute: 1 MB must take 1 s -> 8 Mbit/s.
+    assert bandwidth_for_comm_fraction(bytes_per_step=1e6, compute_seconds_per_step=1.0, fraction=0.5) == pytest.approx(8.0)
+    # 99 %: the transfer takes 99 s.
+    assert bandwidth_for_comm_fraction(bytes_per_step=1e6, compute_seconds_per_step=1.0, fraction=0.99) == pytest.approx(8 / 99)
+    with pytest.raises(ConfigError, match="fraction in"):
+        bandwidth_for_comm_fraction(bytes_per_step=1e6, compute_seconds_per_step=1.0, fraction=1.0)
+
+
+def test_the_107b_preset_at_the_papers_topology() -> None:
+    model = MODEL_PRESETS["qwen1.5-107b"]
+    result = plan(model, placement=Placement(clusters=2, stages=8, data_parallel=2), link_mbit=1000.0)
+    assert result.parameters == 107_141_801_984
+    # fp32 gradients, C = 2: 4 x 107.1e9 bytes per inner step, 125 MB/s at 1 Gbps.
+    assert result.comm.allreduce_comm_seconds_per_inner_step == pytest.approx(4 * 107_141_801_984 / 125e6)
+    # Stage 0: 10 blocks + the embedding; bf16 weights alone are 29.7 GB of the 80.
+    stage0 = result.stages[0]
+    assert stage0.parameters == 10 * model.block_parameter_count() + 152_064 * 8192
+    assert {i.name: i.bytes for i in stage0.items}["weights"] == pytest.approx(29.67 * GB, rel=1e-3)
+    assert not result.fits
+    alternatives = fitting_alternatives(model, placement=result.placement)
+    assert "S=32, outer state on host memory: D >= 2 (64 GPUs per cluster)" in alternatives
+
+
+def test_bad_inputs_are_refused() -> None:
+    with pytest.raises(ConfigError, match="stages"):
+        plan(SMALL, placement=Placement(stages=3))  # 3 stages for 2 blocks
+    with pytest.raises(ConfigError, match="data_parallel"):
+        Placement(data_parallel=0)
+    with pytest.raises(ConfigError, match="bandwidth"):
+        plan(SMALL, placement=Placement(stages=1), link_mbit=0.0)
