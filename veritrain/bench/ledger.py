@@ -112,6 +112,9 @@ class ProofLatency:
     latencies_ms: list[float] = field(repr=False)
     errors: int
     seconds: float
+    alone_ms: list[float] = field(repr=False)
+    """Latencies of one client asking alone first: the server's own time per proof, without
+    queueing behind the other clients."""
 
     @property
     def p50_ms(self) -> float:
@@ -130,6 +133,7 @@ class ProofLatency:
             "p99_ms": self.p99_ms,
             "max_ms": max(self.latencies_ms),
             "requests_per_second": rate(len(self.latencies_ms), self.seconds),
+            "one_client_p50_ms": percentile(self.alone_ms, 50),
         }
 
 
@@ -174,6 +178,7 @@ class LedgerBenchResult:
             f"inclusion proofs over HTTP, {p.clients} concurrent clients, {len(p.latencies_ms):,} requests"
             f"{f', {p.errors} errors' if p.errors else ''}",
             f"  p50 {p.p50_ms:.1f} ms, p99 {p.p99_ms:.1f} ms, {rate(len(p.latencies_ms), p.seconds):,.0f} requests/s"
+            f" (one client alone: p50 {percentile(p.alone_ms, 50):.1f} ms)"
             f"   target p99 < {PROOF_P99_TARGET_MS:.0f} ms: {verdict(p.p99_ms < PROOF_P99_TARGET_MS)}",
         ]
 
@@ -280,10 +285,9 @@ def _scratch_postgres(server_url: str) -> Iterator[str]:
 
 async def _proof_latency(base: str, run: SyntheticRun, *, clients: int, requests_per_client: int) -> ProofLatency:
     url = f"{base}/api/v1/runs/{run.run_id}/log/proof/inclusion"
-    latencies: list[float] = []
     errors = 0
 
-    async def client(seed: int) -> None:
+    async def client(seed: int, sink: list[float]) -> None:
         nonlocal errors
         pick = random.Random(seed)
         async with httpx.AsyncClient(timeout=30.0) as http:
@@ -292,10 +296,14 @@ async def _proof_latency(base: str, run: SyntheticRun, *, clients: int, requests
                 params = {"index": pick.randrange(run.entries), "size": run.entries}
                 started = time.perf_counter()
                 response = await http.get(url, params=params)
-                latencies.append((time.perf_counter() - started) * 1000)
+                sink.append((time.perf_counter() - started) * 1000)
                 if response.status_code != 200:
                     errors += 1
 
+    alone: list[float] = []
+    await client(-1, alone)  # one client alone first: the server's time without queueing
+    latencies: list[float] = []
     started = time.perf_counter()
-    await asyncio.gather(*(client(seed) for seed in range(clients)))
-    return ProofLatency(clients=clients, latencies_ms=latencies, errors=errors, seconds=time.perf_counter() - started)
+    await asyncio.gather(*(client(seed, latencies) for seed in range(clients)))
+    return ProofLatency(clients=clients, latencies_ms=latencies, errors=errors, seconds=time.perf_counter() - started,
+                        alone_ms=alone)

@@ -26,7 +26,7 @@ def ledger_result(p99_fast: bool) -> LedgerBenchResult:
         postgres=None,
         postgres_note="skipped: no PostgreSQL",
         verify=VerifyTiming(entries=10_000, phases={"fetch": 1.0, "3 inclusion proofs": 12.0}, passed=True),
-        proofs=ProofLatency(clients=32, latencies_ms=latencies, errors=0, seconds=2.0),
+        proofs=ProofLatency(clients=32, latencies_ms=latencies, errors=0, seconds=2.0, alone_ms=[3.0, 5.0]),
     )
 
 
@@ -38,6 +38,7 @@ def test_ledger_result_reports_targets_and_what_dominates() -> None:
     assert data["targets"]["sqlite_appends_per_second"]["met"]
     assert not data["targets"]["verify_seconds"]["met"]
     assert data["targets"]["proof_p99_ms"]["met"]
+    assert data["inclusion_proof"]["one_client_p50_ms"] == 4.0
     assert not ledger_result(p99_fast=False).to_dict()["targets"]["proof_p99_ms"]["met"]
     assert any("MISSED" in line for line in ledger_result(p99_fast=True).lines())
 
