@@ -21,7 +21,8 @@ the cluster's parameters (``"local"``, see algorithm.py) or added to the next ps
 Adaptive rank: after each round the averaged projection's singular values say how the captured
 energy spreads over directions; the next rank is the smallest one holding ``rank_energy`` of
 it -- it never grows on that signal. It grows (doubles, up to ``max_rank``) only when the mean
-training loss has stalled for ``stall_rounds`` rounds. Early on, pseudo-gradients are dominated
+training loss has stalled for ``stall_rounds`` rounds, and the grown rank becomes the floor the
+energy rule may not go below. Early on, pseudo-gradients are dominated
 by a few directions and the rank drops quickly; as training converges and the loss flattens the
 rank is given back -- DiLoCoX's "aggressive early, gentler later" schedule, driven by
 measurements instead of a fixed timetable.
@@ -86,6 +87,7 @@ class LowRankCodec:
         self._rank = config.rank
         self._best_loss = math.inf
         self._stalled = 0
+        self._floor = config.min_rank  # raised when a stall gives rank back
         # Rounds before the first refresh use seeded random bases (one-sided: the right side).
         self._plans: dict[int, _RoundPlan] = {r: self._random_plan(r, config.rank) for r in range(lag)}
         self.last_stats: dict[str, float] = {}
@@ -206,6 +208,7 @@ class LowRankCodec:
         state[f"{prefix}rank"] = torch.tensor(self._rank, dtype=torch.int64)
         state[f"{prefix}best_loss"] = torch.tensor(self._best_loss, dtype=torch.float64)
         state[f"{prefix}stalled"] = torch.tensor(self._stalled, dtype=torch.int64)
+        state[f"{prefix}rank_floor"] = torch.tensor(self._floor, dtype=torch.int64)
         for round, plan in self._plans.items():
             state[f"{prefix}plan.{round}.rank"] = torch.tensor(plan.rank, dtype=torch.int64)
             for i, bases in enumerate(plan.bases):
@@ -221,6 +224,7 @@ class LowRankCodec:
             self._rank = int(state[f"{prefix}rank"].item())
             self._best_loss = float(state[f"{prefix}best_loss"].item())
             self._stalled = int(state[f"{prefix}stalled"].item())
+            self._floor = int(state[f"{prefix}rank_floor"].item())
         except KeyError as exc:
             raise OuterStateError(f"expected key {exc.args[0]!r} in the outer state, it is missing") from exc
         rounds = sorted(
@@ -345,11 +349,13 @@ class LowRankCodec:
         if not self.config.adaptive_rank:
             return self._rank
         if self._stalled >= self.config.stall_rounds:
+            # A stall gives rank back for good: the energy rule may not take it away again.
             self._rank = min(self.config.max_rank, 2 * self._rank)
+            self._floor = self._rank
             self._stalled = 0
         else:
             self._rank = choose_rank(
-                energies, fraction=self.config.rank_energy, lower=self.config.min_rank, upper=self._rank
+                energies, fraction=self.config.rank_energy, lower=self._floor, upper=self._rank
             )
         return self._rank
 

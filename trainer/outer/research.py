@@ -101,7 +101,8 @@ def sweeps() -> dict[str, dict[str, tuple[str, OuterConfig | None, dict[str, Any
     delayed: dict[str, Any] = {"delay_proxy": "anchored", "outer_lr": 0.5, "outer_momentum": 0.8}
 
     def compress(rank: int, bits: int, ef: str = "local", **extra: Any) -> OuterConfig:
-        return _dilocox(rank=rank, min_rank=1, max_rank=max(rank, 64), bits=bits, error_feedback=ef, **extra)
+        settings = {"rank": rank, "min_rank": 1, "max_rank": max(rank, 64), "bits": bits, "error_feedback": ef}
+        return _dilocox(**{**settings, **extra})
 
     return {
         "baselines": {
@@ -148,11 +149,15 @@ def sweeps() -> dict[str, dict[str, tuple[str, OuterConfig | None, dict[str, Any
             ),
             "overlap-alt-r28-int4": ("dilocox", compress(28, 4, two_sided=False, **delayed, **fixed), {}),
             "overlap-alt-r48-int4": ("dilocox", compress(48, 4, two_sided=False, **delayed, **fixed), {}),
-            "overlap-alt-adaptive-r32-int4": (
-                "dilocox",
-                compress(32, 4, two_sided=False, **delayed, adaptive_rank=True, anomaly_checks=False),
-                {},
-            ),
+            **{
+                f"overlap-alt-adaptive{energy}-r32-int4": (
+                    "dilocox",
+                    compress(32, 4, two_sided=False, **delayed, adaptive_rank=True, rank_energy=energy,
+                             min_rank=8, anomaly_checks=False),
+                    {},
+                )
+                for energy in (0.98, 0.995)
+            },
         },
     }
 
