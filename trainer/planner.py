@@ -168,8 +168,9 @@ class CommPlan:
     compute_seconds_per_inner_step: float
     allreduce_bytes_per_inner_step: float
     allreduce_comm_seconds_per_inner_step: float
-    dilocox_payload_bytes: int
-    """One cluster's payload per round, all stages (payload_bytes)."""
+    dilocox_payload_bytes: float
+    """One cluster's payload per round, all stages (payload_bytes; one-sided: the mean of the
+    two alternating sides)."""
     dilocox_bytes_per_outer_step: float
     dilocox_comm_seconds_per_outer_step: float
     overlapped: bool
@@ -334,15 +335,19 @@ def stage_parameter_shapes(model: ModelConfig, *, stage: int, stages: int) -> li
     return shapes
 
 
-def payload_bytes(shapes: Sequence[tuple[int, ...]], outer: OuterConfig) -> int:
+def payload_bytes(shapes: Sequence[tuple[int, ...]], outer: OuterConfig, *, side: str = "mean") -> float:
     """Bytes of one cluster's DiLoCoX payload for these tensors (trainer/outer/lowrank_codec.py):
     a matrix whose smaller side is at least ``min_compress_dim`` travels as its coordinates on
-    the round's shared bases, rank capped at half the smaller side -- two-sided: ``A`` (n×r)
-    and ``B`` (r×m), each block-quantised; one-sided: the larger of ``n×r`` and ``m×r`` (the
-    side alternates, so this is the worse round). Everything else is bf16. Uncompressed (plain
-    DiLoCo): fp32."""
+    the round's shared bases, rank capped at half the smaller side, block-quantised --
+    two-sided: ``A`` (n×r) and ``B`` (r×m) every round; one-sided: ``n×r`` on a right basis,
+    ``m×r`` on a left one, the side alternating between rounds (``side`` = ``"right"``,
+    ``"left"`` or their ``"mean"``). Everything else is bf16. Uncompressed (plain DiLoCo): fp32."""
     if not outer.compressed:
         return 4 * sum(math.prod(s) for s in shapes)
+    if side not in ("right", "left", "mean"):
+        raise ConfigError(f"expected side 'right', 'left' or 'mean', got {side!r}")
+    if side == "mean" and not outer.two_sided:
+        return (payload_bytes(shapes, outer, side="right") + payload_bytes(shapes, outer, side="left")) / 2
     total = 0
     for shape in shapes:
         if len(shape) != 2 or min(shape) < outer.min_compress_dim:
@@ -350,7 +355,7 @@ def payload_bytes(shapes: Sequence[tuple[int, ...]], outer: OuterConfig) -> int:
             continue
         rank = max(1, min(outer.rank, min(shape) // 2))
         n, m = shape
-        parts = (n * rank, m * rank) if outer.two_sided else (max(n, m) * rank,)
+        parts = (n * rank, m * rank) if outer.two_sided else ((n if side == "right" else m) * rank,)
         total += sum(_values_bytes(numel, outer) for numel in parts)
     return total
 
@@ -403,7 +408,7 @@ def plan(
     compute = flops_per_token * tokens / (placement.gpus_per_cluster * accelerator.peak_tflops * 1e12 * accelerator.mfu)
     link_bytes_per_second = link_mbit * 1e6 / 8
     allreduce = allreduce_bytes_per_outer_step(parameters=parameters, n_clusters=placement.clusters, inner_steps=1)
-    gathered = allgather_bytes_per_outer_step(payload_bytes=payload, n_clusters=placement.clusters)
+    gathered = allgather_bytes_per_outer_step(payload_bytes=math.ceil(payload), n_clusters=placement.clusters)
     comm = CommPlan(
         link_mbit=link_mbit,
         inner_steps=inner_steps,

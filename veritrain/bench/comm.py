@@ -122,7 +122,8 @@ class CommBenchResult:
         derivation = d["link_derivation"]
         measured = f", measured {d['link_measured_mbit']:.3g} Mbit/s" if d["link_measured_mbit"] else ""
         out = [f"comm: {d['clusters']} clusters x {d['stages']} stages, {d['parameters']:,} parameters, "
-               f"commit {d['commit']}", f"link: {d['link_mbit']:.3g} Mbit/s ({d['shaping']}{measured})"]
+               f"commit {d['commit']}{' (trainer/outer modified)' if d.get('trainer_outer_modified') else ''}",
+               f"link: {d['link_mbit']:.3g} Mbit/s ({d['shaping']}{measured})"]
         out += [f"  {line}" for line in derivation.get("explanation", [])]
         out.append(f"  {'method':26} {'final loss':>10} {'bytes/token':>12} {'tokens/s':>10} {'speedup':>8} "
                    f"{'exposed s/step':>14} {'utilisation':>11}")
@@ -182,7 +183,7 @@ def run_comm_bench(config: CommBenchConfig, *, say: Callable[[str], None] = lamb
                          "link_diloco_outer_steps": schedule.link_diloco_outer_steps,
                          "link_allreduce_inner_steps": schedule.link_allreduce_inner_steps},
             "dilocox_outer_config": method_config(base, "dilocox").outer.to_dict(),
-            "commit": _commit(),
+            **_code_state(),
             "seconds": time.monotonic() - started,
         })
         if config.plots is not None:
@@ -300,7 +301,14 @@ def _plots(data: dict[str, Any], directory: Path) -> list[Path]:
     return write_plots(data, directory)
 
 
-def _commit() -> str:
-    completed = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
-                               cwd=Path(__file__).resolve().parent)
-    return completed.stdout.strip() or "unknown"
+def _code_state() -> dict[str, Any]:
+    """The commit measured, and whether the outer algorithm's files differed from it (its
+    defaults are what DiLoCoX ran with)."""
+    here = Path(__file__).resolve().parent
+
+    def git(*args: str) -> str:
+        completed = subprocess.run(["git", *args], capture_output=True, text=True, check=False, cwd=here)
+        return completed.stdout.strip()
+
+    return {"commit": git("rev-parse", "--short", "HEAD") or "unknown",
+            "trainer_outer_modified": bool(git("status", "--porcelain", "--", "../../trainer/outer"))}

@@ -19,8 +19,8 @@ def plan(
     data_parallel: Annotated[int, typer.Option(min=1, help="D: replicas of each stage inside a cluster.")] = 2,
     gpu_memory: Annotated[float, typer.Option(min=1.0, help="GB of memory per GPU.")] = 80.0,
     bandwidth: Annotated[float, typer.Option(min=0.001, help="Link between clusters, Mbit/s.")] = 1000.0,
-    rank: Annotated[int, typer.Option(min=1, help="DiLoCoX low-rank rank.")] = 16,
-    bits: Annotated[int, typer.Option(help="Bits per factor element: 4, 8, 16 or 32.")] = 8,
+    rank: Annotated[int | None, typer.Option(min=1, help="DiLoCoX rank (default: the outer algorithm's).")] = None,
+    bits: Annotated[int | None, typer.Option(help="Bits per element: 4, 8, 16 or 32 (default: the outer algorithm's).")] = None,
     inner_steps: Annotated[int, typer.Option(min=1, help="H: inner steps per outer step.")] = 100,
     micro_batch_size: Annotated[int, typer.Option(min=1, help="Sequences per micro-batch.")] = 1,
     seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sequence.")] = 4096,
@@ -40,9 +40,13 @@ def plan(
     from trainer.presets import MODEL_PRESETS, run_preset
 
     model = MODEL_PRESETS[preset] if preset in MODEL_PRESETS else run_preset(preset).model
+    defaults = OuterConfig(kind="dilocox")
+    rank = rank or defaults.rank
+    bits = bits or defaults.bits
     if bits not in (4, 8, 16, 32):
         raise ConfigError(f"expected --bits 4, 8, 16 or 32, got {bits}")
-    outer = replace(OuterConfig(kind="dilocox"), rank=rank, bits=bits, max_rank=max(rank, 32))  # type: ignore[arg-type]
+    outer = replace(defaults, rank=rank, bits=bits, min_rank=min(rank, defaults.min_rank),  # type: ignore[arg-type]
+                    max_rank=max(rank, defaults.max_rank))
     options: dict[str, Any] = {
         "workload": Workload(micro_batch_size=micro_batch_size, sequence_length=seq_len, micro_batches=micro_batches,
                              recompute=recompute),

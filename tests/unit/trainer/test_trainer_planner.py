@@ -59,27 +59,41 @@ def test_shapes_are_exactly_those_of_the_built_stages(model: ModelConfig, stages
         ]
 
 
-def test_payload_bytes_equal_the_codec_payload_length() -> None:
-    """The planner's formula must describe what trainer/outer actually sends."""
-    model, outer = MODEL_PRESETS["tiny"], OuterConfig(kind="dilocox")
+def dilocox(**fields: object) -> OuterConfig:
+    """A DiLoCoX configuration that names every field the payload depends on (the repository's
+    defaults are still being tuned; these tests must not depend on them)."""
+    base = {"kind": "dilocox", "rank": 16, "bits": 8, "quant_block": 64, "min_compress_dim": 32, "two_sided": True,
+            "adaptive_rank": False, "min_rank": 1, "max_rank": 64}
+    return OuterConfig(**{**base, **fields})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("two_sided", [True, False])
+@pytest.mark.parametrize("bits", [8, 4])
+def test_payload_bytes_equal_the_codec_payload_length(two_sided: bool, bits: int) -> None:
+    """The planner's formula must describe what trainer/outer actually sends (round 0 uses a
+    right basis when one-sided)."""
+    model, outer = MODEL_PRESETS["tiny"], dilocox(two_sided=two_sided, bits=bits)
     for stage in range(2):
         shapes = [s for name, s in stage_parameter_shapes(model, stage=stage, stages=2) if name != "head.wte.weight"]
         codec = LowRankCodec(outer, shapes=[torch.Size(s) for s in shapes], seed=0, lag=2)
-        assert payload_bytes(shapes, outer) == codec.payload_length(0)
+        assert payload_bytes(shapes, outer, side="right") == codec.payload_length(0)
 
 
 def test_payload_bytes_by_hand() -> None:
     # A 128x64 matrix at rank 4, two-sided int8 in blocks of 64: A = 128·4 = 512 elements
     # (8 blocks: 512 B codes + 16 B scales), B = 64·4 = 256 (4 blocks: 256 + 8) -> 792 B;
     # a 64-vector in bf16: 128 B; a 16x64 matrix (side < min_compress_dim 32) in bf16: 2048 B.
-    outer = dataclasses.replace(OuterConfig(kind="dilocox"), rank=4, min_rank=2)
+    outer = dilocox(rank=4)
     assert payload_bytes([(128, 64), (64,), (16, 64)], outer) == 792 + 128 + 2048
     # int4: codes are half a byte each -> A 256 + 16, B 128 + 8.
-    int4 = dataclasses.replace(outer, bits=4)
-    assert payload_bytes([(128, 64)], int4) == 256 + 16 + 128 + 8
+    assert payload_bytes([(128, 64)], dilocox(rank=4, bits=4)) == 256 + 16 + 128 + 8
+    # One-sided: A on a right basis, B on a left one, alternating; the plan uses their mean.
+    one = dilocox(rank=4, two_sided=False)
+    assert payload_bytes([(128, 64)], one, side="right") == 528
+    assert payload_bytes([(128, 64)], one, side="left") == 264
+    assert payload_bytes([(128, 64)], one) == 396
     # The rank is capped at half the smaller side: rank 64 on a 128x64 matrix is rank 32.
-    high = dataclasses.replace(outer, rank=64, max_rank=64)
-    assert payload_bytes([(128, 64)], high) == payload_bytes([(128, 64)], dataclasses.replace(high, rank=32))
+    assert payload_bytes([(128, 64)], dilocox(rank=64)) == payload_bytes([(128, 64)], dilocox(rank=32))
     # Plain DiLoCo sends fp32.
     assert payload_bytes([(128, 64), (64,)], OuterConfig(kind="diloco")) == 4 * (128 * 64 + 64)
 
@@ -87,7 +101,7 @@ def test_payload_bytes_by_hand() -> None:
 def test_memory_items_by_hand_for_one_stage() -> None:
     result = plan(SMALL, placement=Placement(clusters=2, stages=1, data_parallel=1),
                   workload=Workload(sequence_length=64, micro_batches=1),
-                  accelerator=Accelerator(headroom_gb=0.0), outer=OuterConfig(kind="dilocox"))
+                  accelerator=Accelerator(headroom_gb=0.0), outer=dilocox())
     items = {item.name: item.bytes for item in result.stages[0].items}
     P = SMALL_PARAMETERS
     assert items["weights"] == 2 * P and items["gradients"] == 2 * P
@@ -104,7 +118,7 @@ def test_memory_items_by_hand_for_one_stage() -> None:
 
 def test_data_parallel_shards_optimiser_and_outer_state_but_not_weights() -> None:
     def items(d: int) -> dict[str, float]:
-        result = plan(SMALL, placement=Placement(clusters=2, stages=1, data_parallel=d))
+        result = plan(SMALL, placement=Placement(clusters=2, stages=1, data_parallel=d), outer=dilocox())
         return {item.name: item.bytes for item in result.stages[0].items}
 
     one, four = items(1), items(4)
@@ -114,7 +128,7 @@ def test_data_parallel_shards_optimiser_and_outer_state_but_not_weights() -> Non
 
 
 def test_tied_copy_trains_on_the_last_stage_but_holds_no_outer_state() -> None:
-    result = plan(SMALL, placement=Placement(clusters=2, stages=2, data_parallel=1))
+    result = plan(SMALL, placement=Placement(clusters=2, stages=2, data_parallel=1), outer=dilocox())
     last = result.stages[1]
     items = {item.name: item.bytes for item in last.items}
     wte = 256 * 64
@@ -123,7 +137,8 @@ def test_tied_copy_trains_on_the_last_stage_but_holds_no_outer_state() -> None:
 
 
 def test_offloading_the_outer_state_removes_it_from_the_gpu() -> None:
-    result = plan(SMALL, placement=Placement(clusters=2, stages=1, data_parallel=1), offload_outer=True)
+    result = plan(SMALL, placement=Placement(clusters=2, stages=1, data_parallel=1), offload_outer=True,
+                  outer=dilocox())
     items = {item.name: item.bytes for item in result.stages[0].items}
     assert items["outer global copy"] == items["outer momentum"] == items["one-step-delay references"] == 0
 
@@ -170,7 +185,7 @@ def test_bandwidth_for_a_communication_fraction() -> None:
 
 def test_the_107b_preset_at_the_papers_topology() -> None:
     model = MODEL_PRESETS["qwen1.5-107b"]
-    result = plan(model, placement=Placement(clusters=2, stages=8, data_parallel=2), link_mbit=1000.0)
+    result = plan(model, placement=Placement(clusters=2, stages=8, data_parallel=2), link_mbit=1000.0, outer=dilocox())
     assert result.parameters == 107_141_801_984
     # fp32 gradients, C = 2: 4 x 107.1e9 bytes per inner step, 125 MB/s at 1 Gbps.
     assert result.comm.allreduce_comm_seconds_per_inner_step == pytest.approx(4 * 107_141_801_984 / 125e6)
@@ -179,7 +194,7 @@ def test_the_107b_preset_at_the_papers_topology() -> None:
     assert stage0.parameters == 10 * model.block_parameter_count() + 152_064 * 8192
     assert {i.name: i.bytes for i in stage0.items}["weights"] == pytest.approx(29.67 * GB, rel=1e-3)
     assert not result.fits
-    alternatives = fitting_alternatives(model, placement=result.placement)
+    alternatives = fitting_alternatives(model, placement=result.placement, outer=dilocox())
     assert "S=32, outer state on host memory: D >= 2 (64 GPUs per cluster)" in alternatives
 
 
