@@ -28,6 +28,7 @@ def namespaces() -> str:
     return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
 
 
+@pytest.mark.slow
 def test_tiny_comm_bench_reports_every_field(tmp_path: Path) -> None:
     before = namespaces() if netns_unavailable() is None else ""
     result = run_comm_bench(CommBenchConfig(custom_schedule=TINY, bandwidth_mbit=20.0, plots=tmp_path / "plots",
