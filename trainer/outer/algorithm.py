@@ -83,6 +83,7 @@ class OuterLoop:
         self.detector = AnomalyDetector(
             norm_ratio=config.anomaly_norm_ratio,
             min_cosine=config.anomaly_min_cosine,
+            cosine_ratio=config.anomaly_cosine_ratio,
             history=config.anomaly_history,
             exclude=config.anomaly_exclude,
         )
@@ -92,7 +93,8 @@ class OuterLoop:
         # the look-ahead; with local error feedback the round *starts* at reference − residual.
         self._reference: list[torch.Tensor] | None = None
         self._contributed_reference: list[torch.Tensor] | None = None  # of the last contribution
-        self._last_mean: list[torch.Tensor] | None = None  # last applied mean: anomaly reference
+        # The last applied mean, by round: the anomaly checks' tie-breaker for two clusters.
+        self._means: dict[int, list[torch.Tensor]] = {}
 
     # ----------------------------------------------------------------------------------------
     # OuterAlgorithm
@@ -162,7 +164,7 @@ class OuterLoop:
 
         # 2. The outer step on the global parameters.
         if mean is not None:
-            self._last_mean = [m.clone() for m in mean]
+            self._means = {round: [m.clone() for m in mean]}
             step = self.outer.step(mean)
             stats["mean_pseudo_gradient_norm"] = _norm(mean)
             stats["outer_step_norm"] = _norm(step)
@@ -201,10 +203,12 @@ class OuterLoop:
         for label, tensors in (
             ("reference", self._reference),
             ("contributed", self._contributed_reference),
-            ("last_mean", self._last_mean),
         ):
             for name, tensor in zip(self.names, tensors or [], strict=False):
                 state[f"{label}.{name}"] = tensor.clone()
+        for round, mean in self._means.items():
+            for name, tensor in zip(self.names, mean, strict=True):
+                state[f"mean.{round}.{name}"] = tensor.clone()
         return state
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
@@ -221,7 +225,12 @@ class OuterLoop:
         }
         self._reference = _optional_tensors(state, "reference", self.names)
         self._contributed_reference = _optional_tensors(state, "contributed", self.names)
-        self._last_mean = _optional_tensors(state, "last_mean", self.names)
+        rounds = {int(key.split(".")[1]) for key in state if key.startswith("mean.")}
+        self._means = {}
+        for r in sorted(rounds):
+            mean = _optional_tensors(state, f"mean.{r}", self.names)
+            if mean is not None:
+                self._means[r] = mean
 
     def global_parameters(self) -> list[torch.Tensor]:
         """The fp32 global parameters θ (identical on every cluster): the model to evaluate
@@ -277,17 +286,16 @@ class OuterLoop:
     def _check(self, round: int, coordinates: Sequence[Sequence[torch.Tensor]]) -> list[Anomaly]:
         if not self.config.anomaly_checks:
             return []
-        previous = self.codec.project(round, self._last_mean) if self._last_mean is not None else None
+        latest = self._means[max(self._means)] if self._means else None
+        previous = self.codec.project(round, latest) if latest is not None else None
         stats = []
         for i, mine in enumerate(coordinates):
-            norm = _norm(mine)
-            if previous is not None:
-                reference, kind = previous, "previous"
-            else:
-                others = [c for j, c in enumerate(coordinates) if j != i]
-                reference, kind = (_rank_ordered_mean(others) if others else []), "others"
-            cosine = _cosine(mine, reference) if reference else None
-            stats.append(ContributionStats(norm=norm, cosine=cosine, reference=kind))
+            others = [c for j, c in enumerate(coordinates) if j != i]
+            stats.append(ContributionStats(
+                norm=_norm(mine),
+                agreement=_cosine(mine, _rank_ordered_mean(others)) if others else None,
+                previous=_cosine(mine, previous) if previous is not None else None,
+            ))
         return self.detector.check(stats)
 
 

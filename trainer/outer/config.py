@@ -41,9 +41,9 @@ class OuterConfig:
     # --- compression (DiLoCoX only) -------------------------------------------------------
     compression: bool = True
     """Compress pseudo-gradients (False sends fp32 like DiLoCo: for ablations of the overlap)."""
-    rank: int = 16
-    """Low-rank rank used in the first round (and the cap when ``adaptive_rank`` is off)."""
-    bits: QuantBits = 8
+    rank: int = 28
+    """Low-rank rank of the first round (of every round when ``adaptive_rank`` is off)."""
+    bits: QuantBits = 4
     """Bits per low-rank factor element: 8 or 4 (block absmax quantisation), 16 (bf16) or 32."""
     quant_block: int = 64
     """Elements per quantisation block; each block carries one fp16 absmax scale."""
@@ -52,7 +52,7 @@ class OuterConfig:
     in the cluster's parameters (the next round starts from ``θ − e`` and its pseudo-gradient,
     measured from ``θ``, carries it); ``"buffer"`` adds it to the next pseudo-gradient (classic
     error feedback, Seide et al. 2014; Karimireddy et al. 2019); ``"none"`` drops it."""
-    two_sided: bool = True
+    two_sided: bool = False
     """Project on a left and a right basis every round (``(n+m)·r`` elements per matrix, both
     sides of the power iteration advance each round); False alternates one side per round."""
     min_compress_dim: int = 32
@@ -60,13 +60,14 @@ class OuterConfig:
     factors would not be smaller than the tensor itself."""
 
     # --- adaptive rank (DiLoCoX only) -----------------------------------------------------
-    adaptive_rank: bool = True
-    """Let the rank shrink as the pseudo-gradients' spectral energy concentrates."""
-    min_rank: int = 2
+    adaptive_rank: bool = False
+    """Let the rank follow the pseudo-gradients' spectral energy (off by default: on the
+    measured model a fixed rank gave the better loss per byte, docs/outer-algorithm.md)."""
+    min_rank: int = 8
     """Lower bound of the adaptive rank."""
-    max_rank: int = 32
-    """Upper bound of the adaptive rank (it only grows back when the loss stalls)."""
-    rank_energy: float = 0.9
+    max_rank: int = 64
+    """Upper bound of the adaptive rank (it only grows when the loss stalls)."""
+    rank_energy: float = 0.995
     """Keep the smallest rank whose leading directions hold this fraction of the captured
     spectral energy."""
     stall_rounds: int = 3
@@ -94,9 +95,11 @@ class OuterConfig:
     anomaly_norm_ratio: float = 10.0
     """A norm more than this many times the reference norm is flagged."""
     anomaly_min_cosine: float = 0.02
-    """A contribution whose cosine with the reference direction is below this is flagged."""
+    """A contribution whose cosine with the other clusters' mean is below this is flagged."""
+    anomaly_cosine_ratio: float = 0.3
+    """... and so is one below this share of the typical (median of recent accepted) cosine."""
     anomaly_history: int = 8
-    """Rounds of accepted norms kept as the reference when the other clusters are too few."""
+    """Rounds of accepted norms and cosines that make the references."""
 
     # --- adaptive inner steps (runtime reads these; see trainer/outer/adaptive.py) --------
     adaptive_inner_steps: bool = False
@@ -129,6 +132,7 @@ class OuterConfig:
         _require(self, "stall_tolerance", self.stall_tolerance >= 0.0, ">= 0")
         _require(self, "anomaly_norm_ratio", self.anomaly_norm_ratio > 1.0, "> 1")
         _require(self, "anomaly_min_cosine", -1.0 <= self.anomaly_min_cosine < 1.0, "in [-1, 1)")
+        _require(self, "anomaly_cosine_ratio", 0.0 <= self.anomaly_cosine_ratio < 1.0, "in [0, 1)")
         _require(self, "anomaly_history", self.anomaly_history >= 1, ">= 1")
         _require(self, "min_inner_steps", self.min_inner_steps >= 1, ">= 1")
         _require(self, "max_inner_steps", self.max_inner_steps >= self.min_inner_steps,

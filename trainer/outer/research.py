@@ -159,6 +159,21 @@ def sweeps() -> dict[str, dict[str, tuple[str, OuterConfig | None, dict[str, Any
                 for energy in (0.98, 0.995)
             },
         },
+        "confirm": {
+            "diloco-lr0.5-m0.8": ("diloco", OuterConfig(kind="diloco", outer_lr=0.5, outer_momentum=0.8), {}),
+            "dilocox-defaults": ("dilocox", OuterConfig(kind="dilocox"), {}),
+            "dilocox-adaptive-r28-max32": (
+                "dilocox", OuterConfig(kind="dilocox", adaptive_rank=True, max_rank=32), {}
+            ),
+            **{
+                f"{name}-seed1": (method, outer, {"seed": 1})
+                for name, method, outer in (
+                    ("allreduce", "allreduce", None),
+                    ("diloco", "diloco", OuterConfig(kind="diloco")),
+                    ("dilocox-defaults", "dilocox", OuterConfig(kind="dilocox")),
+                )
+            },
+        },
     }
 
 
@@ -194,6 +209,7 @@ def _record(sweep: str, run: str, config: SimulationConfig, result: SimulationRe
         "method": config.method,
         "inner_steps": config.inner_steps,
         "total_steps": config.total_steps,
+        "seed": config.seed,
         "outer": config.outer.to_dict() if config.method != "allreduce" else None,
         **dataclasses.asdict(result),
     }
@@ -216,8 +232,9 @@ def report(rows: list[dict[str, Any]]) -> Iterator[str]:
     yield "| sweep | run | H | held-out loss | vs AllReduce | vs DiLoCo | bytes/cluster | AllReduce ÷ bytes | ranks |"
     yield "|---|---|---|---|---|---|---|---|---|"
     for r in rows:
-        allreduce = base.get((25, r["total_steps"], "allreduce"))  # the one reference: H plays no role
-        diloco = base.get((25, r["total_steps"], "diloco"))
+        # The references: AllReduce and DiLoCo at H = 25, same steps (tokens) and seed.
+        allreduce = base.get((25, r["total_steps"], r.get("seed", 0), "allreduce"))
+        diloco = base.get((25, r["total_steps"], r.get("seed", 0), "diloco"))
         loss = r["final_eval_loss"]
         gap_ar = _gap(loss, allreduce)
         gap_dl = _gap(loss, diloco)
@@ -228,10 +245,10 @@ def report(rows: list[dict[str, Any]]) -> Iterator[str]:
                f"| {gap_ar} | {gap_dl} | {r['bytes_per_cluster']:.3g} | {ratio:,.0f}× | {rank_text} |")
 
 
-def _baselines(rows: list[dict[str, Any]]) -> dict[tuple[int, int, str], dict[str, Any]]:
-    """AllReduce and plain-DiLoCo (paper defaults) runs by (H, steps, method)."""
+def _baselines(rows: list[dict[str, Any]]) -> dict[tuple[int, int, int, str], dict[str, Any]]:
+    """AllReduce and plain-DiLoCo (paper defaults) runs by (H, steps, seed, method)."""
     return {
-        (r["inner_steps"], r["total_steps"], r["method"]): r
+        (r["inner_steps"], r["total_steps"], r.get("seed", 0), r["method"]): r
         for r in rows
         if r["method"] == "allreduce"
         or (r["method"] == "diloco" and (r["outer"]["outer_lr"], r["outer"]["outer_momentum"]) == (0.7, 0.9))
@@ -251,15 +268,16 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    diloco = {steps: r["final_eval_loss"] for (h, steps, method), r in _baselines(rows).items()
+    diloco = {(steps, seed): r["final_eval_loss"] for (h, steps, seed, method), r in _baselines(rows).items()
               if method == "diloco" and h == 25}
     fig, ax = plt.subplots(figsize=(8, 5))
     for sweep in sorted({r["sweep"] for r in rows}):
         points = [
             (r["allreduce_bytes_per_cluster"] / r["bytes_per_cluster"],
-             100.0 * (r["final_eval_loss"] / diloco[r["total_steps"]] - 1.0), r["run"])
+             100.0 * (r["final_eval_loss"] / diloco[(r["total_steps"], r.get("seed", 0))] - 1.0), r["run"])
             for r in rows
-            if r["sweep"] == sweep and r["total_steps"] in diloco and r["method"] != "allreduce"
+            if r["sweep"] == sweep and (r["total_steps"], r.get("seed", 0)) in diloco
+            and r["method"] != "allreduce" and r.get("seed", 0) == 0
             and r["bytes_per_cluster"] and math.isfinite(r["final_eval_loss"])
         ]
         if not points:

@@ -25,7 +25,7 @@ def test_defaults_are_the_diloco_paper_values():
         ({"bits": 6}, "OuterConfig.bits"),
         ({"quant_block": 7}, "OuterConfig.quant_block"),
         ({"min_rank": 8, "max_rank": 4, "rank": 4}, "OuterConfig.max_rank"),
-        ({"rank": 64}, "OuterConfig.rank"),
+        ({"rank": 100}, "OuterConfig.rank"),
         ({"rank_energy": 1.5}, "OuterConfig.rank_energy"),
         ({"anomaly_norm_ratio": 1.0}, "OuterConfig.anomaly_norm_ratio"),
         ({"min_inner_steps": 20, "max_inner_steps": 10}, "OuterConfig.max_inner_steps"),

@@ -223,7 +223,7 @@ def test_state_dict_round_trip_continues_bit_exactly(named_params, overlapped, t
 
 
 def test_rank_shrinks_with_concentrated_energy_and_grows_only_when_the_loss_stalls(named_params):
-    config = compressed(rank=8, min_rank=2, max_rank=16, rank_energy=0.6, stall_rounds=2)
+    config = compressed(rank=8, min_rank=2, max_rank=16, rank_energy=0.6, stall_rounds=2, adaptive_rank=True)
     algos = build_clusters(config, named_params, n_clusters=2)
     locals_ = start_locals(named_params, 2)
     ranks = []
