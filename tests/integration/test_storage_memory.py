@@ -3,19 +3,16 @@ measured in a fresh process (its VmHWM, the kernel's resident-memory high-water 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from unit.storage.payloads import deterministic_chunks
+from unit.storage.payloads import GiB, local_or_s3_store, payload_digest
 
-GiB = 1 << 30
 MiB = 1 << 20
 TESTS = Path(__file__).resolve().parents[1]
 PROBE = Path(__file__).with_name("storage_memory_probe.py")
@@ -23,19 +20,12 @@ PROBE = Path(__file__).with_name("storage_memory_probe.py")
 
 @pytest.fixture(scope="module")
 def expected_digest() -> str:
-    hasher = hashlib.sha256()
-    for chunk in deterministic_chunks(GiB, seed=42):
-        hasher.update(chunk)
-    return hasher.hexdigest()
+    return payload_digest(GiB, seed=42)
 
 
 @pytest.fixture(params=["local", "s3"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "local":
-        yield f"file://{tmp_path / 'objects'}"
-        shutil.rmtree(tmp_path / "objects")  # pytest keeps recent tmp dirs; do not keep 1 GiB
-        return
-    yield request.getfixturevalue("s3_store_url")
+    yield from local_or_s3_store(request, tmp_path)
 
 
 @pytest.mark.slow

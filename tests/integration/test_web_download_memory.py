@@ -8,9 +8,7 @@ call the same way."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -20,32 +18,24 @@ from pathlib import Path
 
 import httpx
 import pytest
-from unit.storage.payloads import deterministic_chunks
+from unit.storage.payloads import GiB, deterministic_chunks, local_or_s3_store, payload_digest
 
 from ledger.db import upgrade
 from storage import open_store
 from web.download_check import download_with_resume
 
-GiB = 1 << 30
 MiB = 1 << 20
 VERITRAIN = Path(sys.executable).with_name("veritrain")
 
 
 @pytest.fixture(scope="module")
 def expected_digest() -> str:
-    hasher = hashlib.sha256()
-    for chunk in deterministic_chunks(GiB, seed=11):
-        hasher.update(chunk)
-    return hasher.hexdigest()
+    return payload_digest(GiB, seed=11)
 
 
 @pytest.fixture(params=["local", "s3-proxy"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "local":
-        yield f"file://{tmp_path / 'objects'}"
-        shutil.rmtree(tmp_path / "objects")  # pytest keeps recent tmp dirs; do not keep 1 GiB
-        return
-    yield request.getfixturevalue("s3_store_url")
+    yield from local_or_s3_store(request, tmp_path)
 
 
 def free_port() -> int:
