@@ -70,6 +70,7 @@ def write_plots(result: Mapping[str, Any], directory: Path) -> list[Path]:
             axes.annotate(f"{height:.3f} s", (bar.get_x() + bar.get_width() / 2, height), ha="center", va="bottom",
                           fontsize=8)
     axes.set_xticks(list(positions), [SHORT[n] for n in pair])
+    axes.set_ylim(top=max([*total, *exposed, 1e-3]) * 1.45)  # room for the legend above the bars
     axes.set_ylabel("seconds per outer step")
     axes.set_title(f"Exposed communication, blocking vs one-step-delay overlap\n{subtitle}")
     axes.legend()
