@@ -121,8 +121,10 @@ class CommBenchResult:
         d, methods = self.data, self.data["methods"]
         derivation = d["link_derivation"]
         measured = f", measured {d['link_measured_mbit']:.3g} Mbit/s" if d["link_measured_mbit"] else ""
+        modified = d.get("trainer_outer_modified") or []
+        dirty = f" (modified: {', '.join(modified)})" if modified else ""
         out = [f"comm: {d['clusters']} clusters x {d['stages']} stages, {d['parameters']:,} parameters, "
-               f"commit {d['commit']}{' (trainer/outer modified)' if d.get('trainer_outer_modified') else ''}",
+               f"commit {d['commit']}{dirty}",
                f"link: {d['link_mbit']:.3g} Mbit/s ({d['shaping']}{measured})"]
         out += [f"  {line}" for line in derivation.get("explanation", [])]
         out.append(f"  {'method':26} {'final loss':>10} {'bytes/token':>12} {'tokens/s':>10} {'speedup':>8} "
@@ -302,7 +304,7 @@ def _plots(data: dict[str, Any], directory: Path) -> list[Path]:
 
 
 def _code_state() -> dict[str, Any]:
-    """The commit measured, and whether the outer algorithm's files differed from it (its
+    """The commit measured, and which of the outer algorithm's files differed from it (its
     defaults are what DiLoCoX ran with)."""
     here = Path(__file__).resolve().parent
 
@@ -310,5 +312,5 @@ def _code_state() -> dict[str, Any]:
         completed = subprocess.run(["git", *args], capture_output=True, text=True, check=False, cwd=here)
         return completed.stdout.strip()
 
-    return {"commit": git("rev-parse", "--short", "HEAD") or "unknown",
-            "trainer_outer_modified": bool(git("status", "--porcelain", "--", "../../trainer/outer"))}
+    changed = [line[3:] for line in git("status", "--porcelain", "--", "../../trainer/outer").splitlines()]
+    return {"commit": git("rev-parse", "--short", "HEAD") or "unknown", "trainer_outer_modified": changed}
