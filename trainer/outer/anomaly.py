@@ -12,7 +12,7 @@ pseudo-gradients). Rules, per cluster ``i``:
    (only *large* norms are flagged: a small one cannot dominate the mean).
 3. **Agreement.** ``a_i = cos(Δ_i, mean of the other clusters' Δ)``. Clusters training one model
    on one task agree: in the simulated runs of docs/outer-algorithm.md ``a_i`` stayed between
-   0.24 and 0.6 all run long (0.9 in round 0), compressed or not; a random vector in ``d``
+   0.24 and 0.9 all run long, compressed or not; a random vector in ``d``
    dimensions has ``|cos| ≈ 1/√d`` (0.001 for 10⁶). Flagged below ``max(min_cosine,
    cosine_ratio · A)`` with ``A`` the median of the agreements accepted in the last ``history``
    rounds (``min_cosine`` alone before there is history).
