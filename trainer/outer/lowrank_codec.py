@@ -7,8 +7,8 @@ Per tensor of the stage shard, in order:
   error-fed pseudo-gradient ``M`` projected on the round's shared bases (lowrank.py): ``A = M·V``
   column by column, then ``B = Uᵀ·(M − A·Vᵀ)`` row by row -- so a quantisation block never mixes
   singular directions of very different size -- as int8 / int4 blocks (quantize.py), bf16 or
-  fp32 (``bits``). With ``two_sided`` (default) a round has both bases and costs ``(n+m)·r``
-  elements; otherwise one basis whose side alternates, ``n·r`` or ``m·r``;
+  fp32 (``bits``). By default a round has one basis whose side alternates (``n·r`` or ``m·r``
+  elements); with ``two_sided`` it has both and costs ``(n+m)·r``;
 * everything else (1-D tensors, small matrices): bf16 -- their factors would be no smaller.
 
 The round's bases and rank (one number for the shard, capped per matrix at half its smaller
