@@ -9,7 +9,15 @@ One module per benchmark, each with one entry point that returns a result object
 | ``ledger`` | appends per second (SQLite, PostgreSQL), verifying a 10,000-entry run, inclusion-proof latency over HTTP |
 | ``storage`` | store-and-hash, S3 transfers and API downloads against their raw baselines, with peak memory |
 
-Support: ``netns`` and ``software_shaper`` (the emulated link), ``convergence`` and
-``throughput`` (runs of the real trainer), ``comm_results`` (the comm JSON from
-measurements), ``synthetic_run``, ``server``, ``memory_probe``, ``plots``, ``stats``.
+Support modules:
+
+* the emulated link: ``netns`` (namespaces, veth pairs, ``tc``), ``link_probe`` (the preflight
+  transfer), ``software_shaper`` (the fallback without namespaces);
+* runs of the real trainer: ``convergence`` (spawned, unshaped), ``throughput`` and
+  ``rank_main`` (one process per rank on the link), ``metrics_recorder``;
+* results: ``comm_results`` (the comm JSON from measurements, pure), ``plots``, ``stats``;
+* ledger and storage: ``synthetic_run``, ``server`` (``veritrain serve`` in a process),
+  ``memory_probe`` (a transfer and its peak memory in a fresh process), ``scratch``.
+
+The line rates, memory plans and the link derivation come from ``trainer/planner.py``.
 """
