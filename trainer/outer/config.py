@@ -21,7 +21,7 @@ DelayProxy = Literal["none", "own", "eager", "anchored"]
 ErrorFeedback = Literal["local", "buffer", "none"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class OuterConfig:
     """Hyperparameters of the outer loop; validated on construction."""
 
@@ -163,6 +163,14 @@ class OuterConfig:
     def overlapped(self) -> bool:
         """True when the runtime should use the one-step-delay call order."""
         return self.kind == "dilocox" and self.overlap
+
+    def __eq__(self, other: object) -> bool:
+        # Two configs are equal when they run the same algorithm: an unset outer lr equals the
+        # value it resolves to, so ``OuterConfig(**c.to_dict()) == c``.
+        return isinstance(other, OuterConfig) and self.to_dict() == other.to_dict()
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.to_dict().items())))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form for the run's genesis entry, with the outer lr and momentum that are

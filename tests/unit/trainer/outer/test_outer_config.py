@@ -52,3 +52,9 @@ def test_outer_step_defaults_depend_on_the_overlap_and_are_recorded():
     explicit = OuterConfig(kind="dilocox", outer_lr=0.6, outer_momentum=0.7)
     assert explicit.to_dict()["outer_lr"] == 0.6 and explicit.momentum == 0.7
     assert OuterConfig(**explicit.to_dict()) == explicit
+
+
+def test_configs_are_equal_when_they_run_the_same_algorithm():
+    assert OuterConfig(kind="dilocox") == OuterConfig(kind="dilocox", outer_lr=0.5, outer_momentum=0.8)
+    assert OuterConfig(kind="dilocox") != OuterConfig(kind="dilocox", overlap=False)
+    assert len({OuterConfig(), OuterConfig(outer_lr=0.7)}) == 1
