@@ -31,6 +31,7 @@ def comm(
     plots: Annotated[Path | None, typer.Option(help="Write bench-loss/throughput/exposed PNGs here.")] = None,
     outer_steps: Annotated[int | None, typer.Option(min=1, help="T of the convergence runs (default: by mode).")] = None,
     inner_steps: Annotated[int | None, typer.Option(min=1, help="H of the DiLoCo/DiLoCoX runs (default: by mode).")] = None,
+    preset: Annotated[str, typer.Option(help="Run preset of the model all methods train (trainer/presets.py).")] = "tiny",
     seed: int = 0,
     workdir: Workdir = None,
 ) -> None:
@@ -41,7 +42,7 @@ def comm(
         raise typer.BadParameter(f"expected auto, netns-tc or software, got {shaping!r}", param_hint="--shaping")
     config = CommBenchConfig(
         quick=quick, clusters=clusters, bandwidth_mbit=bandwidth, delay_ms=delay_ms, shaping=shaping,  # type: ignore[arg-type]
-        plots=plots, outer_steps=outer_steps, inner_steps=inner_steps, seed=seed, workdir=workdir,
+        plots=plots, outer_steps=outer_steps, inner_steps=inner_steps, seed=seed, workdir=workdir, preset=preset,
     )
     _print(run_comm_bench(config, say=_say), json_output)
 
