@@ -1,7 +1,7 @@
 """``veritrain demo``: the whole promise in one command, on the embedded defaults.
 
 1. build the default corpus (Python standard-library sources, byte-level);
-2. train the ``tiny`` preset, 2 clusters x 2 pipeline stages, recording every outer step in
+2. train the ``tiny`` preset with DiLoCoX, 2 clusters x 2 pipeline stages, recording every outer step in
    the SQLite ledger and the local object folder (signed, attested);
 3. verify the run (``veritrain verify``) and re-execute one step bitwise (``veritrain reproduce``);
 4. serve the audit page, unless ``--no-serve``.
@@ -27,6 +27,8 @@ from veritrain.verify import DirectSource, Report, verify_run
 from veritrain.verify.witness import Witness
 
 DEMO_PRESET = "tiny"
+DEMO_METHOD = "dilocox"
+"""The demo shows the full algorithm: one-step-delay overlap and low-rank int4 compression."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ def run_demo(settings: Settings, *, console: Console | None = None, reproduce_st
     console = console or Console()
     started = time.monotonic()
     run_id = "demo-" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    config = with_overrides(run_preset(DEMO_PRESET), run_id=run_id)
+    config = with_overrides(run_preset(DEMO_PRESET), run_id=run_id, method=DEMO_METHOD)
     console.rule(f"[bold]veritrain demo[/] — run {run_id}")
     console.print(
         f"ledger {settings.database_url}\nobjects {settings.store_url}\n"
