@@ -276,6 +276,17 @@ class Ledger:
                 index=index, size=size, leaf_hash=leaf, hashes=tuple(hashes), root_hash=root
             )
 
+    def inclusion_proofs(self, run_id: str, size: int | None = None) -> list[InclusionProof]:
+        """The inclusion proof of every entry in the tree of ``size`` (default: all), read in
+        one pass over the stored tree."""
+        with db.read_session(self._engine) as session:
+            size = _check_size(_require_run(session, run_id), size)
+            root = _tree_head(session, run_id, size).root_hash
+            return [
+                InclusionProof(index=index, size=size, leaf_hash=leaf, hashes=tuple(hashes), root_hash=root)
+                for index, (leaf, hashes) in enumerate(tree_store.all_inclusion_proofs(session, run_id, size))
+            ]
+
     def consistency_proof(self, run_id: str, old: int, new: int | None = None) -> ConsistencyProof:
         """Proof that the tree of ``new`` entries (default: all) extends the tree of ``old``."""
         with db.read_session(self._engine) as session:

@@ -11,6 +11,7 @@ No proof ever reads the entries, so proof cost does not grow with the log.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Sequence
 
 import sqlalchemy as sa
@@ -26,19 +27,35 @@ _MAX_NODES_PER_QUERY = 400
 
 
 def read_nodes(session: Session, run_id: str, nodes: Collection[Node]) -> dict[Node, bytes]:
-    """The stored hashes of ``nodes`` (missing ones are simply absent)."""
+    """The stored hashes of ``nodes`` (missing ones are simply absent).
+
+    One statement: a UNION ALL of point lookups on the full primary key (run, level, idx).
+    Measured on SQLite with 6,000 nodes and 19 wanted: 0.03 ms, against 0.7 ms for a
+    row-value ``(level, idx) IN (VALUES ...)`` list and 1.5 ms for OR-ed pairs (both scan the
+    run's nodes). Building a SQLAlchemy expression per proof would cost more than the query,
+    so the statement is plain text, prepared once per node count."""
     wanted = sorted(nodes)
     found: dict[Node, bytes] = {}
     for start in range(0, len(wanted), _MAX_NODES_PER_QUERY):
         chunk = wanted[start : start + _MAX_NODES_PER_QUERY]
-        rows = session.execute(
-            sa.select(TreeNode.level, TreeNode.index, TreeNode.hash).where(
-                TreeNode.run_id == run_id,
-                sa.tuple_(TreeNode.level, TreeNode.index).in_(chunk),
-            )
-        )
+        params: dict[str, object] = {"run_id": run_id}
+        for i, (level, position) in enumerate(chunk):
+            params[f"l{i}"] = level
+            params[f"i{i}"] = position
+        rows = session.execute(_point_lookups(len(chunk)), params)
         found.update({(level, index): digest for level, index, digest in rows})
     return found
+
+
+@functools.lru_cache(maxsize=2 * _MAX_NODES_PER_QUERY)
+def _point_lookups(count: int) -> sa.TextClause:
+    table = TreeNode.__tablename__
+    return sa.text(
+        " UNION ALL ".join(
+            f"SELECT level, idx, hash FROM {table} WHERE run_id = :run_id AND level = :l{i} AND idx = :i{i}"
+            for i in range(count)
+        )
+    )
 
 
 def append_leaf(session: Session, run_id: str, index: int, leaf: bytes) -> bytes:
@@ -75,6 +92,19 @@ def inclusion_proof(
     if leaf not in nodes:
         raise VerificationError(f"stored tree of run {run_id!r} is missing leaf {index}")
     return nodes[leaf], _hash_ranges(path, nodes)
+
+
+def all_inclusion_proofs(session: Session, run_id: str, size: int) -> list[tuple[bytes, list[bytes]]]:
+    """(leaf hash, inclusion proof) of every entry in the tree of ``size``: the stored nodes
+    are read once and every proof is assembled in memory (a verifier checking a whole run)."""
+    nodes = stored_nodes(session, run_id)
+    proofs = []
+    for index in range(size):
+        leaf = (0, index)
+        if leaf not in nodes:
+            raise VerificationError(f"stored tree of run {run_id!r} is missing leaf {index}")
+        proofs.append((nodes[leaf], _hash_ranges(merkle.inclusion_path(index, size), nodes)))
+    return proofs
 
 
 def consistency_proof(session: Session, run_id: str, size1: int, size2: int) -> list[bytes]:

@@ -5,6 +5,7 @@ arrive as lowercase hex (docs/web.md) and every object is re-hashed by the check
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -13,6 +14,7 @@ from storage.errors import ObjectNotFoundError, StorageError
 from veritrain.verify.source import SMALL_OBJECT_LIMIT, MetricRow, SourceError
 
 PAGE = 1000
+PROOF_REQUESTS_IN_FLIGHT = 8
 
 
 class ApiSource:
@@ -51,9 +53,14 @@ class ApiSource:
     def tree_head(self, run_id: str) -> str:
         return self._get(f"/runs/{run_id}/log/checkpoint").text
 
-    def inclusion_proof(self, run_id: str, index: int, size: int) -> list[bytes]:
-        proof = self._get(f"/runs/{run_id}/log/proof/inclusion", index=index, size=size).json()
-        return [bytes.fromhex(h) for h in proof["hashes"]]
+    def inclusion_proofs(self, run_id: str, size: int) -> Iterator[list[bytes]]:
+        # One request per entry (the API serves single proofs), a few in flight at a time.
+        def fetch(index: int) -> list[bytes]:
+            proof = self._get(f"/runs/{run_id}/log/proof/inclusion", index=index, size=size).json()
+            return [bytes.fromhex(h) for h in proof["hashes"]]
+
+        with ThreadPoolExecutor(max_workers=PROOF_REQUESTS_IN_FLIGHT) as pool:
+            yield from pool.map(fetch, range(size))
 
     def consistency_proof(self, run_id: str, old: int, new: int) -> list[bytes]:
         proof = self._get(f"/runs/{run_id}/log/proof/consistency", old=old, new=new).json()

@@ -12,7 +12,7 @@ from ledger.checkpoint import Checkpoint, verify_checkpoint
 from ledger.errors import LedgerError, VerificationError
 from ledger.merkle import verify_consistency, verify_inclusion
 from veritrain.verify.report import Report
-from veritrain.verify.source import RunSource
+from veritrain.verify.source import RunSource, SourceError
 from veritrain.verify.view import RunView
 from veritrain.verify.witness import Sighting, Witness
 
@@ -129,13 +129,17 @@ def check_inclusion(report: Report, view: RunView, source: RunSource, head: Trus
         result.fail("not checked: no verified tree head")
         return
     checkpoint = head.checkpoint
-    for entry in view.entries[: checkpoint.size]:
-        result.checked += 1
-        try:
-            proof = source.inclusion_proof(view.run_id, entry.index, checkpoint.size)
-            verify_inclusion(entry.leaf, entry.index, checkpoint.size, proof, checkpoint.root_hash)
-        except (LedgerError, VerificationError) as exc:
-            result.fail(f"inclusion proof does not verify: {exc}", index=entry.index, step=entry.step)
+    entries = view.entries[: checkpoint.size]
+    try:
+        proofs = source.inclusion_proofs(view.run_id, checkpoint.size)
+        for entry, proof in zip(entries, proofs, strict=False):
+            result.checked += 1
+            try:
+                verify_inclusion(entry.leaf, entry.index, checkpoint.size, proof, checkpoint.root_hash)
+            except VerificationError as exc:
+                result.fail(f"inclusion proof does not verify: {exc}", index=entry.index, step=entry.step)
+    except (LedgerError, SourceError) as exc:
+        result.fail(f"the log serves no inclusion proofs at size {checkpoint.size}: {exc}")
 
 
 def remember(witness: Witness | None, head: TrustedHead | None) -> None:

@@ -46,7 +46,9 @@ class RunSource(Protocol):
         """The latest signed tree head (C2SP signed note text)."""
         ...
 
-    def inclusion_proof(self, run_id: str, index: int, size: int) -> list[bytes]: ...
+    def inclusion_proofs(self, run_id: str, size: int) -> Iterator[list[bytes]]:
+        """The log's inclusion proof of every entry 0..size-1 in the tree of ``size``, in order."""
+        ...
 
     def consistency_proof(self, run_id: str, old: int, new: int) -> list[bytes]: ...
 
@@ -95,8 +97,9 @@ class DirectSource:
     def tree_head(self, run_id: str) -> str:
         return self._ledger.latest_tree_head(run_id).note
 
-    def inclusion_proof(self, run_id: str, index: int, size: int) -> list[bytes]:
-        return list(self._ledger.inclusion_proof(run_id, index, size).hashes)
+    def inclusion_proofs(self, run_id: str, size: int) -> Iterator[list[bytes]]:
+        for proof in self._ledger.inclusion_proofs(run_id, size):
+            yield list(proof.hashes)
 
     def consistency_proof(self, run_id: str, old: int, new: int) -> list[bytes]:
         return list(self._ledger.consistency_proof(run_id, old, new).hashes)

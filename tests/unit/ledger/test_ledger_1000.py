@@ -96,6 +96,17 @@ def test_every_inclusion_proof_verifies(ledger: Ledger, big_run: BigRun) -> None
             verify_inclusion(leaves[index], index, size, proof.hashes, root)
 
 
+def test_the_batch_of_all_proofs_equals_the_proofs_one_by_one(ledger: Ledger) -> None:
+    leaves = [e.leaf_hash for start in range(0, SIZE, 1000) for e in ledger.entries("big", start, 1000)]
+    for size in (1, 2, 7, 64, 333, SIZE):
+        batch = ledger.inclusion_proofs("big", size)
+        assert [p.index for p in batch] == list(range(size))
+        assert [p.leaf_hash for p in batch] == leaves[:size]
+        for proof in batch:
+            assert list(proof.hashes) == inclusion_proof(leaves, proof.index, size)
+            assert proof.root_hash == ledger.tree_head_at("big", size).root_hash
+
+
 def test_consistency_proofs_between_sampled_sizes_verify(ledger: Ledger, big_run: BigRun) -> None:
     sizes = sample_sizes(SIZE)
     assert {1, 2, 512, 513, 1000, SIZE} <= set(sizes)
