@@ -48,9 +48,20 @@ def display_url(url: str) -> str:
     return database_url(url).render_as_string(hide_password=True)
 
 
+SQLITE_POOL_SIZE = 48
+"""Connections a SQLite engine keeps open (more than the web app's 40 worker threads)."""
+
+
 def create_engine(url: str, **kwargs: Any) -> Engine:
     """An engine for the ledger at ``url`` (see the module docstring for what is configured)."""
     parsed = database_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        # Keep every connection a busy server opens: the pool's default (5, closing overflow
+        # connections as they come back) made 32 concurrent proof requests reopen connections
+        # and lose SQLite's per-connection statement cache, recompiling each query. A SQLite
+        # connection is a file handle and a little memory.
+        kwargs.setdefault("pool_size", SQLITE_POOL_SIZE)
+        kwargs.setdefault("max_overflow", SQLITE_POOL_SIZE)
     engine = sa.create_engine(parsed, **kwargs)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_connect)
@@ -85,6 +96,17 @@ def read_session(engine: Engine) -> Iterator[Session]:
         reader = engine.execution_options(isolation_level="REPEATABLE READ")
     with _schema_errors(), Session(reader, expire_on_commit=False) as session, session.begin():
         yield session
+
+
+@contextmanager
+def read_connection(engine: Engine) -> Iterator[Connection]:
+    """Like :func:`read_session`, for reads made of Core statements only: a plain connection
+    in one snapshot transaction, without the ORM session's per-call cost (the proof path)."""
+    reader = engine
+    if engine.dialect.name == "postgresql":
+        reader = engine.execution_options(isolation_level="REPEATABLE READ")
+    with _schema_errors(), reader.connect() as connection, connection.begin():
+        yield connection
 
 
 @contextmanager

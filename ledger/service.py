@@ -266,12 +266,12 @@ class Ledger:
 
     def inclusion_proof(self, run_id: str, index: int, size: int | None = None) -> InclusionProof:
         """Proof that entry ``index`` is in the tree of ``size`` entries (default: all)."""
-        with db.read_session(self._engine) as session:
-            size = _check_size(_require_run(session, run_id), size)
+        # The hot path of a public log: two plain queries on a bare connection, no ORM.
+        with db.read_connection(self._engine) as connection:
+            size, root = _size_and_root(connection, run_id, size)
             if not 0 <= index < size:
                 raise InvalidRangeError(f"expected 0 <= index < size {size}, got index {index}")
-            leaf, hashes = tree_store.inclusion_proof(session, run_id, index, size)
-            root = _tree_head(session, run_id, size).root_hash
+            leaf, hashes = tree_store.inclusion_proof(connection, run_id, index, size)
             return InclusionProof(
                 index=index, size=size, leaf_hash=leaf, hashes=tuple(hashes), root_hash=root
             )
@@ -411,6 +411,26 @@ def _check_size(run: Run, size: int | None) -> int:
             f"expected a tree size between 1 and {run.size} for run {run.id!r}, got {size}"
         )
     return size
+
+
+def _size_and_root(session: tree_store.Reader, run_id: str, size: int | None) -> tuple[int, bytes]:
+    """A tree size of the run (its latest when ``size`` is None, else checked against it)
+    and the root hash of the signed tree head of that size, in one Core query."""
+    wanted = Run.size if size is None else sa.literal(size)
+    row = session.execute(
+        sa.select(Run.size, TreeHead.root_hash)
+        .select_from(Run)
+        .outerjoin(TreeHead, sa.and_(TreeHead.run_id == Run.id, TreeHead.size == wanted))
+        .where(Run.id == run_id)
+    ).first()
+    if row is None:
+        raise RunNotFoundError(f"no run {run_id!r} in the ledger")
+    latest, root = row
+    if size is not None and not 1 <= size <= latest:
+        raise InvalidRangeError(f"expected a tree size between 1 and {latest} for run {run_id!r}, got {size}")
+    if root is None:
+        raise TreeHeadNotFoundError(f"run {run_id!r} has no signed tree head of size {size or latest}")
+    return size or latest, root
 
 
 def _tree_head(session: Session, run_id: str, size: int) -> TreeHead:

@@ -15,6 +15,7 @@ import functools
 from collections.abc import Collection, Sequence
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from ledger import merkle, subtrees
@@ -26,7 +27,11 @@ from ledger.subtrees import Node
 _MAX_NODES_PER_QUERY = 400
 
 
-def read_nodes(session: Session, run_id: str, nodes: Collection[Node]) -> dict[Node, bytes]:
+Reader = Session | Connection
+"""Both run Core statements; the proof path uses a bare connection."""
+
+
+def read_nodes(session: Reader, run_id: str, nodes: Collection[Node]) -> dict[Node, bytes]:
     """The stored hashes of ``nodes`` (missing ones are simply absent).
 
     One statement: a UNION ALL of point lookups on the full primary key (run, level, idx).
@@ -82,9 +87,7 @@ def root_at(session: Session, run_id: str, size: int) -> bytes:
     return subtrees.range_hash(leaves, read_nodes(session, run_id, subtrees.decompose(leaves)))
 
 
-def inclusion_proof(
-    session: Session, run_id: str, index: int, size: int
-) -> tuple[bytes, list[bytes]]:
+def inclusion_proof(session: Reader, run_id: str, index: int, size: int) -> tuple[bytes, list[bytes]]:
     """The leaf hash of entry ``index`` and its inclusion proof in the tree of ``size``."""
     path = merkle.inclusion_path(index, size)
     leaf = (0, index)
@@ -107,7 +110,7 @@ def all_inclusion_proofs(session: Session, run_id: str, size: int) -> list[tuple
     return proofs
 
 
-def consistency_proof(session: Session, run_id: str, size1: int, size2: int) -> list[bytes]:
+def consistency_proof(session: Reader, run_id: str, size1: int, size2: int) -> list[bytes]:
     """The proof that the tree of ``size2`` entries extends the tree of ``size1``."""
     path = merkle.consistency_path(size1, size2)
     return _hash_ranges(path, read_nodes(session, run_id, subtrees.nodes_for(path)))

@@ -5,6 +5,12 @@ the roots are those of the stored signed tree heads, so a client checks the proo
 the root and then the root against the signed checkpoint of that size
 (``/log/checkpoint?size=N``). Answers for explicit sizes never change (cached immutable);
 answers for "the latest" are cached for a few seconds.
+
+These are the hottest public endpoints (every auditor fetches a proof per entry) and each is
+a bounded, sub-millisecond read: two indexed queries of at most 2·log2(n) rows. They run on
+the event loop (``async def``) rather than hopping to the thread pool, whose hand-off cost
+more than the work itself: measured with 32 concurrent clients on 2 cores, server CPU per
+inclusion proof fell from 2.6 ms to 1.2 ms and throughput doubled (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ ERRORS: ResponsesDoc = {404: {"description": "No such run."}, 400: {"description
         "--vkey VKEY FILE`."
     ),
 )
-def get_checkpoint(run: RunPath, ledger: LedgerDep, size: SizeQuery = None) -> PlainTextResponse:
+async def get_checkpoint(run: RunPath, ledger: LedgerDep, size: SizeQuery = None) -> PlainTextResponse:
     head = ledger.latest_tree_head(run) if size is None else ledger.tree_head_at(run, size)
     cache = IMMUTABLE if size is not None else SHORT
     return PlainTextResponse(head.note, headers={"Cache-Control": cache})
@@ -46,7 +52,7 @@ def get_checkpoint(run: RunPath, ledger: LedgerDep, size: SizeQuery = None) -> P
     responses=ERRORS,
     summary="Inclusion proof of one entry (RFC 9162 §2.1.3)",
 )
-def get_inclusion_proof(
+async def get_inclusion_proof(
     run: RunPath,
     index: Annotated[int, Query(ge=0, le=MAX_INT64, description="Entry index.")],
     ledger: LedgerDep,
@@ -72,7 +78,7 @@ def get_inclusion_proof(
     summary="Consistency proof between two tree sizes (RFC 9162 §2.1.4)",
     description="Proof that the tree of `new` entries (default: the latest) extends the tree of `old` entries (1 <= old <= new).",
 )
-def get_consistency_proof(
+async def get_consistency_proof(
     run: RunPath,
     old: Annotated[int, Query(ge=1, le=MAX_INT64, description="The earlier tree size.")],
     ledger: LedgerDep,
