@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,31 @@ def _missing(what: str, variable: str) -> None:
     if _services_required():
         pytest.fail(message)
     pytest.skip(message)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    postgres = os.environ.get("VERITRAIN_TEST_POSTGRES_URL")
+    s3 = os.environ.get("VERITRAIN_TEST_S3_ENDPOINT")
+    redacted = postgres.split("@")[-1] if postgres else "not configured"
+    return [
+        f"veritrain: PostgreSQL {redacted}; SeaweedFS S3 {s3 or 'not configured'}; "
+        f"servers {'required' if _services_required() else 'optional (tests skip without them)'}"
+    ]
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """One line saying how many tests ran against the real servers, by marker."""
+    counts: dict[str, int] = {}
+    for outcome in ("passed", "failed", "error", "skipped"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if getattr(report, "when", "call") != "call" and outcome != "error":
+                continue
+            for marker in ("integration", "e2e"):
+                if marker in getattr(report, "keywords", {}):
+                    counts[f"{marker} {outcome}"] = counts.get(f"{marker} {outcome}", 0) + 1
+    if counts:
+        summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+        terminalreporter.write_line(f"veritrain: {summary} (real PostgreSQL, SeaweedFS, processes, browser)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
