@@ -16,7 +16,6 @@ in step T is read from the recorded state, so step T itself is exact.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 import tempfile
@@ -34,7 +33,7 @@ from trainer.data.build import PreparedData
 from trainer.data.manifest import DataManifest
 from trainer.data.shards import DirectoryShardSource, shard_file_name
 from trainer.errors import TrainerError
-from veritrain.verify.source import RunSource
+from veritrain.verify.source import RunSource, read_verified, stream_verified
 from veritrain.verify.view import RunView
 
 _TIMING_DEPENDENT = ("next_inner_steps",)
@@ -139,7 +138,7 @@ def _compare_contributions(comparison: Comparison, recorded: Mapping[str, Any], 
 
 
 def _compare_files(comparison: Comparison, source: RunSource, recorded: Mapping[str, Any], files: CheckpointFiles) -> None:
-    manifest = Manifest.from_json(_verified(source, recorded["checkpoint"]["manifest_object"]))
+    manifest = Manifest.from_json(read_verified(source, recorded["checkpoint"]["manifest_object"]))
     expected = {e.name: e.digest for e in manifest.entries}
     with tempfile.TemporaryDirectory(prefix="veritrain-reproduced-") as folder:
         digests = write_files(folder, tensor_files=files.tensors, json_files=files.json)
@@ -158,7 +157,7 @@ def _compare_files(comparison: Comparison, source: RunSource, recorded: Mapping[
 
 
 def _compare_trainer_state(comparison: Comparison, source: RunSource, recorded_digest: str, reproduced: Path) -> None:
-    recorded = json.loads(_verified(source, recorded_digest))
+    recorded = json.loads(read_verified(source, recorded_digest))
     again = json.loads(reproduced.read_text())
     differing = [k for k in set(recorded["cursor"]) | set(again["cursor"]) if recorded["cursor"].get(k) != again["cursor"].get(k)]
     rest_equal = {k: v for k, v in recorded.items() if k != "cursor"} == {k: v for k, v in again.items() if k != "cursor"}
@@ -188,7 +187,7 @@ def _compare_metric(comparison: Comparison, policy: Mapping[str, Any], recorded:
 
 
 def _download_state(source: RunSource, previous: Mapping[str, Any], directory: Path) -> CheckpointFiles:
-    manifest = Manifest.from_json(_verified(source, previous["checkpoint"]["manifest_object"]))
+    manifest = Manifest.from_json(read_verified(source, previous["checkpoint"]["manifest_object"]))
     if manifest.root != previous["checkpoint"]["manifest_root"]:
         raise ReproduceError(f"the state of step {previous['step']} does not match its recorded manifest root")
     directory.mkdir(parents=True)
@@ -203,7 +202,7 @@ def _download_data(source: RunSource, view: RunView, directory: Path) -> Prepare
     entry = view.data_manifest
     if entry is None:
         raise ReproduceError(f"run {view.run_id!r} has no data manifest")
-    manifest = DataManifest.from_dict(json.loads(_verified(source, entry.payload["manifest_object"])))
+    manifest = DataManifest.from_dict(json.loads(read_verified(source, entry.payload["manifest_object"])))
     directory.mkdir(parents=True)
     for shard in manifest.shards:
         _download(source, shard.sha256, directory / shard_file_name(shard.sha256))
@@ -211,17 +210,7 @@ def _download_data(source: RunSource, view: RunView, directory: Path) -> Prepare
 
 
 def _download(source: RunSource, digest: str, target: Path) -> None:
-    hasher = hashlib.sha256()
-    with target.open("wb") as out:
-        for chunk in source.stream_object(digest):
-            hasher.update(chunk)
-            out.write(chunk)
-    if hasher.hexdigest() != digest:
-        raise ReproduceError(f"object {digest[:16]}… is corrupt: its bytes hash to {hasher.hexdigest()[:16]}…")
-
-
-def _verified(source: RunSource, digest: str) -> bytes:
-    data = source.read_object(digest)
-    if hashlib.sha256(data).hexdigest() != digest:
-        raise ReproduceError(f"object {digest[:16]}… is corrupt")
-    return data
+    partial = target.with_name(target.name + ".partial")
+    with partial.open("wb") as out:
+        stream_verified(source, digest, out.write)
+    partial.rename(target)  # only verified bytes get the real name

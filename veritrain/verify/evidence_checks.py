@@ -22,7 +22,7 @@ from ledger.merkle import root_hash
 from storage.errors import StorageError
 from veritrain.step_attestation import outer_step_events
 from veritrain.verify.report import CheckResult, Report
-from veritrain.verify.source import RunSource
+from veritrain.verify.source import RunSource, read_verified
 from veritrain.verify.view import RunView, ViewEntry
 
 _FETCH_ERRORS = (StorageError, OSError, ValueError, KeyError, TypeError, AttestationError)
@@ -61,7 +61,7 @@ def _check_statement(
 ) -> None:
     payload = entry.payload
     attestation = payload["attestation"]
-    envelope = Envelope.from_json(_object(source, attestation["statement_object"]))
+    envelope = Envelope.from_json(read_verified(source, attestation["statement_object"]))
     verified = verify_envelope(envelope, keys=[key], payload_type=IN_TOTO_PAYLOAD_TYPE)
     digest = hashlib.sha256(verified.payload).hexdigest()
     _expect("statement digest", attestation["statement_digest"], digest)
@@ -125,7 +125,7 @@ def check_quotes(report: Report, view: RunView, source: RunSource) -> None:
         for cluster, digest in sorted(quotes.items()):
             result.checked += 1
             try:
-                quote = Quote.from_json(_object(source, digest))
+                quote = Quote.from_json(read_verified(source, digest))
                 _expect(f"cluster {cluster} attestation key", attesters[cluster].vkey, quote.endorsement.body.attestation_key.vkey)
                 verify_quote(quote, policy=policy, expected=expected)
             except _FETCH_ERRORS as exc:
@@ -179,7 +179,7 @@ def check_contributions(report: Report, view: RunView, source: RunSource) -> Non
                 result.checked += 1
                 stage, digest = int(stage_record["stage"]), str(stage_record["digest"])
                 try:
-                    envelope = Envelope.from_json(_object(source, stage_record["signature_object"]))
+                    envelope = Envelope.from_json(read_verified(source, stage_record["signature_object"]))
                     verify_contribution(
                         envelope,
                         key=keys[cluster],
@@ -206,14 +206,6 @@ def check_contributions(report: Report, view: RunView, source: RunSource) -> Non
         )
         if canonical_digest([list(o) for o in ordered]) != entry.payload.get("aggregate_digest"):
             result.fail("aggregate digest does not match the applied contributions", index=entry.index, step=step)
-
-
-def _object(source: RunSource, digest: str) -> bytes:
-    data = source.read_object(digest)
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != digest:
-        raise ValueError(f"object {digest[:16]}… is corrupt: its bytes hash to {actual[:16]}…")
-    return data
 
 
 def _expect(what: str, expected: object, actual: object) -> None:

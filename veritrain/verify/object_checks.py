@@ -21,7 +21,7 @@ from attestation.canonical import canonical_json
 from storage.checkpoint import Manifest
 from storage.errors import StorageError
 from veritrain.verify.report import Report
-from veritrain.verify.source import RunSource
+from veritrain.verify.source import RunSource, read_verified, stream_verified
 from veritrain.verify.view import RunView, ViewEntry
 
 FULL_CHECK_BYTES = 1 << 30
@@ -55,7 +55,7 @@ def check_checkpoints(report: Report, view: RunView, source: RunSource, *, deep:
     for entry in view.outer_steps:
         checkpoint = entry.payload.get("checkpoint", {})
         try:
-            manifest = Manifest.from_json(_whole(source, checkpoint["manifest_object"]))
+            manifest = Manifest.from_json(read_verified(source, checkpoint["manifest_object"]))
             if manifest.root != checkpoint["manifest_root"]:
                 raise ValueError(
                     f"manifest root: expected {checkpoint['manifest_root']}, got {manifest.root} (another checkpoint?)"
@@ -76,7 +76,7 @@ def check_checkpoints(report: Report, view: RunView, source: RunSource, *, deep:
         for file in manifest.entries:
             result.checked += 1
             try:
-                _rehash(source, file.digest)
+                stream_verified(source, file.digest)
             except (ValueError, StorageError) as exc:
                 result.fail(f"checkpoint file {file.name}: {exc}", index=entry.index, step=entry.step)
     result.notes.append(f"{len(chosen)} of {len(indices)} checkpoints re-hashed{' (--deep)' if deep else ''}")
@@ -90,7 +90,7 @@ def load_data_index(report: Report, view: RunView, source: RunSource) -> DataInd
         result.fail("the run has no data.manifest entry")
         return None
     try:
-        raw = _whole(source, entry.payload["manifest_object"])
+        raw = read_verified(source, entry.payload["manifest_object"])
         document = json.loads(raw)
         if canonical_json(document) != raw:
             raise ValueError("the data manifest object is not canonical JSON")
@@ -132,7 +132,7 @@ def check_data(report: Report, view: RunView, source: RunSource, data: DataIndex
         shard = shards[position]
         result.checked += 1
         try:
-            size = _rehash(source, str(shard["sha256"]))
+            size = stream_verified(source, str(shard["sha256"]))
             if width and size != int(shard["tokens"]) * width:
                 raise ValueError(f"expected {int(shard['tokens']) * width} bytes ({shard['tokens']} tokens), got {size}")
         except (ValueError, StorageError) as exc:
@@ -176,24 +176,6 @@ def check_metrics(report: Report, view: RunView, source: RunSource) -> None:
         recorded = where.get(step)
         shown = "; ".join(messages[:3]) + (f"; and {len(messages) - 3} more" if len(messages) > 3 else "")
         result.fail(f"metrics of outer step {step}: {shown}", index=recorded.index if recorded else None, step=step)
-
-
-def _whole(source: RunSource, digest: str) -> bytes:
-    data = source.read_object(digest)
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != digest:
-        raise ValueError(f"object {digest[:16]}… is corrupt: its bytes hash to {actual[:16]}…")
-    return data
-
-
-def _rehash(source: RunSource, digest: str) -> int:
-    hasher, size = hashlib.sha256(), 0
-    for chunk in source.stream_object(digest):
-        hasher.update(chunk)
-        size += len(chunk)
-    if hasher.hexdigest() != digest:
-        raise ValueError(f"object {digest[:16]}… is corrupt: its bytes hash to {hasher.hexdigest()[:16]}…")
-    return size
 
 
 def _estimated_bytes(source: RunSource, last: Manifest, steps: int) -> int:

@@ -8,7 +8,8 @@ when the store already checks them).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import hashlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,6 +33,10 @@ class MetricRow:
 
 class SourceError(VeritrainError):
     """The source cannot deliver what was asked (unknown run, unreachable server)."""
+
+
+class CorruptObjectError(VeritrainError, ValueError):
+    """An object's bytes do not hash to the digest it was fetched by."""
 
 
 class RunSource(Protocol):
@@ -126,3 +131,30 @@ def _redact(url: str) -> str:
     from sqlalchemy import make_url
 
     return make_url(url).render_as_string(hide_password=True)
+
+
+def read_verified(source: RunSource, digest: str, max_size: int = SMALL_OBJECT_LIMIT) -> bytes:
+    """An object's bytes, re-hashed here: whatever the source is, the caller gets the bytes
+    the digest names or a :class:`CorruptObjectError`."""
+    data = source.read_object(digest, max_size)
+    _check(digest, hashlib.sha256(data).hexdigest())
+    return data
+
+
+def stream_verified(source: RunSource, digest: str, sink: Callable[[bytes], object] | None = None) -> int:
+    """Stream an object through ``sink`` (e.g. a file's ``write``) while hashing it; return its
+    size. The digest is checked at the end: a sink must treat its bytes as unverified until
+    this returns."""
+    hasher, size = hashlib.sha256(), 0
+    for chunk in source.stream_object(digest):
+        hasher.update(chunk)
+        size += len(chunk)
+        if sink is not None:
+            sink(chunk)
+    _check(digest, hasher.hexdigest())
+    return size
+
+
+def _check(digest: str, actual: str) -> None:
+    if actual != digest:
+        raise CorruptObjectError(f"object {digest[:16]}… is corrupt: its bytes hash to {actual[:16]}…")
