@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from real_servers import S3Server
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TESTVECTORS = SHARED / "testvectors"
@@ -99,27 +99,6 @@ def postgres_url() -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
-
-
-@dataclass(frozen=True)
-class S3Server:
-    endpoint: str
-    access_key: str
-    secret_key: str
-    region: str = "us-east-1"
-
-    def client(self):  # type: ignore[no-untyped-def]
-        import boto3
-        from botocore.config import Config
-
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=self.access_key,
-            aws_secret_access_key=self.secret_key,
-            region_name=self.region,
-            config=Config(signature_version="s3v4", s3={"addressing_style": "path"}),
-        )
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import S3Server
+from real_servers import S3Server
 
 from veritrain.bench.storage import MiB, StorageBenchConfig, run_storage_bench
 
