@@ -25,6 +25,10 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
     "tiny": ModelConfig(vocab_size=256, context=64, n_layer=4, n_head=4, d_model=64),
     # ~0.8M parameters: still CPU-sized, enough capacity for visibly better byte-level loss.
     "small": ModelConfig(vocab_size=256, context=128, n_layer=4, n_head=4, d_model=128),
+    # ~0.67M parameters: tiny made wider and shallower (about 1.5x its time per inner step on 2
+    # cores) so the compressed matrices are 160 wide, where a rank-28 pseudo-gradient is a much
+    # smaller share of the matrix than at width 64 (the bytes/loss trade-off in docs/benchmarks.md).
+    "tiny-wide": ModelConfig(vocab_size=256, context=64, n_layer=2, n_head=4, d_model=160),
     # GPT-2 small's shape (Radford et al. 2019) on bytes: 85M parameters.
     "gpt2-124m": ModelConfig(vocab_size=256, context=1024, n_layer=12, n_head=12, d_model=768),
     "qwen1.5-107b": ModelConfig(
@@ -52,6 +56,18 @@ RUN_PRESETS: dict[str, TrainConfig] = {
         stages=2,
         outer_steps=6,
         inner_steps=20,
+        micro_batches=2,
+        micro_batch_size=4,
+        eval_batches=4,
+    ),
+    "tiny-wide": TrainConfig(
+        preset="tiny-wide",
+        model=MODEL_PRESETS["tiny-wide"],
+        data=DataConfig(stdlib_max_bytes=1_000_000, shard_tokens=16_384, eval_shards=2),
+        clusters=2,
+        stages=2,
+        outer_steps=8,
+        inner_steps=25,
         micro_batches=2,
         micro_batch_size=4,
         eval_batches=4,

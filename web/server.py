@@ -19,10 +19,31 @@ DEFAULT_PORT = 8000
 START_TIMEOUT_S = 30.0
 
 
-def serve(settings: WebSettings, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str = "info") -> None:
+def serve(
+    settings: WebSettings,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    *,
+    log_level: str = "info",
+    workers: int = 1,
+    factory: str | None = None,
+) -> None:
     """Serve the app until interrupted (Ctrl+C). ``X-Forwarded-*`` headers are trusted from
     the local host only (uvicorn's default), so a reverse proxy there sets the URLs the page
-    shows in its "verify this run yourself" commands."""
+    shows in its "verify this run yourself" commands.
+
+    With ``workers > 1`` uvicorn starts that many processes on one socket; each builds its
+    app by calling ``factory`` ("module:function", no arguments), which must yield the app for
+    the same settings (they come from the environment, which the workers inherit)."""
+    if workers > 1:
+        if factory is None:
+            raise ValueError("serving with several workers needs an app factory importable by name")
+        uvicorn.run(factory, factory=True, host=host, port=port, log_level=log_level, proxy_headers=True,
+                    workers=workers)
+        # The supervisor returns only once a signal has stopped it (it exits on errors); report
+        # the interrupt as the single-process server does, so Ctrl+C ends with status 130 either way.
+        raise KeyboardInterrupt
+
     config = uvicorn.Config(create_app(settings), host=host, port=port, log_level=log_level, proxy_headers=True)
     uvicorn.Server(config).run()
 

@@ -61,6 +61,8 @@ class LedgerBenchConfig:
     clients: int = 32
     """Concurrent HTTP clients asking for inclusion proofs."""
     requests_per_client: int = 50
+    server_workers: int = 1
+    """Processes of the ``veritrain serve`` under test (``--workers``)."""
     postgres_url: str | None = None
     """A PostgreSQL server URL (a scratch database is created on it); None: skipped."""
     workdir: Path | None = None
@@ -202,14 +204,14 @@ def run_ledger_bench(config: LedgerBenchConfig, *, say: Callable[[str], None] = 
         say(f"verifying the {run.entries:,}-entry run (checks 1-3 and 9)")
         store_url = f"file://{workdir / 'objects'}"
         verify = time_log_verification(url, store_url, run)
-        say(f"inclusion proofs through `veritrain serve` with {config.clients} clients")
+        say(f"inclusion proofs through `veritrain serve --workers {config.server_workers}` with {config.clients} clients")
         env = {
             "VERITRAIN_DATABASE_URL": url,
             "VERITRAIN_STORE_URL": store_url,
             "VERITRAIN_DATA_DIR": str(workdir),
             "VERITRAIN_ORIGIN": ORIGIN,
         }
-        with served(env, log=workdir / "serve.log") as base:
+        with served(env, log=workdir / "serve.log", workers=config.server_workers) as base:
             proofs = asyncio.run(
                 _proof_latency(base, run, clients=config.clients, requests_per_client=config.requests_per_client)
             )

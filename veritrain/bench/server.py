@@ -33,14 +33,16 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def served(settings_env: Mapping[str, str], *, log: Path) -> Iterator[str]:
-    """Run ``python -m veritrain serve`` with ``settings_env`` added to the environment; yield
-    its base URL once ``/healthz`` answers, and stop it (SIGINT, as Ctrl+C) afterwards."""
+def served(settings_env: Mapping[str, str], *, log: Path, workers: int = 1) -> Iterator[str]:
+    """Run ``python -m veritrain serve --workers N`` with ``settings_env`` added to the
+    environment; yield its base URL once ``/healthz`` answers, and stop it (SIGINT, as
+    Ctrl+C) afterwards."""
     port = free_port()
     env = {**os.environ, **settings_env}
     with open(log, "wb") as output:
         process = subprocess.Popen(
-            [sys.executable, "-m", "veritrain", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            [sys.executable, "-m", "veritrain", "serve", "--host", "127.0.0.1", "--port", str(port),
+             "--workers", str(workers)],
             env=env,
             stdout=output,
             stderr=subprocess.STDOUT,

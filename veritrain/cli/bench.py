@@ -53,6 +53,7 @@ def ledger(
     json_output: Json = False,
     entries: Annotated[int | None, typer.Option(min=3, help="Entries of the verified run (default 10,000; 2,000 with --quick).")] = None,
     clients: Annotated[int, typer.Option(min=1, help="Concurrent HTTP clients.")] = 32,
+    server_workers: Annotated[int, typer.Option(min=1, max=64, help="`veritrain serve --workers` of the server under test.")] = 1,
     requests: Annotated[int | None, typer.Option(min=1, help="Inclusion-proof requests per client.")] = None,
     workdir: Workdir = None,
 ) -> None:
@@ -67,6 +68,7 @@ def ledger(
         verify_entries=entries or (2_000 if quick else 10_000),
         postgres_appends=300 if quick else 1_000,
         clients=clients,
+        server_workers=server_workers,
         requests_per_client=requests or (20 if quick else 50),
         postgres_url=postgres_url_from_environment(),
         workdir=workdir,
