@@ -205,3 +205,19 @@ def test_bad_inputs_are_refused() -> None:
         Placement(data_parallel=0)
     with pytest.raises(ConfigError, match="bandwidth"):
         plan(SMALL, placement=Placement(stages=1), link_mbit=0.0)
+
+
+def test_the_wide_preset_compresses_a_round_more_than_tiny_at_the_same_rank() -> None:
+    """docs/benchmarks.md's width study: at rank 28 int4 one-sided, H = 25 inner steps and 2
+    clusters, AllReduce sends over 1,000 times DiLoCoX's bytes for `tiny-wide` (160-wide
+    matrices) and about 500 times for `tiny` (64-wide)."""
+    outer = dilocox(rank=28, bits=4, two_sided=False)
+
+    def allreduce_over_dilocox(preset: str) -> float:
+        model = MODEL_PRESETS[preset]
+        payload = sum(payload_bytes([s for _, s in stage_parameter_shapes(model, stage=i, stages=2)], outer)
+                      for i in range(2))
+        return 4 * model.parameter_count() * 25 / payload  # 2(C-1)/C fp32 gradients per step, C = 2
+
+    assert 450 < allreduce_over_dilocox("tiny") < 600
+    assert allreduce_over_dilocox("tiny-wide") > 1000
