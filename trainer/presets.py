@@ -15,6 +15,8 @@ and that is the shape we use.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from trainer.config import TrainConfig
 from trainer.data.config import DataConfig
 from trainer.errors import ConfigError
@@ -47,31 +49,23 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
     ),
 }
 
+_TINY_RUN = TrainConfig(
+    preset="tiny",
+    model=MODEL_PRESETS["tiny"],
+    data=DataConfig(stdlib_max_bytes=1_000_000, shard_tokens=16_384, eval_shards=2),
+    clusters=2,
+    stages=2,
+    outer_steps=6,
+    inner_steps=20,
+    micro_batches=2,
+    micro_batch_size=4,
+    eval_batches=4,
+)
+
 RUN_PRESETS: dict[str, TrainConfig] = {
-    "tiny": TrainConfig(
-        preset="tiny",
-        model=MODEL_PRESETS["tiny"],
-        data=DataConfig(stdlib_max_bytes=1_000_000, shard_tokens=16_384, eval_shards=2),
-        clusters=2,
-        stages=2,
-        outer_steps=6,
-        inner_steps=20,
-        micro_batches=2,
-        micro_batch_size=4,
-        eval_batches=4,
-    ),
-    "tiny-wide": TrainConfig(
-        preset="tiny-wide",
-        model=MODEL_PRESETS["tiny-wide"],
-        data=DataConfig(stdlib_max_bytes=1_000_000, shard_tokens=16_384, eval_shards=2),
-        clusters=2,
-        stages=2,
-        outer_steps=8,
-        inner_steps=25,
-        micro_batches=2,
-        micro_batch_size=4,
-        eval_batches=4,
-    ),
+    "tiny": _TINY_RUN,
+    # The same data, topology and batch as tiny; the comm bench's schedule (8 x 25) by default.
+    "tiny-wide": replace(_TINY_RUN, preset="tiny-wide", model=MODEL_PRESETS["tiny-wide"], outer_steps=8, inner_steps=25),
     "small": TrainConfig(
         preset="small",
         model=MODEL_PRESETS["small"],
