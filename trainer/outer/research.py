@@ -2,6 +2,7 @@
 
     python -m trainer.outer.research --sweep baselines --out /tmp/outer-sweeps
     python -m trainer.outer.research --report /tmp/outer-sweeps --plot docs/img/outer-tradeoff.png
+    python -m trainer.outer.research --model tiny --sweep tiny --out /tmp/tiny-sweeps   # the tiny preset
 
 Each sweep appends one JSON line per run to ``<out>/<sweep>.jsonl`` (runs already there are
 skipped, so a sweep can be resumed). ``--report`` prints the markdown table of every run (loss
@@ -159,6 +160,24 @@ def sweeps() -> dict[str, dict[str, tuple[str, OuterConfig | None, dict[str, Any
                 for energy in (0.98, 0.995)
             },
         },
+        # The tiny preset's trade-off (docs/trainer.md): baselines, the defaults, rank and H.
+        "tiny": {
+            "allreduce": ("allreduce", None, {}),
+            "diloco": ("diloco", OuterConfig(kind="diloco"), {}),
+            "diloco-lr0.5-m0.8": ("diloco", OuterConfig(kind="diloco", outer_lr=0.5, outer_momentum=0.8), {}),
+            "dilocox-defaults": ("dilocox", OuterConfig(kind="dilocox"), {}),
+            **{
+                f"overlap-alt-r{r}-int4-H{h}": (
+                    "dilocox", compress(r, 4, two_sided=False, **delayed, **fixed), {"inner_steps": h}
+                )
+                for r, h in ((16, 25), (12, 25), (8, 25), (28, 50), (16, 50))
+            },
+            "diloco-H50": ("diloco", OuterConfig(kind="diloco"), {"inner_steps": 50}),
+            **{
+                f"overlap-alt-r{r}-int8-H25": ("dilocox", compress(r, 8, two_sided=False, **delayed, **fixed), {})
+                for r in (8, 16)
+            },
+        },
         "confirm": {
             "diloco-lr0.5-m0.8": ("diloco", OuterConfig(kind="diloco", outer_lr=0.5, outer_momentum=0.8), {}),
             "dilocox-defaults": ("dilocox", OuterConfig(kind="dilocox"), {}),
@@ -177,21 +196,21 @@ def sweeps() -> dict[str, dict[str, tuple[str, OuterConfig | None, dict[str, Any
     }
 
 
-def run_sweep(name: str, out: Path, *, only: list[str] | None = None) -> None:
+def run_sweep(name: str, out: Path, *, only: list[str] | None = None, model: ModelConfig = MODEL) -> None:
     torch.set_num_threads(1)
     runs = sweeps()[name]
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.jsonl"
     done = {json.loads(line)["run"] for line in path.read_text().splitlines()} if path.exists() else set()
     train, held_out, description = stdlib_corpus()
-    eval_batches = make_eval_batches(held_out, context=MODEL.context, sequences=EVAL_SEQUENCES)
+    eval_batches = make_eval_batches(held_out, context=model.context, sequences=EVAL_SEQUENCES)
     print(description, flush=True)
     for run, (method, outer, overrides) in runs.items():
         if run in done or (only and run not in only):
             continue
-        config = SimulationConfig(model=MODEL, method=method,  # type: ignore[arg-type]
+        config = SimulationConfig(model=model, method=method,  # type: ignore[arg-type]
                                   outer=outer or OuterConfig(), **overrides)
-        batches = make_batches(train, context=MODEL.context, batch=BATCH, n_clusters=config.n_clusters,
+        batches = make_batches(train, context=model.context, batch=BATCH, n_clusters=config.n_clusters,
                                seed=config.seed)
         print(f"== {name}/{run}", flush=True)
         result = simulate(config, batches=batches, eval_batches=eval_batches,
@@ -210,6 +229,7 @@ def _record(sweep: str, run: str, config: SimulationConfig, result: SimulationRe
         "inner_steps": config.inner_steps,
         "total_steps": config.total_steps,
         "seed": config.seed,
+        "parameters": config.model.parameter_count(),
         "outer": config.outer.to_dict() if config.method != "allreduce" else None,
         **dataclasses.asdict(result),
     }
@@ -296,7 +316,10 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     ax.axvline(1000.0, color="red", lw=0.8, ls=":", label="1,000× fewer bytes than AllReduce")
     ax.set_xlabel("bytes sent by AllReduce ÷ bytes sent (per cluster, same tokens)")
     ax.set_ylabel("held-out loss above plain DiLoCo, H=25 (%)")
-    ax.set_title(f"DiLoCoX compression trade-off: {MODEL.parameter_count():,}-parameter byte-level GPT, 2 clusters")
+    # Rows written before "parameters" was recorded are the research model's.
+    sizes = sorted({r.get("parameters", MODEL.parameter_count()) for r in rows})
+    shown = " / ".join(f"{n:,}" for n in sizes)
+    ax.set_title(f"DiLoCoX compression trade-off: {shown}-parameter byte-level GPT, 2 clusters")
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -330,6 +353,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweep", choices=sorted(sweeps()), help="run this sweep")
     parser.add_argument("--only", nargs="*", help="run only these runs of the sweep")
+    parser.add_argument("--model", default="research",
+                        help="'research' (the 0.6M model above) or a model preset of trainer/presets.py, e.g. tiny")
     parser.add_argument("--out", type=Path, default=Path("/tmp/outer-sweeps"), help="folder of .jsonl results")
     parser.add_argument("--report", type=Path, help="print the table of every run in this folder")
     parser.add_argument("--plot", type=Path, help="with --report: write the trade-off PNG here")
@@ -337,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--curve-runs", nargs="*", default=[], help="sweep/run names for --curves")
     args = parser.parse_args(argv)
     if args.sweep:
-        run_sweep(args.sweep, args.out, only=args.only)
+        run_sweep(args.sweep, args.out, only=args.only, model=_model(args.model))
     if args.report:
         rows = load(args.report)
         for line in report(rows):
@@ -346,6 +371,16 @@ def main(argv: list[str] | None = None) -> None:
             plot(rows, args.plot)
         if args.curves:
             plot_curves(rows, args.curves, args.curve_runs)
+
+
+def _model(name: str) -> ModelConfig:
+    if name == "research":
+        return MODEL
+    from trainer.presets import MODEL_PRESETS  # the script's choice, not the algorithm's
+
+    if name not in MODEL_PRESETS:
+        raise SystemExit(f"expected --model research or one of {', '.join(MODEL_PRESETS)}, got {name!r}")
+    return MODEL_PRESETS[name]
 
 
 if __name__ == "__main__":
