@@ -88,6 +88,8 @@ class CommBenchConfig:
     outer_steps: int | None = None
     inner_steps: int | None = None
     seed: int = 0
+    rank: int | None = None
+    """DiLoCoX's low-rank rank; None: the outer algorithm's default."""
     plots: Path | None = None
     workdir: Path | None = None
     data_dir: Path | None = None
@@ -152,6 +154,8 @@ def run_comm_bench(config: CommBenchConfig, *, say: Callable[[str], None] = lamb
     preset = run_preset(config.preset)
     base = replace(preset, clusters=config.clusters, outer_steps=schedule.outer_steps,
                    inner_steps=schedule.inner_steps, seed=config.seed)
+    if config.rank is not None:
+        base = replace(base, outer=replace(base.outer, rank=config.rank))
     data_dir = config.data_dir or default_data_dir()
     prepare_data(base.data, data_dir)
     parameters = base.model.parameter_count()

@@ -33,6 +33,7 @@ def comm(
     inner_steps: Annotated[int | None, typer.Option(min=1, help="H of the DiLoCo/DiLoCoX runs (default: by mode).")] = None,
     preset: Annotated[str, typer.Option(help="Run preset of the model all methods train (trainer/presets.py).")] = "tiny",
     seed: int = 0,
+    rank: Annotated[int | None, typer.Option(min=1, help="DiLoCoX's low-rank rank (default: the outer algorithm's).")] = None,
     workdir: Workdir = None,
 ) -> None:
     """Convergence at equal tokens, bytes per token and throughput on an emulated slow link."""
@@ -43,6 +44,7 @@ def comm(
     config = CommBenchConfig(
         quick=quick, clusters=clusters, bandwidth_mbit=bandwidth, delay_ms=delay_ms, shaping=shaping,  # type: ignore[arg-type]
         plots=plots, outer_steps=outer_steps, inner_steps=inner_steps, seed=seed, workdir=workdir, preset=preset,
+        rank=rank,
     )
     _print(run_comm_bench(config, say=_say), json_output)
 
