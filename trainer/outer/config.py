@@ -10,7 +10,7 @@ below were chosen from the measurements in docs/outer-algorithm.md.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 from trainer.errors import ConfigError
@@ -163,6 +163,11 @@ class OuterConfig:
     def overlapped(self) -> bool:
         """True when the runtime should use the one-step-delay call order."""
         return self.kind == "dilocox" and self.overlap
+
+    def with_rank(self, rank: int) -> OuterConfig:
+        """This configuration at a fixed ``rank``, the adaptive-rank bounds widened to admit it
+        (a rank asked for outright, by a command-line option, is not refused by the bounds)."""
+        return replace(self, rank=rank, min_rank=min(rank, self.min_rank), max_rank=max(rank, self.max_rank))
 
     def __eq__(self, other: object) -> bool:
         # Two configs are equal when they run the same algorithm: an unset outer lr equals the

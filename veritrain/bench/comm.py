@@ -155,7 +155,7 @@ def run_comm_bench(config: CommBenchConfig, *, say: Callable[[str], None] = lamb
     base = replace(preset, clusters=config.clusters, outer_steps=schedule.outer_steps,
                    inner_steps=schedule.inner_steps, seed=config.seed)
     if config.rank is not None:
-        base = replace(base, outer=replace(base.outer, rank=config.rank))
+        base = replace(base, outer=base.outer.with_rank(config.rank))
     data_dir = config.data_dir or default_data_dir()
     prepare_data(base.data, data_dir)
     parameters = base.model.parameter_count()

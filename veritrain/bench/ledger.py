@@ -73,6 +73,8 @@ class LedgerBenchConfig:
             raise BenchError(f"expected at least 3 entries to verify, got {self.verify_entries}")
         if self.clients < 1 or self.requests_per_client < 1:
             raise BenchError(f"expected >= 1 client and request, got {self.clients} and {self.requests_per_client}")
+        if self.server_workers < 1:
+            raise BenchError(f"expected >= 1 server worker, got {self.server_workers}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -45,8 +45,7 @@ def plan(
     bits = bits or defaults.bits
     if bits not in (4, 8, 16, 32):
         raise ConfigError(f"expected --bits 4, 8, 16 or 32, got {bits}")
-    outer = replace(defaults, rank=rank, bits=bits, min_rank=min(rank, defaults.min_rank),  # type: ignore[arg-type]
-                    max_rank=max(rank, defaults.max_rank))
+    outer = replace(defaults.with_rank(rank), bits=bits)  # type: ignore[arg-type]
     options: dict[str, Any] = {
         "workload": Workload(micro_batch_size=micro_batch_size, sequence_length=seq_len, micro_batches=micro_batches,
                              recompute=recompute),

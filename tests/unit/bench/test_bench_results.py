@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from veritrain.bench.errors import BenchError
-from veritrain.bench.ledger import AppendThroughput, LedgerBenchResult, ProofLatency, VerifyTiming
+from veritrain.bench.ledger import (
+    AppendThroughput,
+    LedgerBenchConfig,
+    LedgerBenchResult,
+    ProofLatency,
+    VerifyTiming,
+)
 from veritrain.bench.memory_probe import Measurement
 from veritrain.bench.stats import percentile
 from veritrain.bench.storage import Comparison, MiB, StorageBenchResult
@@ -61,3 +67,12 @@ def test_storage_ratio_is_ours_over_the_baseline_and_memory_must_stay_flat() -> 
     assert data["targets"]["store_and_hash_ratio"]["met"]
     assert not data["targets"]["flat_memory"]["met"]
     assert data["s3_download"] == ""  # not measured in this result
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [({"verify_entries": 2}, "at least 3 entries"), ({"clients": 0}, "client"), ({"server_workers": 0}, "server worker")],
+)
+def test_bad_ledger_bench_settings_are_refused(fields: dict[str, int], message: str) -> None:
+    with pytest.raises(BenchError, match=message):
+        LedgerBenchConfig(**fields)
