@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from attestation.errors import AttestationError
 from attestation.keys import PublicKey, SigningKey
@@ -413,16 +413,28 @@ def _check_size(run: Run, size: int | None) -> int:
     return size
 
 
-def _size_and_root(session: tree_store.Reader, run_id: str, size: int | None) -> tuple[int, bytes]:
-    """A tree size of the run (its latest when ``size`` is None, else checked against it)
-    and the root hash of the signed tree head of that size, in one Core query."""
-    wanted = Run.size if size is None else sa.literal(size)
-    row = session.execute(
+def _size_and_root_statement(wanted: sa.ColumnElement[int] | InstrumentedAttribute[int]) -> sa.Select[int, bytes]:
+    return (
         sa.select(Run.size, TreeHead.root_hash)
         .select_from(Run)
         .outerjoin(TreeHead, sa.and_(TreeHead.run_id == Run.id, TreeHead.size == wanted))
-        .where(Run.id == run_id)
-    ).first()
+        .where(Run.id == sa.bindparam("run_id"))
+    )
+
+
+# Built once: constructing the expression per proof cost more than running it (the proof path
+# is the log's hottest, ledger/tree_store.py).
+_LATEST_SIZE_AND_ROOT = _size_and_root_statement(Run.size)
+_SIZE_AND_ROOT = _size_and_root_statement(sa.bindparam("size", type_=sa.Integer))
+
+
+def _size_and_root(session: tree_store.Reader, run_id: str, size: int | None) -> tuple[int, bytes]:
+    """A tree size of the run (its latest when ``size`` is None, else checked against it)
+    and the root hash of the signed tree head of that size, in one Core query."""
+    if size is None:
+        row = session.execute(_LATEST_SIZE_AND_ROOT, {"run_id": run_id}).first()
+    else:
+        row = session.execute(_SIZE_AND_ROOT, {"run_id": run_id, "size": size}).first()
     if row is None:
         raise RunNotFoundError(f"no run {run_id!r} in the ledger")
     latest, root = row

@@ -35,17 +35,26 @@ class Resources:
     """Chart series per (run, log size, keys, max_points)."""
 
 
-def resources(request: Request) -> Resources:
+# The dependencies are ``async def`` although they do no I/O: FastAPI runs a plain ``def``
+# dependency in its thread pool, and that hand-off costs more than the attribute lookups
+# (measured on the inclusion-proof path: docs/benchmarks.md).
+
+
+def _resources(request: Request) -> Resources:
     found: Resources = request.app.state.resources
     return found
 
 
-def ledger(request: Request) -> Ledger:
-    return resources(request).ledger
+async def resources(request: Request) -> Resources:
+    return _resources(request)
 
 
-def store(request: Request) -> ObjectStore:
-    return resources(request).store
+async def ledger(request: Request) -> Ledger:
+    return _resources(request).ledger
+
+
+async def store(request: Request) -> ObjectStore:
+    return _resources(request).store
 
 
 LedgerDep = Annotated[Ledger, Depends(ledger)]

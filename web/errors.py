@@ -110,6 +110,7 @@ async def _handle(request: Request, exc: Exception) -> Response:
     return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
 
 
-def html_errors(request: Request) -> None:
-    """A router dependency: errors of the routes it guards are rendered as HTML pages."""
+async def html_errors(request: Request) -> None:
+    """A router dependency: errors of the routes it guards are rendered as HTML pages.
+    ``async`` so that FastAPI does not hand it to its thread pool (web/deps.py)."""
     request.state.html_errors = True

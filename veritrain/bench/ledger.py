@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
 import time
@@ -29,12 +30,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from ledger.db import create_engine, upgrade
 from ledger.keyring import InMemoryLogKeys
 from ledger.service import Ledger
 from veritrain.bench.errors import BenchError
+from veritrain.bench.http_load import Connection, Response
 from veritrain.bench.scratch import scratch_dir
 from veritrain.bench.server import served
 from veritrain.bench.stats import percentile, rate, verdict
@@ -288,20 +288,20 @@ def _scratch_postgres(server_url: str) -> Iterator[str]:
 
 
 async def _proof_latency(base: str, run: SyntheticRun, *, clients: int, requests_per_client: int) -> ProofLatency:
-    url = f"{base}/api/v1/runs/{run.run_id}/log/proof/inclusion"
+    path = f"/api/v1/runs/{run.run_id}/log/proof/inclusion"
     errors = 0
 
     async def client(seed: int, sink: list[float]) -> None:
         nonlocal errors
         pick = random.Random(seed)
-        async with httpx.AsyncClient(timeout=30.0) as http:
-            await http.get(url, params={"index": 0, "size": run.entries})  # connect before timing
+        async with Connection(base) as http:
+            await http.get(path, {"index": 0, "size": run.entries})  # connect before timing
             for _ in range(requests_per_client):
-                params = {"index": pick.randrange(run.entries), "size": run.entries}
+                index = pick.randrange(run.entries)
                 started = time.perf_counter()
-                response = await http.get(url, params=params)
+                response = await http.get(path, {"index": index, "size": run.entries})
                 sink.append((time.perf_counter() - started) * 1000)
-                if response.status_code != 200:
+                if not _is_proof_of(response, index, run.entries):
                     errors += 1
 
     alone: list[float] = []
@@ -311,3 +311,15 @@ async def _proof_latency(base: str, run: SyntheticRun, *, clients: int, requests
     await asyncio.gather(*(client(seed, latencies) for seed in range(clients)))
     return ProofLatency(clients=clients, latencies_ms=latencies, errors=errors, seconds=time.perf_counter() - started,
                         alone_ms=alone)
+
+
+def _is_proof_of(response: Response, index: int, size: int) -> bool:
+    """A 200 whose body is the inclusion proof of ``index`` in the tree of ``size`` entries
+    (the hashes themselves are checked by the verify phase, not per request)."""
+    if response.status != 200:
+        return False
+    try:
+        body = json.loads(response.body)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("index") == index and body.get("size") == size
