@@ -33,7 +33,7 @@ from trainer.errors import ConfigError
 from trainer.model import ModelConfig, stage_layout
 from trainer.outer.accounting import allgather_bytes_per_outer_step, allreduce_bytes_per_outer_step
 from trainer.outer.config import OuterConfig
-from trainer.outer.quantize import quantized_length
+from trainer.outer.quantize import QUANTIZED_BITS, quantized_length
 
 GB = 1e9
 """Decimal gigabytes, as GPU memory is sold (80 GB A800)."""
@@ -341,7 +341,8 @@ def payload_bytes(shapes: Sequence[tuple[int, ...]], outer: OuterConfig, *, side
     the round's shared bases, rank capped at half the smaller side, block-quantised --
     two-sided: ``A`` (n×r) and ``B`` (r×m) every round; one-sided: ``n×r`` on a right basis,
     ``m×r`` on a left one, the side alternating between rounds (``side`` = ``"right"``,
-    ``"left"`` or their ``"mean"``). Everything else is bf16. Uncompressed (plain DiLoCo): fp32."""
+    ``"left"`` or their ``"mean"``). Everything else is sent whole, bf16 or int8 blocks
+    (``dense_bits``). Uncompressed (plain DiLoCo): fp32."""
     if not outer.compressed:
         return 4 * sum(math.prod(s) for s in shapes)
     if side not in ("right", "left", "mean"):
@@ -351,7 +352,9 @@ def payload_bytes(shapes: Sequence[tuple[int, ...]], outer: OuterConfig, *, side
     total = 0
     for shape in shapes:
         if len(shape) != 2 or min(shape) < outer.min_compress_dim:
-            total += 2 * math.prod(shape)
+            numel = math.prod(shape)
+            dense = quantized_length(numel, bits=8, block=outer.quant_block) if outer.dense_bits == 8 else 2 * numel
+            total += dense
             continue
         rank = max(1, min(outer.rank, min(shape) // 2))
         n, m = shape
@@ -361,7 +364,7 @@ def payload_bytes(shapes: Sequence[tuple[int, ...]], outer: OuterConfig, *, side
 
 
 def _values_bytes(numel: int, outer: OuterConfig) -> int:
-    if outer.bits in (4, 8):
+    if outer.bits in QUANTIZED_BITS:
         return quantized_length(numel, bits=outer.bits, block=outer.quant_block)
     return numel * outer.bits // 8
 

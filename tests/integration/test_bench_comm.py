@@ -32,13 +32,15 @@ def namespaces() -> str:
 def test_tiny_comm_bench_reports_every_field(tmp_path: Path) -> None:
     before = namespaces() if netns_unavailable() is None else ""
     result = run_comm_bench(CommBenchConfig(custom_schedule=TINY, bandwidth_mbit=20.0, plots=tmp_path / "plots",
-                                            workdir=tmp_path / "work", data_dir=tmp_path / "data", rank=12))
+                                            workdir=tmp_path / "work", data_dir=tmp_path / "data", rank=12, bits=4))
     data = json.loads(json.dumps(result.to_dict()))  # JSON-able as printed by --json
     for field in ("bytes_ratio", "loss_gap", "speedup", "exposed_comm_reduction", "shaping", "link_mbit"):
         assert field in data, field
     assert data["shaping"] == ("netns-tc" if netns_unavailable() is None else "software")
     assert data["link_mbit"] == 20.0 and data["link_derivation"]["given"]
     assert data["dilocox_outer_config"]["rank"] == 12  # --rank reached the DiLoCoX runs
+    assert data["dilocox_outer_config"]["bits"] == 4  # and --bits
+    assert data["dilocox_outer_config"]["dense_bits"] == 8  # the tiny preset's
     # DiLoCoX sends far fewer bytes than AllReduce for the same tokens, and every method learned.
     assert data["bytes_ratio"] > 10
     methods = data["methods"]

@@ -16,7 +16,8 @@ from typing import Any, Literal
 from trainer.errors import ConfigError
 
 OuterKind = Literal["diloco", "dilocox"]
-QuantBits = Literal[4, 8, 16, 32]
+QuantBits = Literal[2, 4, 8, 16, 32]
+DenseBits = Literal[8, 16]
 DelayProxy = Literal["none", "own", "eager", "anchored"]
 ErrorFeedback = Literal["local", "buffer", "none"]
 
@@ -44,7 +45,8 @@ class OuterConfig:
     rank: int = 28
     """Low-rank rank of the first round (of every round when ``adaptive_rank`` is off)."""
     bits: QuantBits = 4
-    """Bits per low-rank factor element: 8 or 4 (block absmax quantisation), 16 (bf16) or 32."""
+    """Bits per low-rank factor element: 8, 4 or 2 (block absmax quantisation; 2 is ternary),
+    16 (bf16) or 32."""
     quant_block: int = 64
     """Elements per quantisation block; each block carries one fp16 absmax scale."""
     error_feedback: ErrorFeedback = "local"
@@ -56,8 +58,11 @@ class OuterConfig:
     """Project on a left and a right basis every round (``(n+m)·r`` elements per matrix, both
     sides of the power iteration advance each round); False alternates one side per round."""
     min_compress_dim: int = 32
-    """Matrices whose smaller side is below this, and all 1-D tensors, are sent in bf16: their
-    factors would not be smaller than the tensor itself."""
+    """Matrices whose smaller side is below this, and all 1-D tensors, are sent whole
+    (``dense_bits``): their factors would not be smaller than the tensor itself."""
+    dense_bits: DenseBits = 16
+    """Bits per element of the tensors sent whole: 16 (bf16) or 8 (int8 blocks of
+    ``quant_block``, error-fed like the factors)."""
 
     # --- adaptive rank (DiLoCoX only) -----------------------------------------------------
     adaptive_rank: bool = False
@@ -119,7 +124,8 @@ class OuterConfig:
                  "'local', 'buffer' or 'none'")
         _require(self, "outer_momentum", 0.0 <= self.momentum < 1.0, "in [0, 1)")
         _require(self, "rank", self.rank >= 1, ">= 1")
-        _require(self, "bits", self.bits in (4, 8, 16, 32), "one of 4, 8, 16, 32")
+        _require(self, "bits", self.bits in (2, 4, 8, 16, 32), "one of 2, 4, 8, 16, 32")
+        _require(self, "dense_bits", self.dense_bits in (8, 16), "8 or 16")
         _require(self, "quant_block", self.quant_block >= 2 and self.quant_block % 2 == 0,
                  "an even number >= 2")
         _require(self, "min_compress_dim", self.min_compress_dim >= 1, ">= 1")

@@ -6,10 +6,11 @@ Per tensor of the stage shard, in order:
 * matrices whose smaller side is at least ``min_compress_dim``: the coordinates of the
   error-fed pseudo-gradient ``M`` projected on the round's shared bases (lowrank.py): ``A = M·V``
   column by column, then ``B = Uᵀ·(M − A·Vᵀ)`` row by row -- so a quantisation block never mixes
-  singular directions of very different size -- as int8 / int4 blocks (quantize.py), bf16 or
+  singular directions of very different size -- as int8 / int4 / int2 blocks (quantize.py), bf16 or
   fp32 (``bits``). By default a round has one basis whose side alternates (``n·r`` or ``m·r``
   elements); with ``two_sided`` it has both and costs ``(n+m)·r``;
-* everything else (1-D tensors, small matrices): bf16 -- their factors would be no smaller.
+* everything else (1-D tensors, small matrices): whole, in bf16 or (``dense_bits`` 8) int8
+  blocks -- their factors would be no smaller.
 
 The round's bases and rank (one number for the shard, capped per matrix at half its smaller
 side) are fixed before the round from information every cluster shares -- the gathered payloads
@@ -47,7 +48,7 @@ from trainer.outer.lowrank import (
     random_basis,
 )
 from trainer.outer.protocol import RoundSignals
-from trainer.outer.quantize import dequantize, quantize, quantized_length
+from trainer.outer.quantize import QUANTIZED_BITS, dequantize, quantize, quantized_length
 
 Bases = tuple[torch.Tensor | None, torch.Tensor | None]
 """(U, V): left basis ``n×r`` and right basis ``m×r`` of one matrix; either may be absent."""
@@ -59,7 +60,7 @@ class _RoundPlan:
 
     rank: int
     bases: tuple[Bases | None, ...]
-    """Per tensor: its bases, or None for a tensor sent in bf16."""
+    """Per tensor: its bases, or None for a tensor sent whole (``dense_bits``)."""
 
 
 class LowRankCodec:
@@ -111,9 +112,9 @@ class LowRankCodec:
                 target = target + error
             bases = plan.bases[i]
             if bases is None:
-                sent = target.to(torch.bfloat16)
-                segments.append(sent.reshape(-1).view(torch.uint8))
-                decoded = sent.to(torch.float32)
+                whole = self._encode_dense(target)
+                segments.append(whole)
+                decoded = self._decode_dense(whole, i)
             else:
                 A, B = _project(target, bases)
                 data = [self._encode_values(A.t()) if A is not None else None,
@@ -141,7 +142,7 @@ class LowRankCodec:
         out = []
         for i, data in enumerate(torch.split(payload, lengths)):
             if plan.bases[i] is None:
-                out.append(data.contiguous().view(torch.bfloat16).to(torch.float32).view(self.shapes[i]))
+                out.append(self._decode_dense(data, i))
             else:
                 out.append(self._decode_coordinates(data, i, plan))
         return out
@@ -283,28 +284,46 @@ class LowRankCodec:
         lengths = []
         for i, shape in enumerate(self.shapes):
             if plan.bases[i] is None:
-                lengths.append(2 * shape.numel())
+                lengths.append(self._dense_bytes(shape.numel()))
             else:
                 lengths.append(sum(self._values_bytes(k) for k in self._part_sizes(i, plan) if k))
         return lengths
 
     def _values_bytes(self, numel: int) -> int:
-        if self.bits in (4, 8):
+        if self.bits in QUANTIZED_BITS:
             return quantized_length(numel, bits=self.bits, block=self.config.quant_block)
         return numel * self.bits // 8
 
     def _encode_values(self, values: torch.Tensor) -> torch.Tensor:
         flat = values.contiguous().reshape(-1)
-        if self.bits in (4, 8):
+        if self.bits in QUANTIZED_BITS:
             return quantize(flat, bits=self.bits, block=self.config.quant_block)
         dtype = torch.bfloat16 if self.bits == 16 else torch.float32
         return flat.to(dtype).view(torch.uint8)
 
     def _decode_values(self, data: torch.Tensor, numel: int) -> torch.Tensor:
-        if self.bits in (4, 8):
+        if self.bits in QUANTIZED_BITS:
             return dequantize(data, numel, bits=self.bits, block=self.config.quant_block)
         dtype = torch.bfloat16 if self.bits == 16 else torch.float32
         return data.contiguous().view(dtype).to(torch.float32)
+
+    # Tensors sent whole (1-D, small matrices): bf16, or int8 blocks with ``dense_bits`` 8.
+
+    def _dense_bytes(self, numel: int) -> int:
+        if self.config.dense_bits == 8:
+            return quantized_length(numel, bits=8, block=self.config.quant_block)
+        return 2 * numel
+
+    def _encode_dense(self, values: torch.Tensor) -> torch.Tensor:
+        if self.config.dense_bits == 8:
+            return quantize(values, bits=8, block=self.config.quant_block)
+        return values.to(torch.bfloat16).reshape(-1).view(torch.uint8)
+
+    def _decode_dense(self, data: torch.Tensor, index: int) -> torch.Tensor:
+        shape = self.shapes[index]
+        if self.config.dense_bits == 8:
+            return dequantize(data.contiguous(), shape.numel(), bits=8, block=self.config.quant_block).view(shape)
+        return data.contiguous().view(torch.bfloat16).to(torch.float32).view(shape)
 
     def _decode_coordinates(self, data: torch.Tensor, index: int, plan: _RoundPlan) -> torch.Tensor:
         """Payload segment of one matrix -> its coordinates, ``A`` column-major then ``B``."""

@@ -177,6 +177,13 @@ def sweeps() -> dict[str, dict[str, tuple[str, OuterConfig | None, dict[str, Any
                 f"overlap-alt-r{r}-int8-H25": ("dilocox", compress(r, 8, two_sided=False, **delayed, **fixed), {})
                 for r in (8, 16)
             },
+            # Bits instead of rank: int2 factors, and the tensors sent whole as int8.
+            **{
+                f"overlap-alt-r{r}-int{b}-dense{d}-H25": (
+                    "dilocox", compress(r, b, two_sided=False, dense_bits=d, **delayed, **fixed), {}
+                )
+                for r, b, d in ((28, 4, 8), (28, 2, 16), (28, 2, 8), (16, 2, 8))
+            },
         },
         "confirm": {
             "diloco-lr0.5-m0.8": ("diloco", OuterConfig(kind="diloco", outer_lr=0.5, outer_momentum=0.8), {}),

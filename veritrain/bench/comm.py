@@ -90,6 +90,10 @@ class CommBenchConfig:
     seed: int = 0
     rank: int | None = None
     """DiLoCoX's low-rank rank; None: the outer algorithm's default."""
+    bits: int | None = None
+    """DiLoCoX's bits per factor element (2, 4, 8, 16, 32); None: the outer algorithm's."""
+    dense_bits: int | None = None
+    """DiLoCoX's bits per element of the tensors sent whole (8, 16); None: the default."""
     plots: Path | None = None
     workdir: Path | None = None
     data_dir: Path | None = None
@@ -156,6 +160,10 @@ def run_comm_bench(config: CommBenchConfig, *, say: Callable[[str], None] = lamb
                    inner_steps=schedule.inner_steps, seed=config.seed)
     if config.rank is not None:
         base = replace(base, outer=base.outer.with_rank(config.rank))
+    if config.bits is not None:
+        base = replace(base, outer=replace(base.outer, bits=config.bits))  # type: ignore[arg-type]  # OuterConfig checks it
+    if config.dense_bits is not None:
+        base = replace(base, outer=replace(base.outer, dense_bits=config.dense_bits))  # type: ignore[arg-type]
     data_dir = config.data_dir or default_data_dir()
     prepare_data(base.data, data_dir)
     parameters = base.model.parameter_count()

@@ -34,6 +34,8 @@ def comm(
     preset: Annotated[str, typer.Option(help="Run preset of the model all methods train (trainer/presets.py).")] = "tiny",
     seed: int = 0,
     rank: Annotated[int | None, typer.Option(min=1, help="DiLoCoX's low-rank rank (default: the outer algorithm's).")] = None,
+    bits: Annotated[int | None, typer.Option(help="DiLoCoX's bits per factor element: 2, 4, 8, 16 or 32 (default: the outer algorithm's).")] = None,
+    dense_bits: Annotated[int | None, typer.Option(help="DiLoCoX's bits for tensors sent whole: 8 or 16 (default: the outer algorithm's).")] = None,
     workdir: Workdir = None,
 ) -> None:
     """Convergence at equal tokens, bytes per token and throughput on an emulated slow link."""
@@ -44,7 +46,7 @@ def comm(
     config = CommBenchConfig(
         quick=quick, clusters=clusters, bandwidth_mbit=bandwidth, delay_ms=delay_ms, shaping=shaping,  # type: ignore[arg-type]
         plots=plots, outer_steps=outer_steps, inner_steps=inner_steps, seed=seed, workdir=workdir, preset=preset,
-        rank=rank,
+        rank=rank, bits=bits, dense_bits=dense_bits,
     )
     _print(run_comm_bench(config, say=_say), json_output)
 

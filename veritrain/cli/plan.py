@@ -20,7 +20,7 @@ def plan(
     gpu_memory: Annotated[float, typer.Option(min=1.0, help="GB of memory per GPU.")] = 80.0,
     bandwidth: Annotated[float, typer.Option(min=0.001, help="Link between clusters, Mbit/s.")] = 1000.0,
     rank: Annotated[int | None, typer.Option(min=1, help="DiLoCoX rank (default: the outer algorithm's).")] = None,
-    bits: Annotated[int | None, typer.Option(help="Bits per element: 4, 8, 16 or 32 (default: the outer algorithm's).")] = None,
+    bits: Annotated[int | None, typer.Option(help="Bits per element: 2, 4, 8, 16 or 32 (default: the outer algorithm's).")] = None,
     inner_steps: Annotated[int, typer.Option(min=1, help="H: inner steps per outer step.")] = 100,
     micro_batch_size: Annotated[int, typer.Option(min=1, help="Sequences per micro-batch.")] = 1,
     seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sequence.")] = 4096,
@@ -43,8 +43,8 @@ def plan(
     defaults = OuterConfig(kind="dilocox")
     rank = rank or defaults.rank
     bits = bits or defaults.bits
-    if bits not in (4, 8, 16, 32):
-        raise ConfigError(f"expected --bits 4, 8, 16 or 32, got {bits}")
+    if bits not in (2, 4, 8, 16, 32):
+        raise ConfigError(f"expected --bits 2, 4, 8, 16 or 32, got {bits}")
     outer = replace(defaults.with_rank(rank), bits=bits)  # type: ignore[arg-type]
     options: dict[str, Any] = {
         "workload": Workload(micro_batch_size=micro_batch_size, sequence_length=seq_len, micro_batches=micro_batches,

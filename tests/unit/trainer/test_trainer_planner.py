@@ -11,6 +11,7 @@ import torch
 
 from trainer.errors import ConfigError
 from trainer.model import ModelConfig, build_stage
+from trainer.outer.accounting import allreduce_bytes_per_outer_step
 from trainer.outer.config import OuterConfig
 from trainer.outer.lowrank_codec import LowRankCodec
 from trainer.planner import (
@@ -26,7 +27,7 @@ from trainer.planner import (
     plan,
     stage_parameter_shapes,
 )
-from trainer.presets import MODEL_PRESETS
+from trainer.presets import MODEL_PRESETS, RUN_PRESETS
 
 # 2 blocks, d 64, 2 heads, vocabulary 256, context 64, GPT-2 style (tied, learned positions).
 # By hand: wte 256·64 = 16,384; wpe 64·64 = 4,096; per block: ln_1 128, qkv 192·64 + 192 =
@@ -68,11 +69,11 @@ def dilocox(**fields: object) -> OuterConfig:
 
 
 @pytest.mark.parametrize("two_sided", [True, False])
-@pytest.mark.parametrize("bits", [8, 4])
-def test_payload_bytes_equal_the_codec_payload_length(two_sided: bool, bits: int) -> None:
+@pytest.mark.parametrize(("bits", "dense_bits"), [(8, 16), (4, 16), (2, 16), (4, 8), (2, 8)])
+def test_payload_bytes_equal_the_codec_payload_length(two_sided: bool, bits: int, dense_bits: int) -> None:
     """The planner's formula must describe what trainer/outer actually sends (round 0 uses a
     right basis when one-sided)."""
-    model, outer = MODEL_PRESETS["tiny"], dilocox(two_sided=two_sided, bits=bits)
+    model, outer = MODEL_PRESETS["tiny"], dilocox(two_sided=two_sided, bits=bits, dense_bits=dense_bits)
     for stage in range(2):
         shapes = [s for name, s in stage_parameter_shapes(model, stage=stage, stages=2) if name != "head.wte.weight"]
         codec = LowRankCodec(outer, shapes=[torch.Size(s) for s in shapes], seed=0, lag=2)
@@ -85,8 +86,11 @@ def test_payload_bytes_by_hand() -> None:
     # a 64-vector in bf16: 128 B; a 16x64 matrix (side < min_compress_dim 32) in bf16: 2048 B.
     outer = dilocox(rank=4)
     assert payload_bytes([(128, 64), (64,), (16, 64)], outer) == 792 + 128 + 2048
-    # int4: codes are half a byte each -> A 256 + 16, B 128 + 8.
+    # int4: codes are half a byte each -> A 256 + 16, B 128 + 8; int2: a quarter.
     assert payload_bytes([(128, 64)], dilocox(rank=4, bits=4)) == 256 + 16 + 128 + 8
+    assert payload_bytes([(128, 64)], dilocox(rank=4, bits=2)) == 128 + 16 + 64 + 8
+    # Tensors sent whole as int8 blocks: the 64-vector is one block, 64 B + a 2 B scale.
+    assert payload_bytes([(64,)], dilocox(dense_bits=8)) == 64 + 2
     # One-sided: A on a right basis, B on a left one, alternating; the plan uses their mean.
     one = dilocox(rank=4, two_sided=False)
     assert payload_bytes([(128, 64)], one, side="right") == 528
@@ -221,3 +225,17 @@ def test_the_wide_preset_compresses_a_round_more_than_tiny_at_the_same_rank() ->
 
     assert 450 < allreduce_over_dilocox("tiny") < 600
     assert allreduce_over_dilocox("tiny-wide") > 1000
+
+
+def test_the_tiny_preset_sends_a_thousandth_of_allreduce_bytes_at_the_bench_horizon() -> None:
+    """tiny's DiLoCoX settings (int2 factors, int8 tensors sent whole) put the quick comm
+    bench's H = 25 above 1,000x fewer bytes than AllReduce; the int4 defaults do not."""
+    run = RUN_PRESETS["tiny"]
+    shapes = [s for stage in range(run.stages)
+              for _, s in stage_parameter_shapes(run.model, stage=stage, stages=run.stages)]
+    held = sum(math.prod(s) for s in shapes)  # both stages' copies of the tied embedding included
+    allreduce = allreduce_bytes_per_outer_step(parameters=held, n_clusters=2, inner_steps=25)
+    tiny = dataclasses.replace(run.outer, kind="dilocox")
+    assert (tiny.bits, tiny.dense_bits) == (2, 8)
+    assert allreduce / payload_bytes(shapes, tiny) > 1000
+    assert allreduce / payload_bytes(shapes, OuterConfig(kind="dilocox")) < 600

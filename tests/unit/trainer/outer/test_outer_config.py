@@ -23,6 +23,8 @@ def test_defaults_are_the_diloco_paper_values():
         ({"outer_lr": 0.0}, "OuterConfig.outer_lr"),
         ({"outer_momentum": 1.0}, "OuterConfig.outer_momentum"),
         ({"bits": 6}, "OuterConfig.bits"),
+        ({"bits": 1}, "OuterConfig.bits"),
+        ({"dense_bits": 4}, "OuterConfig.dense_bits"),
         ({"quant_block": 7}, "OuterConfig.quant_block"),
         ({"min_rank": 8, "max_rank": 4, "rank": 4}, "OuterConfig.max_rank"),
         ({"rank": 100}, "OuterConfig.rank"),

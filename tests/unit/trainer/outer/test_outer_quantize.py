@@ -1,4 +1,4 @@
-"""Block absmax quantisation and int4 packing."""
+"""Block absmax quantisation and int4 / int2 packing."""
 
 from __future__ import annotations
 
@@ -9,25 +9,34 @@ from trainer.outer.errors import PayloadError
 from trainer.outer.quantize import (
     dequantize,
     levels,
-    pack_int4,
+    pack_codes,
     quantize,
     quantized_length,
-    unpack_int4,
+    unpack_codes,
 )
 
 
 def test_int4_packing_round_trips_every_code():
     codes = torch.arange(-7, 8, dtype=torch.int8).repeat(3)[:-1]  # 44 codes, every value
-    packed = pack_int4(codes)
+    packed = pack_codes(codes, 4)
     assert packed.dtype == torch.uint8 and packed.numel() == codes.numel() // 2
-    assert torch.equal(unpack_int4(packed), codes)
+    assert torch.equal(unpack_codes(packed, 4), codes)
     # Documented layout: element 2k in the low nibble, 2k+1 in the high nibble, code + 8.
-    assert pack_int4(torch.tensor([-7, 7], dtype=torch.int8)).tolist() == [0x01 | (0x0F << 4)]
+    assert pack_codes(torch.tensor([-7, 7], dtype=torch.int8), 4).tolist() == [0x01 | (0x0F << 4)]
 
 
-def test_int4_packing_refuses_an_odd_count():
-    with pytest.raises(PayloadError, match="even number"):
-        pack_int4(torch.zeros(3, dtype=torch.int8))
+def test_int2_packing_round_trips_every_code():
+    codes = torch.tensor([-2, -1, 0, 1], dtype=torch.int8).repeat(3)  # 12 codes, every value
+    packed = pack_codes(codes, 2)
+    assert packed.numel() == 3 and torch.equal(unpack_codes(packed, 2), codes)
+    # Documented layout: element 4k+j in bits 2j..2j+1, code + 2.
+    assert pack_codes(torch.tensor([-2, 0, 1, -1], dtype=torch.int8), 2).tolist() == [0 | 2 << 2 | 3 << 4 | 1 << 6]
+
+
+@pytest.mark.parametrize(("bits", "count"), [(4, 3), (2, 6)])
+def test_packing_refuses_a_count_that_does_not_fill_whole_bytes(bits, count):
+    with pytest.raises(PayloadError, match=f"multiple of {8 // bits} int{bits} codes"):
+        pack_codes(torch.zeros(count, dtype=torch.int8), bits)
 
 
 @pytest.mark.parametrize("bits", [8, 4])
@@ -47,8 +56,30 @@ def test_error_is_within_half_a_step_of_each_blocks_absmax(bits, block):
     assert (values - decoded).abs().max() > 0  # it is lossy, so the bound is what is tested
 
 
-def test_all_zero_blocks_decode_to_zero():
-    assert torch.equal(dequantize(quantize(torch.zeros(10), bits=4, block=8), 10, bits=4, block=8), torch.zeros(10))
+@pytest.mark.parametrize("block", [32, 64])
+def test_int2_is_a_four_level_grid_scaled_to_each_blocks_rms(block):
+    g = torch.Generator().manual_seed(block)
+    # Gaussian blocks of very different magnitude; 1000 is not a multiple of the block.
+    sigma = torch.logspace(-6, 1, -(-1000 // block)).repeat_interleave(block)[:1000]
+    values = torch.randn(1000, generator=g) * sigma
+    decoded = dequantize(quantize(values, bits=2, block=block), 1000, bits=2, block=block)
+    # Each block decodes to (k + 1/2)·s, k in {-2..1}, s its RMS: four levels, step ~sigma.
+    for start in range(0, 1000, block):
+        chunk = values[start : start + block]
+        rms = chunk.pow(2).mean().sqrt()
+        steps = decoded[start : start + block] / rms - 0.5
+        assert torch.allclose(steps, steps.round(), atol=0.02)
+        assert set(steps.round().long().tolist()) <= {-2, -1, 0, 1}
+    # Relative mean squared error near the Gaussian optimum of a uniform 4-level quantiser
+    # (0.119, Max 1960); an absmax ternary grid would be ~0.45.
+    relative = ((values - decoded) / sigma).pow(2).mean()
+    assert 0.08 < relative < 0.16
+
+
+@pytest.mark.parametrize("bits", [8, 4, 2])
+def test_all_zero_blocks_decode_to_zero(bits):
+    decoded = dequantize(quantize(torch.zeros(10), bits=bits, block=8), 10, bits=bits, block=8)
+    assert torch.equal(decoded, torch.zeros(10))
 
 
 def test_wrong_length_is_refused():
