@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import FrameType
 
 import uvicorn
 
@@ -45,7 +46,23 @@ def serve(
         raise KeyboardInterrupt
 
     config = uvicorn.Config(create_app(settings), host=host, port=port, log_level=log_level, proxy_headers=True)
-    uvicorn.Server(config).run()
+    server = _SignalledServer(config)
+    server.run()
+    if server.signalled:
+        # uvicorn re-raises the signal after its graceful shutdown, from inside asyncio.run,
+        # which has a SIGINT handler of its own; once in a full `make test` that re-raise was
+        # lost and Ctrl+C ended with status 0. Report the interrupt ourselves: always 130.
+        raise KeyboardInterrupt
+
+
+class _SignalledServer(uvicorn.Server):
+    """A uvicorn server that remembers whether a signal (SIGINT, SIGTERM) stopped it."""
+
+    signalled = False
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.signalled = True
+        super().handle_exit(sig, frame)
 
 
 def base_url(host: str, port: int) -> str:
