@@ -184,6 +184,24 @@ def sweeps() -> dict[str, dict[str, tuple[str, OuterConfig | None, dict[str, Any
                 )
                 for r, b, d in ((28, 4, 8), (28, 2, 16), (28, 2, 8), (16, 2, 8))
             },
+            # The tiny preset's settings under other outer learning rates / momenta.
+            **{
+                f"overlap-alt-r28-int2-dense8-lr{lr}-m{m}": (
+                    "dilocox",
+                    compress(28, 2, two_sided=False, dense_bits=8,
+                             **{**delayed, "outer_lr": lr, "outer_momentum": m}, **fixed),
+                    {},
+                )
+                for lr, m in ((0.6, 0.8), (0.4, 0.8), (0.5, 0.7), (0.5, 0.9), (0.7, 0.8), (0.8, 0.8))
+            },
+            **{
+                f"overlap-alt-r28-int2-dense8-lr{lr}-m0.8-seed1": (
+                    "dilocox",
+                    compress(28, 2, two_sided=False, dense_bits=8, **{**delayed, "outer_lr": lr}, **fixed),
+                    {"seed": 1},
+                )
+                for lr in (0.5, 0.6)
+            },
         },
         "confirm": {
             "diloco-lr0.5-m0.8": ("diloco", OuterConfig(kind="diloco", outer_lr=0.5, outer_momentum=0.8), {}),
