@@ -271,7 +271,8 @@ class Plan:
             f"  AllReduce           {c.allreduce_bytes_per_inner_step / 1e9:12,.2f} GB per inner step -> "
             f"{c.allreduce_comm_seconds_per_inner_step:,.0f} s; {c.allreduce_seconds_per_outer_step:,.0f} s per outer step "
             f"({c.allreduce_comm_fraction:.2%} communicating)",
-            f"  DiLoCoX (rank {self.outer.rank}, int{self.outer.bits})  {c.dilocox_payload_bytes / 1e6:,.1f} MB per round -> "
+            f"  DiLoCoX (rank {self.outer.rank}, int{self.outer.bits}"
+            f"{', 1-D int8' if self.outer.dense_bits == 8 else ''})  {c.dilocox_payload_bytes / 1e6:,.1f} MB per round -> "
             f"{c.dilocox_comm_seconds_per_outer_step:,.1f} s, exposed {c.dilocox_exposed_seconds_per_outer_step:,.1f} s "
             f"({'one-step-delay overlap' if c.overlapped else 'blocking'}); hidden from H >= {c.inner_steps_to_hide}",
             f"  bytes AllReduce/DiLoCoX {c.bytes_ratio:,.0f}x, estimated speedup {c.speedup:,.1f}x",

@@ -19,8 +19,8 @@ def plan(
     data_parallel: Annotated[int, typer.Option(min=1, help="D: replicas of each stage inside a cluster.")] = 2,
     gpu_memory: Annotated[float, typer.Option(min=1.0, help="GB of memory per GPU.")] = 80.0,
     bandwidth: Annotated[float, typer.Option(min=0.001, help="Link between clusters, Mbit/s.")] = 1000.0,
-    rank: Annotated[int | None, typer.Option(min=1, help="DiLoCoX rank (default: the outer algorithm's).")] = None,
-    bits: Annotated[int | None, typer.Option(help="Bits per element: 2, 4, 8, 16 or 32 (default: the outer algorithm's).")] = None,
+    rank: Annotated[int | None, typer.Option(min=1, help="DiLoCoX rank (default: the preset's).")] = None,
+    bits: Annotated[int | None, typer.Option(help="Bits per element: 2, 4, 8, 16 or 32 (default: the preset's).")] = None,
     inner_steps: Annotated[int, typer.Option(min=1, help="H: inner steps per outer step.")] = 100,
     micro_batch_size: Annotated[int, typer.Option(min=1, help="Sequences per micro-batch.")] = 1,
     seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sequence.")] = 4096,
@@ -34,13 +34,12 @@ def plan(
     from dataclasses import replace
 
     from trainer.errors import ConfigError
-    from trainer.outer.config import OuterConfig
     from trainer.planner import Accelerator, Placement, Workload, fitting_alternatives
     from trainer.planner import plan as make_plan
     from trainer.presets import MODEL_PRESETS, run_preset
 
     model = MODEL_PRESETS[preset] if preset in MODEL_PRESETS else run_preset(preset).model
-    defaults = OuterConfig(kind="dilocox")
+    defaults = replace(run_preset(preset).outer, kind="dilocox")  # the preset's own DiLoCoX settings
     rank = rank or defaults.rank
     bits = bits or defaults.bits
     if bits not in (2, 4, 8, 16, 32):

@@ -38,3 +38,14 @@ def test_rank_and_bits_change_the_payload() -> None:
     assert sizes["4"] < sizes["8"]
     refused = runner.invoke(app, ["plan", "--bits", "3"])
     assert refused.exit_code != 0
+
+
+def test_a_run_preset_is_planned_with_its_own_dilocox_settings() -> None:
+    tiny = ["plan", "--preset", "tiny", "--stages", "2", "--data-parallel", "1", "--inner-steps", "25"]
+    result = runner.invoke(app, tiny)
+    assert result.exit_code == 0, result.output
+    assert "DiLoCoX (rank 28, int2, 1-D int8)" in result.output  # the tiny preset's settings
+    own = json.loads(runner.invoke(app, [*tiny, "--json"]).output)
+    int4 = json.loads(runner.invoke(app, [*tiny, "--bits", "4", "--json"]).output)
+    assert own["outer"]["bits"] == 2 and int4["outer"]["bits"] == 4
+    assert own["comm"]["bytes_ratio"] > 1000 > int4["comm"]["bytes_ratio"]
