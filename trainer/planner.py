@@ -33,7 +33,7 @@ from trainer.errors import ConfigError
 from trainer.model import ModelConfig, stage_layout
 from trainer.outer.accounting import allgather_bytes_per_outer_step, allreduce_bytes_per_outer_step
 from trainer.outer.config import OuterConfig
-from trainer.outer.quantize import QUANTIZED_BITS, quantized_length
+from trainer.outer.quantize import encoded_length
 
 GB = 1e9
 """Decimal gigabytes, as GPU memory is sold (80 GB A800)."""
@@ -353,21 +353,13 @@ def payload_bytes(shapes: Sequence[tuple[int, ...]], outer: OuterConfig, *, side
     total = 0
     for shape in shapes:
         if len(shape) != 2 or min(shape) < outer.min_compress_dim:
-            numel = math.prod(shape)
-            dense = quantized_length(numel, bits=8, block=outer.quant_block) if outer.dense_bits == 8 else 2 * numel
-            total += dense
+            total += encoded_length(math.prod(shape), bits=outer.dense_bits, block=outer.quant_block)
             continue
         rank = max(1, min(outer.rank, min(shape) // 2))
         n, m = shape
         parts = (n * rank, m * rank) if outer.two_sided else ((n if side == "right" else m) * rank,)
-        total += sum(_values_bytes(numel, outer) for numel in parts)
+        total += sum(encoded_length(numel, bits=outer.bits, block=outer.quant_block) for numel in parts)
     return total
-
-
-def _values_bytes(numel: int, outer: OuterConfig) -> int:
-    if outer.bits in QUANTIZED_BITS:
-        return quantized_length(numel, bits=outer.bits, block=outer.quant_block)
-    return numel * outer.bits // 8
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,7 +28,8 @@ from veritrain.verify.witness import Witness
 
 DEMO_PRESET = "tiny"
 DEMO_METHOD = "dilocox"
-"""The demo shows the full algorithm: one-step-delay overlap and low-rank int4 compression."""
+"""The demo shows the full algorithm: one-step-delay overlap and low-rank quantised compression
+(the ``tiny`` preset's int2 factors, trainer/presets.py)."""
 
 
 @dataclass(frozen=True)

@@ -45,10 +45,10 @@ class OuterConfig:
     rank: int = 28
     """Low-rank rank of the first round (of every round when ``adaptive_rank`` is off)."""
     bits: QuantBits = 4
-    """Bits per low-rank factor element: 8, 4 or 2 (block absmax quantisation; 2 is ternary),
-    16 (bf16) or 32."""
+    """Bits per low-rank factor element: 8 or 4 (block absmax quantisation), 2 (a four-level
+    grid scaled to each block's RMS; quantize.py), 16 (bf16) or 32."""
     quant_block: int = 64
-    """Elements per quantisation block; each block carries one fp16 absmax scale."""
+    """Elements per quantisation block; each block carries one bf16 scale."""
     error_feedback: ErrorFeedback = "local"
     """What happens to what compression dropped (docs/outer-algorithm.md): ``"local"`` keeps it
     in the cluster's parameters (the next round starts from ``θ − e`` and its pseudo-gradient,

@@ -48,7 +48,7 @@ from trainer.outer.lowrank import (
     random_basis,
 )
 from trainer.outer.protocol import RoundSignals
-from trainer.outer.quantize import QUANTIZED_BITS, dequantize, quantize, quantized_length
+from trainer.outer.quantize import decode, encode, encoded_length
 
 Bases = tuple[torch.Tensor | None, torch.Tensor | None]
 """(U, V): left basis ``n×r`` and right basis ``m×r`` of one matrix; either may be absent."""
@@ -289,41 +289,27 @@ class LowRankCodec:
                 lengths.append(sum(self._values_bytes(k) for k in self._part_sizes(i, plan) if k))
         return lengths
 
+    # Factor values travel at ``bits``; tensors sent whole (1-D, small matrices) at
+    # ``dense_bits``: bf16, or int8 blocks.
+
     def _values_bytes(self, numel: int) -> int:
-        if self.bits in QUANTIZED_BITS:
-            return quantized_length(numel, bits=self.bits, block=self.config.quant_block)
-        return numel * self.bits // 8
+        return encoded_length(numel, bits=self.bits, block=self.config.quant_block)
 
     def _encode_values(self, values: torch.Tensor) -> torch.Tensor:
-        flat = values.contiguous().reshape(-1)
-        if self.bits in QUANTIZED_BITS:
-            return quantize(flat, bits=self.bits, block=self.config.quant_block)
-        dtype = torch.bfloat16 if self.bits == 16 else torch.float32
-        return flat.to(dtype).view(torch.uint8)
+        return encode(values.contiguous(), bits=self.bits, block=self.config.quant_block)
 
     def _decode_values(self, data: torch.Tensor, numel: int) -> torch.Tensor:
-        if self.bits in QUANTIZED_BITS:
-            return dequantize(data, numel, bits=self.bits, block=self.config.quant_block)
-        dtype = torch.bfloat16 if self.bits == 16 else torch.float32
-        return data.contiguous().view(dtype).to(torch.float32)
-
-    # Tensors sent whole (1-D, small matrices): bf16, or int8 blocks with ``dense_bits`` 8.
+        return decode(data, numel, bits=self.bits, block=self.config.quant_block)
 
     def _dense_bytes(self, numel: int) -> int:
-        if self.config.dense_bits == 8:
-            return quantized_length(numel, bits=8, block=self.config.quant_block)
-        return 2 * numel
+        return encoded_length(numel, bits=self.config.dense_bits, block=self.config.quant_block)
 
     def _encode_dense(self, values: torch.Tensor) -> torch.Tensor:
-        if self.config.dense_bits == 8:
-            return quantize(values, bits=8, block=self.config.quant_block)
-        return values.to(torch.bfloat16).reshape(-1).view(torch.uint8)
+        return encode(values, bits=self.config.dense_bits, block=self.config.quant_block)
 
     def _decode_dense(self, data: torch.Tensor, index: int) -> torch.Tensor:
         shape = self.shapes[index]
-        if self.config.dense_bits == 8:
-            return dequantize(data.contiguous(), shape.numel(), bits=8, block=self.config.quant_block).view(shape)
-        return data.contiguous().view(torch.bfloat16).to(torch.float32).view(shape)
+        return decode(data, shape.numel(), bits=self.config.dense_bits, block=self.config.quant_block).view(shape)
 
     def _decode_coordinates(self, data: torch.Tensor, index: int, plan: _RoundPlan) -> torch.Tensor:
         """Payload segment of one matrix -> its coordinates, ``A`` column-major then ``B``."""

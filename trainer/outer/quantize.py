@@ -56,6 +56,34 @@ def quantized_length(numel: int, *, bits: int, block: int) -> int:
     return code_bytes + blocks * SCALE_BYTES
 
 
+def encoded_length(numel: int, *, bits: int, block: int) -> int:
+    """Bytes of ``numel`` values sent at ``bits``: block-quantised (2, 4, 8) as above, or
+    plain bf16 / fp32 (16, 32) -- what the codec and the planner both count."""
+    if bits in QUANTIZED_BITS:
+        return quantized_length(numel, bits=bits, block=block)
+    return numel * _float_dtype(bits).itemsize
+
+
+def encode(values: torch.Tensor, *, bits: int, block: int) -> torch.Tensor:
+    """``values`` (read flat) as ``bits``-wide bytes: :func:`quantize`, or a bf16 / fp32 copy."""
+    if bits in QUANTIZED_BITS:
+        return quantize(values, bits=bits, block=block)
+    return values.detach().reshape(-1).to(_float_dtype(bits)).view(torch.uint8)
+
+
+def decode(data: torch.Tensor, numel: int, *, bits: int, block: int) -> torch.Tensor:
+    """Inverse of :func:`encode`: ``numel`` fp32 values (flat)."""
+    if bits in QUANTIZED_BITS:
+        return dequantize(data.contiguous(), numel, bits=bits, block=block)
+    return data.contiguous().view(_float_dtype(bits)).to(torch.float32)
+
+
+def _float_dtype(bits: int) -> torch.dtype:
+    if bits not in (16, 32):
+        raise PayloadError(f"expected 2, 4, 8, 16 or 32 bits per element, got {bits}")
+    return torch.bfloat16 if bits == 16 else torch.float32
+
+
 def quantize(values: torch.Tensor, *, bits: int, block: int) -> torch.Tensor:
     """Quantise a float tensor (any shape, read flat) into the byte layout above."""
     L = levels(bits)

@@ -7,7 +7,10 @@ import torch
 
 from trainer.outer.errors import PayloadError
 from trainer.outer.quantize import (
+    decode,
     dequantize,
+    encode,
+    encoded_length,
     levels,
     pack_codes,
     quantize,
@@ -86,3 +89,22 @@ def test_wrong_length_is_refused():
     data = quantize(torch.ones(100), bits=8, block=64)
     with pytest.raises(PayloadError, match="expected 132 quantised bytes, got 131"):
         dequantize(data[:-1], 100, bits=8, block=64)
+
+
+@pytest.mark.parametrize("bits", [32, 16, 8, 4, 2])
+def test_encode_round_trips_at_every_width_the_codec_sends(bits):
+    values = torch.randn(100, generator=torch.Generator().manual_seed(bits))
+    data = encode(values, bits=bits, block=64)
+    assert data.dtype == torch.uint8 and data.numel() == encoded_length(100, bits=bits, block=64)
+    decoded = decode(data, 100, bits=bits, block=64)
+    if bits == 32:
+        assert torch.equal(decoded, values)
+    elif bits == 16:
+        assert torch.equal(decoded, values.to(torch.bfloat16).to(torch.float32))
+    else:
+        assert torch.equal(decoded, dequantize(quantize(values, bits=bits, block=64), 100, bits=bits, block=64))
+
+
+def test_a_width_it_does_not_send_is_refused():
+    with pytest.raises(PayloadError, match="expected 2, 4, 8, 16 or 32 bits per element, got 12"):
+        encoded_length(10, bits=12, block=64)
