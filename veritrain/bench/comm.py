@@ -2,7 +2,7 @@
 
 1. **Convergence at equal tokens** (convergence.py): the three methods train the same model
    on the same data in the same order with the same seed and token budget, with the trainer's
-   own code (``method="allreduce" | "diloco" | "dilocox"``, the outer algorithm's defaults
+   own code (``method="allreduce" | "diloco" | "dilocox"``, the preset's DiLoCoX settings
    as they are in the repository). Held-out loss curves, final loss, and the bytes each sends
    between clusters (trainer/outer/accounting.py).
 2. **The link.** Unless ``--bandwidth`` is given it is chosen so that the AllReduce baseline
@@ -89,11 +89,11 @@ class CommBenchConfig:
     inner_steps: int | None = None
     seed: int = 0
     rank: int | None = None
-    """DiLoCoX's low-rank rank; None: the outer algorithm's default."""
+    """DiLoCoX's low-rank rank; None: the preset's."""
     bits: int | None = None
-    """DiLoCoX's bits per factor element (2, 4, 8, 16, 32); None: the outer algorithm's."""
+    """DiLoCoX's bits per factor element (2, 4, 8, 16, 32); None: the preset's."""
     dense_bits: int | None = None
-    """DiLoCoX's bits per element of the tensors sent whole (8, 16); None: the default."""
+    """DiLoCoX's bits per element of the tensors sent whole (8, 16); None: the preset's."""
     plots: Path | None = None
     workdir: Path | None = None
     data_dir: Path | None = None
@@ -316,13 +316,14 @@ def _plots(data: dict[str, Any], directory: Path) -> list[Path]:
 
 
 def _code_state() -> dict[str, Any]:
-    """The commit measured, and which of the outer algorithm's files differed from it (its
-    defaults are what DiLoCoX ran with)."""
+    """The commit measured, and which files that decide what DiLoCoX ran with (the outer
+    algorithm, the presets' settings) differed from it."""
     here = Path(__file__).resolve().parent
 
     def git(*args: str) -> str:
         completed = subprocess.run(["git", *args], capture_output=True, text=True, check=False, cwd=here)
         return completed.stdout.strip()
 
-    changed = [line[3:] for line in git("status", "--porcelain", "--", "../../trainer/outer").splitlines()]
+    changed = [line[3:] for line in git("status", "--porcelain", "--", "../../trainer/outer",
+                                        "../../trainer/presets.py").splitlines()]
     return {"commit": git("rev-parse", "--short", "HEAD") or "unknown", "trainer_outer_modified": changed}

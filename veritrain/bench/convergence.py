@@ -20,7 +20,7 @@ from veritrain.bench.metrics_recorder import MetricsRecorderFactory, StepMetrics
 
 
 def method_config(base: TrainConfig, method: Method) -> TrainConfig:
-    """``base`` for ``method``, the outer algorithm's own defaults otherwise untouched."""
+    """``base`` for ``method``, its outer settings (the preset's) otherwise untouched."""
     config = with_overrides(base, method=method, run_id=f"bench-{method}")
     return replace(config, outer=replace(config.outer, adaptive_inner_steps=False))
 

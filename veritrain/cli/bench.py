@@ -33,9 +33,9 @@ def comm(
     inner_steps: Annotated[int | None, typer.Option(min=1, help="H of the DiLoCo/DiLoCoX runs (default: by mode).")] = None,
     preset: Annotated[str, typer.Option(help="Run preset of the model all methods train (trainer/presets.py).")] = "tiny",
     seed: int = 0,
-    rank: Annotated[int | None, typer.Option(min=1, help="DiLoCoX's low-rank rank (default: the outer algorithm's).")] = None,
-    bits: Annotated[int | None, typer.Option(help="DiLoCoX's bits per factor element: 2, 4, 8, 16 or 32 (default: the outer algorithm's).")] = None,
-    dense_bits: Annotated[int | None, typer.Option(help="DiLoCoX's bits for tensors sent whole: 8 or 16 (default: the outer algorithm's).")] = None,
+    rank: Annotated[int | None, typer.Option(min=1, help="DiLoCoX's low-rank rank (default: the preset's).")] = None,
+    bits: Annotated[int | None, typer.Option(help="DiLoCoX's bits per factor element: 2, 4, 8, 16 or 32 (default: the preset's).")] = None,
+    dense_bits: Annotated[int | None, typer.Option(help="DiLoCoX's bits for tensors sent whole: 8 or 16 (default: the preset's).")] = None,
     workdir: Workdir = None,
 ) -> None:
     """Convergence at equal tokens, bytes per token and throughput on an emulated slow link."""
