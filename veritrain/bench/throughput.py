@@ -126,18 +126,21 @@ def _launch(spec_path: Path, link: LinkSetup, *, clusters: int, stages: int, wor
         while any(p.poll() is None for _, p, _ in processes):
             failed = next(((r, p, log) for r, p, log in processes if p.returncode not in (None, 0)), None)
             if failed is not None:
-                rank, process, log = failed
-                tail = log.read_text(errors="replace").strip().splitlines()[-15:]
-                raise BenchError(f"rank {rank} of the link run failed (exit {process.returncode}):\n" + "\n".join(tail))
+                raise _failure(*failed)
             if time.monotonic() > deadline:
                 raise BenchError(f"expected the link run to finish within {timeout_s:.0f} s, it did not (logs in {workdir})")
             time.sleep(0.1)
         for rank, process, log in processes:
             if process.returncode != 0:
-                tail = log.read_text(errors="replace").strip().splitlines()[-15:]
-                raise BenchError(f"rank {rank} of the link run failed (exit {process.returncode}):\n" + "\n".join(tail))
+                raise _failure(rank, process, log)
     finally:
         for _, process, _ in processes:
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def _failure(rank: int, process: subprocess.Popen[bytes], log: Path) -> BenchError:
+    """A failed rank, with the tail of its log."""
+    tail = log.read_text(errors="replace").strip().splitlines()[-15:]
+    return BenchError(f"rank {rank} of the link run failed (exit {process.returncode}):\n" + "\n".join(tail))
