@@ -184,23 +184,17 @@ def sweeps() -> dict[str, dict[str, tuple[str, OuterConfig | None, dict[str, Any
                 )
                 for r, b, d in ((28, 4, 8), (28, 2, 16), (28, 2, 8), (16, 2, 8))
             },
-            # The tiny preset's settings under other outer learning rates / momenta.
+            # The tiny preset's settings under other outer learning rates / momenta (and seed 1
+            # for the best of them against 0.5 / 0.8).
             **{
-                f"overlap-alt-r28-int2-dense8-lr{lr}-m{m}": (
+                f"overlap-alt-r28-int2-dense8-lr{lr}-m{m}" + ("-seed1" if seed else ""): (
                     "dilocox",
                     compress(28, 2, two_sided=False, dense_bits=8,
                              **{**delayed, "outer_lr": lr, "outer_momentum": m}, **fixed),
-                    {},
+                    {"seed": seed} if seed else {},
                 )
-                for lr, m in ((0.6, 0.8), (0.4, 0.8), (0.5, 0.7), (0.5, 0.9), (0.7, 0.8), (0.8, 0.8))
-            },
-            **{
-                f"overlap-alt-r28-int2-dense8-lr{lr}-m0.8-seed1": (
-                    "dilocox",
-                    compress(28, 2, two_sided=False, dense_bits=8, **{**delayed, "outer_lr": lr}, **fixed),
-                    {"seed": 1},
-                )
-                for lr in (0.5, 0.6)
+                for lr, m, seed in ((0.6, 0.8, 0), (0.4, 0.8, 0), (0.5, 0.7, 0), (0.5, 0.9, 0), (0.7, 0.8, 0),
+                                    (0.8, 0.8, 0), (0.5, 0.8, 1), (0.6, 0.8, 1))
             },
         },
         "confirm": {
