@@ -15,7 +15,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -47,6 +47,8 @@ from ledger.models import (
 ROLE_LOG = "log"
 """Enrolled-key role of a run's log key (the signer of its tree heads)."""
 
+_TICK = timedelta(microseconds=1)
+"""The resolution of ``recorded_at`` (RFC 3339 with microseconds, ledger/envelope.py)."""
 _METRIC_KEY = re.compile(rf"[A-Za-z0-9_.:/-]{{1,{METRIC_KEY_LENGTH}}}")
 
 
@@ -145,12 +147,18 @@ def append_locked(
     if new.kind == KIND_OUTER_STEP and _has_outer_step(session, run_id, new.step):
         raise DuplicateStepError(f"run {run_id!r} already recorded outer step {new.step}")
 
-    # 1. The entry, linked to its predecessor's leaf hash.
+    # 1. The entry, linked to its predecessor's leaf hash, and recorded strictly after it: a
+    #    verifier insists that recorded_at only moves forward (quote endorsements are checked
+    #    against it), so a clock that stepped back must not make an honest log fail.
     prev = None
     if index > 0:
-        prev = session.scalar(
-            sa.select(Entry.leaf_hash).where(Entry.run_id == run_id, Entry.index == index - 1)
-        )
+        row = session.execute(
+            sa.select(Entry.leaf_hash, Entry.recorded_at).where(
+                Entry.run_id == run_id, Entry.index == index - 1
+            )
+        ).one()
+        prev = row.leaf_hash
+        now = max(now, row.recorded_at + _TICK)
     body = build_body(
         kind=new.kind,
         run_id=run_id,

@@ -21,12 +21,15 @@ from typing import Any
 from attestation.canonical import CanonicalizationError, canonical_json, parse_canonical_json
 from ledger.errors import EntryTooLargeError, InvalidEntryError, InvalidRunIdError
 
+# The kinds the ledger itself treats specially (genesis first, outer steps unique, nothing
+# after the final entry); their payload formats live in records/.
+from records.entry import KIND_DATA_MANIFEST as KIND_DATA_MANIFEST
+from records.entry import KIND_FINAL as KIND_FINAL
+from records.entry import KIND_GENESIS as KIND_GENESIS
+from records.entry import KIND_OUTER_STEP as KIND_OUTER_STEP
+
 MAX_BODY_BYTES = 64 * 1024
 
-KIND_GENESIS = "run.genesis"
-KIND_DATA_MANIFEST = "data.manifest"
-KIND_OUTER_STEP = "outer_step"
-KIND_FINAL = "run.final"
 
 ENVELOPE_FIELDS = frozenset({"kind", "run", "index", "prev", "recorded_at", "payload"})
 

@@ -28,7 +28,7 @@ from ledger.audit import (
     check_tree_heads,
     check_tree_nodes,
 )
-from ledger.envelope import KIND_GENESIS, KIND_OUTER_STEP, check_run_id
+from ledger.envelope import KIND_GENESIS, check_run_id
 from ledger.errors import (
     EntryNotFoundError,
     InvalidRangeError,
@@ -237,19 +237,6 @@ class Ledger:
                 raise EntryNotFoundError(
                     f"run {run_id!r} has no entry {index}: expected 0 <= index < {run.size}"
                 )
-            return entry_record(row)
-
-    def entry_by_step(self, run_id: str, step: int) -> EntryRecord:
-        """The ``outer_step`` entry of outer step ``step``."""
-        with db.read_session(self._engine) as session:
-            _require_run(session, run_id)
-            row = session.scalars(
-                sa.select(Entry).where(
-                    Entry.run_id == run_id, Entry.kind == KIND_OUTER_STEP, Entry.step == step
-                )
-            ).one_or_none()
-            if row is None:
-                raise EntryNotFoundError(f"run {run_id!r} has no outer step {step}")
             return entry_record(row)
 
     def latest_tree_head(self, run_id: str) -> SignedTreeHead:

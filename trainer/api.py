@@ -19,6 +19,7 @@ from trainer.checkpoint import CheckpointFiles, write_checkpoint_directory
 from trainer.config import TrainConfig
 from trainer.data.assignment import AssignmentRule
 from trainer.data.build import PreparedData, prepare_data
+from trainer.data.manifest import DataManifest
 from trainer.errors import CheckpointError, ConfigError, DataError
 from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
 from trainer.recorder import OuterStepRecord, RecorderFactory, RunSummary
@@ -139,15 +140,7 @@ def _spec(
             f"TrainConfig.model.vocab_size must match the tokenizer's vocabulary ({manifest.vocab_size}), "
             f"got {config.model.vocab_size}"
         )
-    rule = AssignmentRule(
-        context=config.model.context,
-        sequences_per_step=config.sequences_per_step,
-        clusters=config.clusters,
-        seed=config.seed,
-        shard_tokens=manifest.shard_tokens,
-        train_shards=manifest.train_shards,
-        eval_shards=tuple(manifest.eval_shards),
-    )
+    rule = assignment_rule(config, manifest)
     if manifest.assignment is not None and dict(manifest.assignment) != rule.to_dict():
         raise DataError(
             f"expected the manifest's assignment rule {dict(manifest.assignment)} to match the configuration's {rule.to_dict()}"
@@ -160,7 +153,7 @@ def _spec(
     return WorkerSpec(
         config=config,
         config_digest=config_digest(config),
-        manifest=manifest.with_rule(rule),
+        manifest=manifest.with_assignment(rule.to_dict()),
         rule=rule,
         shards=prepared.source,
         recorder_factory=recorder_factory,
@@ -169,6 +162,20 @@ def _spec(
         stop_step=stop_step,
         mode=mode,
         quiet=quiet,
+    )
+
+
+def assignment_rule(config: TrainConfig, manifest: DataManifest) -> AssignmentRule:
+    """The rule that assigns ``manifest``'s windows to the clusters of a run of ``config``:
+    what a run attaches to its data manifest, and what a verifier recomputes."""
+    return AssignmentRule(
+        context=config.model.context,
+        sequences_per_step=config.sequences_per_step,
+        clusters=config.clusters,
+        seed=config.seed,
+        shard_tokens=manifest.shard_tokens,
+        train_shards=manifest.train_shards,
+        eval_shards=tuple(manifest.eval_shards),
     )
 
 

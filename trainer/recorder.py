@@ -27,6 +27,8 @@ from typing import Any, Protocol
 
 import torch
 
+from records.data_manifest import DataManifest
+from records.outer_step import Anomaly, ContributionRef, DataRange
 from trainer.data.shards import ShardSource
 
 
@@ -58,8 +60,8 @@ class RunStart:
     topology: Mapping[str, Any]
     model: Mapping[str, Any]
     """Model shape, parameter count and which blocks each stage holds."""
-    data_manifest: Mapping[str, Any]
-    """``DataManifest.to_dict()`` including the assignment rule."""
+    data_manifest: DataManifest
+    """The corpus, with the run's assignment rule attached."""
     shard_source: ShardSource
     """Where the manifest's shards can be read (to upload them)."""
     seed: int
@@ -67,22 +69,11 @@ class RunStart:
     """The last recorded step this launch continues from, or None for a fresh run."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class ContributionDigest:
-    cluster: int
-    stage: int
-    digest: str
-    """Hex SHA-256 of the payload this (cluster, stage) put on the wire."""
+ContributionDigest = ContributionRef
+"""One (cluster, stage) payload by digest: the trainer reports the record's own type."""
 
-
-@dataclass(frozen=True, kw_only=True)
-class AnomalyFlag:
-    round: int
-    """The round whose exchange was flagged (one step late under the one-step delay)."""
-    cluster: int
-    stage: int
-    reason: str
-    excluded: bool
+AnomalyFlag = Anomaly
+"""A flagged contribution of one round (the round is one step late under the one-step delay)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,20 +90,6 @@ class AppliedRound:
     rank: int
     bits: int
     stats: Mapping[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, kw_only=True)
-class DataRange:
-    """What one cluster trained on in one outer step (recompute with the manifest's rule)."""
-
-    cluster: int
-    first_inner_step: int
-    """Global inner step (the rule's i) of the step's first inner step."""
-    inner_steps: int
-    sequences: int
-    tokens: int
-    shards: Sequence[Sequence[int]]
-    """Shard indices read, as sorted [first, last] runs."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,9 +22,10 @@ from trainer.config import with_overrides
 from trainer.presets import run_preset
 from veritrain.reproduce import Comparison, reproduce_step
 from veritrain.settings import Settings
+from veritrain.sources import DirectSource
 from veritrain.training import train_recorded
-from veritrain.verify import DirectSource, Report, verify_run
-from veritrain.verify.witness import Witness
+from veritrain.verify import Report, verify_run
+from veritrain.verify.seen_heads import SeenHeads
 
 DEMO_PRESET = "tiny"
 DEMO_METHOD = "dilocox"
@@ -59,22 +60,14 @@ def run_demo(settings: Settings, *, console: Console | None = None, reproduce_st
     train_recorded(settings, config)
 
     console.rule("3. verify the run from its ledger and objects")
-    with console.status("verifying…"):
-        source = DirectSource(settings)
-        try:
-            report = verify_run(source, run_id, witness=Witness(settings.data_dir / "witness"))
-        finally:
-            source.close()
+    with console.status("verifying…"), DirectSource(settings) as source:
+        report = verify_run(source, run_id, seen_heads=SeenHeads(settings.data_dir / "witness"))
     console.print(report.render())
 
     step = min(reproduce_step_number, config.outer_steps - 1)
     console.rule(f"4. re-execute outer step {step} and compare it bit for bit")
-    with console.status(f"re-executing outer step {step}…"):
-        source = DirectSource(settings)
-        try:
-            reproduction = reproduce_step(source, run_id, step)
-        finally:
-            source.close()
+    with console.status(f"re-executing outer step {step}…"), DirectSource(settings) as source:
+        reproduction = reproduce_step(source, run_id, step)
     console.print(reproduction.render())
     result = DemoResult(run_id=run_id, report=report, reproduction=reproduction)
     verdict = "[green]verified and reproduced[/]" if result.ok else "[red]FAILED[/]"

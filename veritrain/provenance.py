@@ -16,45 +16,12 @@ import importlib.metadata
 import platform
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-PACKAGES = ("attestation", "storage", "ledger", "trainer", "web", "veritrain", "migrations")
+from records.genesis import CodeIdentity, DependencyIdentity
+
+PACKAGES = ("attestation", "records", "storage", "ledger", "trainer", "web", "veritrain", "migrations")
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
-
-
-@dataclass(frozen=True, kw_only=True)
-class CodeIdentity:
-    source_sha256: str
-    """SHA-256 over (relative path, file SHA-256) of every source file, sorted by path."""
-    git_commit: str | None
-    git_dirty: bool
-    files: int
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "source_sha256": self.source_sha256,
-            "git_commit": self.git_commit,
-            "git_dirty": self.git_dirty,
-            "files": self.files,
-        }
-
-
-@dataclass(frozen=True, kw_only=True)
-class DependencyIdentity:
-    sha256: str
-    """SHA-256 of the sorted ``name==version`` lines."""
-    python: str
-    torch: str
-    distributions: int
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "sha256": self.sha256,
-            "python": self.python,
-            "torch": self.torch,
-            "distributions": self.distributions,
-        }
 
 
 def source_files(root: Path = SOURCE_ROOT) -> list[Path]:

@@ -1,111 +1,173 @@
-"""Reading a recorded run back from the ledger and the object store: its genesis and
-configuration, its outer steps, the state after any step, and its data.
+"""A recorded run as read back from a :class:`~veritrain.sources.RunSource`: its entries, each
+with its typed record (records/), and the one place that answers "what does the log say".
 
-``veritrain train --resume``, ``veritrain reproduce`` and the demo all start here.
+``veritrain verify``, ``veritrain reproduce``, ``veritrain train --resume`` and the demo all
+read runs through :class:`RecordedRun`. It parses leniently: an entry whose body or payload
+is malformed is kept with the reason (naming the entry and the field), so a verifier reports
+it under the check it breaks instead of hiding every other result; code that needs a record
+asks for it and gets a :class:`RecordedRunError` saying what is missing.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING
 
-from ledger.envelope import KIND_DATA_MANIFEST, KIND_GENESIS, KIND_OUTER_STEP
-from ledger.records import EntryRecord
-from ledger.service import Ledger
-from storage import ObjectStore
-from storage.checkpoint import download_checkpoint
-from trainer.checkpoint import CheckpointFiles, load_checkpoint_directory
-from trainer.config import TrainConfig
-from trainer.data.build import PreparedData
-from trainer.data.manifest import DataManifest
-from trainer.data.shards import DirectoryShardSource, shard_file_name
-from trainer.errors import TrainerError
+from ledger.merkle import leaf_hash
+from records import (
+    KIND_DATA_MANIFEST,
+    KIND_FINAL,
+    KIND_GENESIS,
+    KIND_OUTER_STEP,
+    DataManifestEntry,
+    Genesis,
+    OuterStep,
+    Record,
+    RecordError,
+    RunFinal,
+    parse_record,
+)
+from veritrain.errors import RecordedRunError
 
-MAX_DATA_MANIFEST_BYTES = 256 << 20
+if TYPE_CHECKING:
+    from trainer.config import TrainConfig
+    from veritrain.sources import RunSource
 
 
-class RecordedRunError(TrainerError):
-    """The ledger does not hold what the caller needs (no such run, no such step)."""
+@dataclass(frozen=True)
+class LogEntry:
+    """One entry of a run's log as served."""
+
+    index: int
+    """Position in the log as served (the body's own ``index`` may disagree if tampered)."""
+    body: bytes
+    leaf: bytes
+    """RFC 9162 leaf hash of the body."""
+    kind: str
+    """The envelope's kind ('' when the body is not a JSON object)."""
+    recorded_at: datetime | None
+    record: Record | None
+    """The typed payload, or None when :attr:`problem` says why it could not be read."""
+    problem: str | None
+
+    @property
+    def step(self) -> int | None:
+        return self.record.step if isinstance(self.record, OuterStep) else None
 
 
 @dataclass(frozen=True)
 class RecordedRun:
     run_id: str
-    entries: list[EntryRecord]
+    entries: tuple[LogEntry, ...]
+
+    @classmethod
+    def from_bodies(cls, run_id: str, bodies: list[bytes]) -> RecordedRun:
+        return cls(run_id, tuple(_parse(i, b) for i, b in enumerate(bodies)))
+
+    @classmethod
+    def load(cls, source: RunSource, run_id: str | None = None) -> RecordedRun:
+        """Run ``run_id`` (default: the most recent) as ``source`` serves it."""
+        run_id = run_id or source.latest_run_id()
+        return cls.from_bodies(run_id, source.entry_bodies(run_id))
+
+    # -- what the log says ----------------------------------------------------------------
 
     @property
-    def genesis(self) -> dict[str, Any]:
-        first = self.entries[0]
-        if first.kind != KIND_GENESIS:
-            raise RecordedRunError(f"run {self.run_id!r}: expected entry 0 to be the genesis, got {first.kind!r}")
-        return first.payload
+    def genesis_entry(self) -> LogEntry | None:
+        first = self.entries[0] if self.entries else None
+        return first if first is not None and first.kind == KIND_GENESIS else None
+
+    @property
+    def genesis(self) -> Genesis:
+        entry = self.genesis_entry
+        if entry is None:
+            raise RecordedRunError(f"run {self.run_id!r}: expected entry 0 to be the {KIND_GENESIS}, it is not")
+        if not isinstance(entry.record, Genesis):
+            raise RecordedRunError(f"run {self.run_id!r}: the genesis cannot be read: {entry.problem}")
+        return entry.record
 
     @property
     def config(self) -> TrainConfig:
-        return TrainConfig.from_dict(self.genesis["hyperparameters"])
+        from trainer.config import TrainConfig
+
+        return TrainConfig.from_dict(self.genesis.hyperparameters)
 
     @property
-    def steps(self) -> dict[int, dict[str, Any]]:
-        """Outer-step payloads by step."""
-        return {int(e.payload["step"]): e.payload for e in self.entries if e.kind == KIND_OUTER_STEP}
+    def data_manifest_entry(self) -> LogEntry | None:
+        return next((e for e in self.entries if e.kind == KIND_DATA_MANIFEST), None)
 
-    def step(self, step: int) -> dict[str, Any]:
-        steps = self.steps
-        if step not in steps:
-            recorded = f"{min(steps)}..{max(steps)}" if steps else "none"
-            raise RecordedRunError(f"run {self.run_id!r} has no recorded outer step {step} (recorded: {recorded})")
-        return steps[step]
+    @property
+    def data_manifest(self) -> DataManifestEntry:
+        entry = self.data_manifest_entry
+        if entry is None:
+            raise RecordedRunError(f"run {self.run_id!r} has no {KIND_DATA_MANIFEST} entry yet")
+        if not isinstance(entry.record, DataManifestEntry):
+            raise RecordedRunError(f"run {self.run_id!r}: the data manifest entry cannot be read: {entry.problem}")
+        return entry.record
+
+    @property
+    def step_entries(self) -> list[LogEntry]:
+        """Every ``outer_step`` entry, readable or not, in log order."""
+        return [e for e in self.entries if e.kind == KIND_OUTER_STEP]
+
+    @property
+    def outer_steps(self) -> list[tuple[LogEntry, OuterStep]]:
+        """The readable ``outer_step`` entries with their records, in log order."""
+        return [(e, e.record) for e in self.entries if isinstance(e.record, OuterStep)]
+
+    def step(self, step: int) -> OuterStep:
+        for entry in self.step_entries:
+            if entry.step == step:
+                return entry.record  # type: ignore[return-value]  # step is set only for OuterStep
+        steps = [s.step for _, s in self.outer_steps]
+        recorded = f"{min(steps)}..{max(steps)}" if steps else "none"
+        raise RecordedRunError(f"run {self.run_id!r} has no recorded outer step {step} (recorded: {recorded})")
 
     @property
     def last_step(self) -> int | None:
-        steps = self.steps
+        steps = [s.step for _, s in self.outer_steps]
         return max(steps) if steps else None
 
-    def data_manifest_entry(self) -> dict[str, Any]:
-        for entry in self.entries:
-            if entry.kind == KIND_DATA_MANIFEST:
-                return entry.payload
-        raise RecordedRunError(f"run {self.run_id!r} has no data.manifest entry yet")
+    @property
+    def final_entry(self) -> LogEntry | None:
+        return next((e for e in self.entries if e.kind == KIND_FINAL), None)
+
+    @property
+    def final(self) -> RunFinal | None:
+        entry = self.final_entry
+        return entry.record if entry is not None and isinstance(entry.record, RunFinal) else None
+
+    def step_of(self, index: int | None) -> int | None:
+        if index is None or not 0 <= index < len(self.entries):
+            return None
+        return self.entries[index].step
 
 
-def load_recorded_run(ledger: Ledger, run_id: str | None) -> RecordedRun:
-    """The run ``run_id`` (or, with None, the most recently created run)."""
-    if run_id is None:
-        runs = sorted(ledger.list_runs(), key=lambda r: r.created_at)
-        if not runs:
-            raise RecordedRunError("the ledger has no runs yet: train one with `veritrain train` or `veritrain demo`")
-        run_id = runs[-1].run_id
-    ledger.get_run(run_id)  # NotFoundError with a clear message for an unknown run
-    entries: list[EntryRecord] = []
-    while True:
-        page = ledger.entries(run_id, start=len(entries), limit=1000)
-        if not page:
-            break
-        entries.extend(page)
-    return RecordedRun(run_id=run_id, entries=entries)
+def _parse(index: int, body: bytes) -> LogEntry:
+    leaf = leaf_hash(body)
+    try:
+        document = json.loads(body)
+    except ValueError as exc:
+        return LogEntry(index, body, leaf, "", None, None, f"entry {index}: the body is not JSON: {exc}")
+    if not isinstance(document, dict):
+        return LogEntry(index, body, leaf, "", None, None, f"entry {index}: the body is not a JSON object")
+    kind = document.get("kind")
+    kind = kind if isinstance(kind, str) else ""
+    recorded_at = _timestamp(document.get("recorded_at"))
+    try:
+        record = parse_record(kind, document.get("payload"), index=index)
+    except RecordError as exc:
+        return LogEntry(index, body, leaf, kind, recorded_at, None, str(exc))
+    return LogEntry(index, body, leaf, kind, recorded_at, record, None)
 
 
-def download_state(store: ObjectStore, step_payload: Mapping[str, Any], directory: Path) -> CheckpointFiles:
-    """The state recorded after a step, downloaded and verified file by file."""
-    download_checkpoint(store, step_payload["checkpoint"]["manifest_object"], directory)
-    return load_checkpoint_directory(directory)
-
-
-def recorded_data(store: ObjectStore, run: RecordedRun, directory: Path) -> PreparedData:
-    """The run's data exactly as recorded: its manifest and its shards, downloaded from the
-    store (each shard is verified against its digest on the way)."""
-    entry = run.data_manifest_entry()
-    manifest = DataManifest.from_dict(json.loads(store.read_bytes(entry["manifest_object"], MAX_DATA_MANIFEST_BYTES)))
-    directory.mkdir(parents=True, exist_ok=True)
-    for shard in manifest.shards:
-        target = directory / shard_file_name(shard.sha256)
-        if not target.is_file():
-            partial = target.with_suffix(".partial")
-            with store.open(shard.sha256) as reader, partial.open("wb") as out:
-                for chunk in reader:
-                    out.write(chunk)
-            partial.rename(target)
-    return PreparedData(manifest=manifest, source=DirectoryShardSource(directory))
+def _timestamp(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None

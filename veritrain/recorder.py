@@ -15,22 +15,19 @@ One ``LedgerRecorder`` is built inside every training process by the picklable
   ``outer_step`` entry (the ledger signs a new tree head in the same transaction);
 * the coordinator, ``end``: appends ``run.final``.
 
-Because every object is stored before the entry that names it, and the entry is appended in
-one transaction, a run killed at any moment has either recorded step t completely or not at
-all; resuming from the last recorded step recomputes the rest (content-addressed puts of the
-same bytes are no-ops).
+Every payload is a typed record (records/), so what is written is exactly what the verifier,
+reproduce, resume and the web app read back. Because every object is stored before the entry
+that names it, and the entry is appended in one transaction, a run killed at any moment has
+either recorded step t completely or not at all; resuming from the last recorded step
+recomputes the rest (content-addressed puts of the same bytes are no-ops).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import struct
 import tempfile
-import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,11 +35,28 @@ from typing import Any
 import torch
 
 from attestation.canonical import canonical_digest, canonical_json
-from attestation.statement import CodeDigest, DataShard
+from attestation.statement import CodeDigest
 from ledger.db import create_engine, upgrade
-from ledger.envelope import KIND_DATA_MANIFEST, KIND_FINAL, KIND_OUTER_STEP, MAX_BODY_BYTES
 from ledger.errors import NotFoundError
 from ledger.service import Ledger
+from records import (
+    KIND_DATA_MANIFEST,
+    KIND_FINAL,
+    KIND_OUTER_STEP,
+    DataManifestEntry,
+    Genesis,
+    OuterStep,
+    RunFinal,
+)
+from records.outer_step import (
+    UNCOMPRESSED_BITS,
+    AppliedExchange,
+    CheckpointRef,
+    Compression,
+    Tokens,
+    aggregate_digest,
+    shards_read,
+)
 from storage import ObjectStore, open_store
 from storage.checkpoint import (
     INDEX_FILE,
@@ -52,23 +66,15 @@ from storage.checkpoint import (
     write_files,
     write_model_index,
 )
-from storage.checkpoint.sharding import is_model_shard
-from trainer.errors import TrainerError
+from storage.checkpoint.sharding import header_tensor_sizes, is_model_shard
 from trainer.recorder import OuterStepRecord, ProcessInfo, RunStart, RunSummary
-from veritrain.genesis import VerificationPolicy, genesis_payload, reference_launch_measurement
+from veritrain.errors import RecorderError
+from veritrain.genesis import reference_launch_measurement, run_genesis
 from veritrain.keyring import KeyRing
+from veritrain.policy import PolicyChoice
 from veritrain.provenance import code_identity, dependency_identity
-from veritrain.step_attestation import StepAttestor
-
-OUTER_STEP_SCHEMA = "veritrain/outer_step/v1"
-DATA_MANIFEST_SCHEMA = "veritrain/data.manifest/v1"
-FINAL_SCHEMA = "veritrain/run.final/v1"
-_INLINE_MANIFEST_LIMIT = MAX_BODY_BYTES // 2
-"""A data manifest up to this size is copied into its entry; larger ones are summarised."""
-
-
-class RecorderError(TrainerError):
-    """The ledger and the run being trained disagree (e.g. resuming a different run)."""
+from veritrain.recorded_run import RecordedRun
+from veritrain.step_attestation import StepAttestor, shard_dependency, statement_parameters
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,7 +85,7 @@ class LedgerRecorderFactory:
     store_url: str
     key_dir: Path
     origin: str
-    policy: VerificationPolicy = field(default_factory=VerificationPolicy)
+    policy: PolicyChoice = field(default_factory=PolicyChoice)
 
     def __call__(self, process: ProcessInfo) -> LedgerRecorder:
         return LedgerRecorder(self, process)
@@ -122,30 +128,29 @@ class LedgerRecorder:
         self._ledger = ledger
         code, dependencies = code_identity(), dependency_identity()
         try:
-            info = ledger.get_run(run.run_id)
+            ledger.get_run(run.run_id)
+            exists = True
         except NotFoundError:
-            info = None
-        if info is None:
+            exists = False
+        if not exists:
             if run.resumed_from_step is not None:
                 raise RecorderError(
                     f"cannot resume run {run.run_id!r} from step {run.resumed_from_step}: the ledger has no such run"
                 )
-            genesis = genesis_payload(
-                run, keys=self._keys, code=code, dependencies=dependencies, policy=self._settings.policy
-            )
-            ledger.create_run(run.run_id, genesis)
-            self._enroll_keys(run.run_id, genesis["keys"])
-        else:
-            _check_continuation(ledger, run)
-        entries = _all_entries(ledger, run.run_id)
-        if not any(e.kind == KIND_DATA_MANIFEST for e in entries):
+            genesis = run_genesis(run, keys=self._keys, code=code, dependencies=dependencies, policy=self._settings.policy)
+            ledger.create_run(run.run_id, genesis.to_payload())
+            self._enroll_keys(run.run_id, genesis)
+        recorded = _recorded(ledger, run.run_id)
+        if exists:
+            _check_continuation(recorded, run)
+        if recorded.data_manifest_entry is None:
             self._record_data(run)
-        steps = [e.payload for e in entries if e.kind == KIND_OUTER_STEP]
+        steps = [step for _, step in recorded.outer_steps]
         self._run = _RunContext(
             run_id=run.run_id,
             config_digest=run.config_digest,
-            shard_digests={int(s["index"]): str(s["sha256"]) for s in run.data_manifest["shards"]},
-            previous_manifest_root=steps[-1]["checkpoint"]["manifest_root"] if steps else None,
+            shard_digests=run.data_manifest.shard_digests,
+            previous_manifest_root=steps[-1].checkpoint.manifest_root if steps else None,
             attestor=StepAttestor(
                 run_id=run.run_id,
                 keys=self._keys,
@@ -153,7 +158,7 @@ class LedgerRecorder:
                 clusters=int(run.topology["clusters"]),
                 launch_measurement=reference_launch_measurement(code, dependencies, run.config_digest),
                 code=CodeDigest(source_sha256=code.source_sha256, git_commit=code.git_commit),
-                previous_statements=[s["attestation"]["statement_digest"] for s in steps],
+                previous_statements=[s.attestation.statement_digest for s in steps],
                 now=datetime.now(UTC),
             ),
         )
@@ -166,76 +171,68 @@ class LedgerRecorder:
         manifest_object = upload_manifest(self._store, manifest)
 
         metrics, nonfinite = _finite_metrics(record.metrics)
+        data_ranges = tuple(record.data_ranges)
+        applied = tuple(
+            AppliedExchange(
+                round=a.round,
+                contribution_digests=tuple(a.contribution_digests),
+                payload_bytes=a.payload_bytes,
+                rank=a.rank,
+                bits=a.bits,
+            )
+            for a in record.applied
+        )
+        last = applied[-1] if applied else None
+        compression = Compression(
+            rank=last.rank if last else 0, bits=last.bits if last else UNCOMPRESSED_BITS
+        )
         head = ledger.latest_tree_head(run.run_id)
-        prev_leaf = ledger.entry(run.run_id, head.size - 1).leaf_hash
-        rank, bits = _compression(record)
-        evidence = run.attestor.attest(
+        attestation, contributions = run.attestor.attest(
             step=record.step,
             manifest_root=manifest.root,
             previous_manifest_root=run.previous_manifest_root,
-            hyperparameters={
-                "method": record.method,
-                "inner_steps": record.inner_steps,
-                "compression": {"rank": rank, "bits": bits},
-                "config_digest": run.config_digest,
-            },
-            data_shards=[
-                DataShard(name=f"shard-{index:06d}", sha256=run.shard_digests[index])
-                for index in _shards_read(record)
-            ],
+            hyperparameters=statement_parameters(
+                method=record.method,
+                inner_steps=record.inner_steps,
+                compression=compression,
+                config_digest=run.config_digest,
+            ),
+            data_shards=[shard_dependency(i, run.shard_digests[i]) for i in shards_read(data_ranges)],
             metrics_digest=canonical_digest(metrics),
             nonce=head.root_hash,
-            prev_leaf_hash=prev_leaf,
+            prev_leaf_hash=ledger.entry(run.run_id, head.size - 1).leaf_hash,
             contributions=record.contribution_digests,
         )
-        payload = {
-            "schema": OUTER_STEP_SCHEMA,
-            "step": record.step,
-            "inner_steps": record.inner_steps,
-            "method": record.method,
-            "compression": {"rank": rank, "bits": bits},
-            "tokens": {"step": int(record.metrics.get("step_tokens", 0)), "total": int(record.metrics.get("tokens", 0))},
-            "metrics_digest": canonical_digest(metrics),
-            "nonfinite_metrics": nonfinite,
-            "data_ranges": [_plain(r) for r in record.data_ranges],
-            "applied": [
-                {
-                    "round": a.round,
-                    "contribution_digests": [_plain(c) for c in a.contribution_digests],
-                    "payload_bytes": a.payload_bytes,
-                    "rank": a.rank,
-                    "bits": a.bits,
-                }
-                for a in record.applied
-            ],
-            "anomalies": [_plain(a) for a in record.anomalies],
-            "aggregate_digest": _aggregate_digest(record),
-            "checkpoint": {
-                "manifest_root": manifest.root,
-                "manifest_object": manifest_object,
-                "files": len(files),
-                "previous_manifest_root": run.previous_manifest_root,
-            },
-            **evidence,
-        }
-        _pause_for_crash_tests(record.step)
-        ledger.append(run.run_id, KIND_OUTER_STEP, payload, step=record.step, metrics=metrics)
+        step = OuterStep(
+            step=record.step,
+            inner_steps=record.inner_steps,
+            method=record.method,
+            compression=compression,
+            tokens=Tokens(step=int(record.metrics.get("step_tokens", 0)), total=int(record.metrics.get("tokens", 0))),
+            metrics=metrics,
+            nonfinite_metrics=tuple(nonfinite),
+            metrics_digest=canonical_digest(metrics),
+            data_ranges=data_ranges,
+            contributions=contributions,
+            applied=applied,
+            anomalies=tuple(record.anomalies),
+            aggregate_digest=aggregate_digest(applied),
+            checkpoint=CheckpointRef(
+                manifest_root=manifest.root,
+                manifest_object=manifest_object,
+                files=len(files),
+                previous_manifest_root=run.previous_manifest_root,
+            ),
+            attestation=attestation,
+        )
+        ledger.append(run.run_id, KIND_OUTER_STEP, step.to_payload(), step=record.step, metrics=metrics)
         run.previous_manifest_root = manifest.root
+        run.last_step = step
 
     def end(self, summary: RunSummary) -> None:
         ledger, run = self._coordinator()
-        metrics, _ = _finite_metrics(summary.final_metrics)
-        ledger.append(
-            run.run_id,
-            KIND_FINAL,
-            {
-                "schema": FINAL_SCHEMA,
-                "steps": summary.steps,
-                "tokens": summary.tokens,
-                "final_metrics": metrics,
-                "last_checkpoint": {"manifest_root": run.previous_manifest_root},
-            },
-        )
+        last = run.last_step or _recorded(ledger, run.run_id).step(summary.steps - 1)
+        append_final(ledger, run.run_id, last)
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -244,41 +241,32 @@ class LedgerRecorder:
             raise RecorderError("the recorder was used before begin() (only the coordinator records steps)")
         return self._ledger, self._run
 
-    def _enroll_keys(self, run_id: str, keys: Mapping[str, Any]) -> None:
+    def _enroll_keys(self, run_id: str, genesis: Genesis) -> None:
         assert self._ledger is not None
-        self._ledger.enroll_key(keys["statement"], role="statement", run_id=run_id)
-        self._ledger.enroll_key(keys["platform_root"], role="platform-root", run_id=run_id)
-        for cluster, vkey in enumerate(keys["attesters"]):
+        keys = genesis.keys
+        self._ledger.enroll_key(keys.statement, role="statement", run_id=run_id)
+        self._ledger.enroll_key(keys.platform_root, role="platform-root", run_id=run_id)
+        for cluster, vkey in enumerate(keys.attesters):
             self._ledger.enroll_key(vkey, role=f"attester-{cluster}", run_id=run_id)
-        for cluster, vkey in enumerate(keys["clusters"]):
+        for cluster, vkey in enumerate(keys.clusters):
             self._ledger.enroll_key(vkey, role=f"cluster-{cluster}", run_id=run_id)
 
     def _record_data(self, run: RunStart) -> None:
         """Upload every shard, then the full manifest, then append the ``data.manifest`` entry."""
         assert self._ledger is not None
-        for shard in run.data_manifest["shards"]:
-            self._store.put(iter([run.shard_source.read(shard["sha256"])]), expected_sha256=shard["sha256"])
-        document = canonical_json(dict(run.data_manifest))
-        manifest_object = self._store.put_bytes(document)
-        inline = len(document) <= _INLINE_MANIFEST_LIMIT
-        summary = {k: v for k, v in run.data_manifest.items() if k not in ("sources", "shards")}
-        summary["source_count"] = len(run.data_manifest["sources"])
-        summary["shard_count"] = len(run.data_manifest["shards"])
-        self._ledger.append(
-            run.run_id,
-            KIND_DATA_MANIFEST,
-            {
-                "schema": DATA_MANIFEST_SCHEMA,
-                "manifest_object": manifest_object,
-                "inline": inline,
-                "manifest": dict(run.data_manifest) if inline else summary,
-            },
+        manifest = run.data_manifest
+        for shard in manifest.shards:
+            self._store.put(iter([run.shard_source.read(shard.sha256)]), expected_sha256=shard.sha256)
+        document = canonical_json(manifest.to_payload())
+        entry = DataManifestEntry.recording(
+            manifest, manifest_object=self._store.put_bytes(document), document_bytes=len(document)
         )
+        self._ledger.append(run.run_id, KIND_DATA_MANIFEST, entry.to_payload())
 
     def _store_model_index(self, files: Mapping[str, str]) -> dict[str, str]:
         """Write ``model.safetensors.index.json`` from the stored shards' own headers (tensor
         names and byte sizes), so no process ever holds the whole model."""
-        shards = {name: _safetensors_sizes(self._store, digest) for name, digest in files.items() if is_model_shard(name)}
+        shards = {name: _stored_tensor_sizes(self._store, digest) for name, digest in files.items() if is_model_shard(name)}
         if not shards:
             return {}
         with tempfile.TemporaryDirectory(prefix="veritrain-index-") as folder:
@@ -294,26 +282,34 @@ class _RunContext:
     shard_digests: dict[int, str]
     previous_manifest_root: str | None
     attestor: StepAttestor
+    last_step: OuterStep | None = None
 
 
-def _all_entries(ledger: Ledger, run_id: str) -> list[Any]:
-    entries: list[Any] = []
-    while True:
-        page = ledger.entries(run_id, start=len(entries), limit=1000)
-        if not page:
-            return entries
-        entries.extend(page)
+def append_final(ledger: Ledger, run_id: str, last: OuterStep) -> RunFinal:
+    """Append the ``run.final`` entry of a run whose last outer step is ``last``: the one
+    writer of ``run.final`` (the recorder at the end of a run, ``train --resume`` for a run
+    killed just before it)."""
+    final = RunFinal.after(last)
+    ledger.append(run_id, KIND_FINAL, final.to_payload())
+    return final
 
 
-def _check_continuation(ledger: Ledger, run: RunStart) -> None:
+def _recorded(ledger: Ledger, run_id: str) -> RecordedRun:
+    bodies: list[bytes] = []
+    while page := ledger.entries(run_id, start=len(bodies), limit=1000):
+        bodies.extend(e.body for e in page)
+    return RecordedRun.from_bodies(run_id, bodies)
+
+
+def _check_continuation(recorded: RecordedRun, run: RunStart) -> None:
     """A launch may only continue the ledger's run: same configuration, right step."""
-    genesis = ledger.entry(run.run_id, 0).payload
-    if genesis.get("config_digest") != run.config_digest:
+    genesis = recorded.genesis
+    if genesis.config_digest != run.config_digest:
         raise RecorderError(
-            f"run {run.run_id!r} exists with configuration {genesis.get('config_digest')}, "
+            f"run {run.run_id!r} exists with configuration {genesis.config_digest}, "
             f"got {run.config_digest}: pick another run id, or resume it with `veritrain train --resume {run.run_id}`"
         )
-    latest = ledger.get_run(run.run_id).latest_step
+    latest = recorded.last_step
     if latest != run.resumed_from_step:
         if run.resumed_from_step is None:
             raise RecorderError(
@@ -326,65 +322,15 @@ def _check_continuation(ledger: Ledger, run: RunStart) -> None:
         )
 
 
-def _safetensors_sizes(store: ObjectStore, digest: str) -> dict[str, int]:
-    """Tensor name -> byte size, from a stored safetensors file's header (8-byte little-endian
-    length, then that many bytes of JSON; safetensors format spec)."""
-    with store.open(digest, 0, 8) as reader:
-        (length,) = struct.unpack("<Q", reader.read())
-    with store.open(digest, 8, 8 + length) as reader:
-        header = json.loads(reader.read())
-    return {
-        name: int(entry["data_offsets"][1]) - int(entry["data_offsets"][0])
-        for name, entry in header.items()
-        if name != "__metadata__"
-    }
+def _stored_tensor_sizes(store: ObjectStore, digest: str) -> dict[str, int]:
+    def read(start: int, end: int) -> bytes:
+        with store.open(digest, start, end) as reader:
+            return reader.read()
+
+    return header_tensor_sizes(read)
 
 
 def _finite_metrics(metrics: Mapping[str, float]) -> tuple[dict[str, float], list[str]]:
     """RFC 8785 has no NaN or infinity: such values are left out and their names listed."""
     finite = {k: float(v) for k, v in metrics.items() if math.isfinite(float(v))}
     return finite, sorted(k for k in metrics if k not in finite)
-
-
-def _compression(record: OuterStepRecord) -> tuple[int, int]:
-    if not record.applied:
-        return 0, 32
-    last = record.applied[-1]
-    return last.rank, last.bits
-
-
-def _shards_read(record: OuterStepRecord) -> list[int]:
-    shards: set[int] = set()
-    for data_range in record.data_ranges:
-        for first, last in data_range.shards:
-            shards.update(range(int(first), int(last) + 1))
-    return sorted(shards)
-
-
-def _aggregate_digest(record: OuterStepRecord) -> str:
-    """SHA-256 over the applied contribution digests in (round, cluster, stage) order: names
-    exactly which payloads were combined in this step."""
-    ordered = sorted(
-        (a.round, c.cluster, c.stage, c.digest) for a in record.applied for c in a.contribution_digests
-    )
-    return canonical_digest([list(item) for item in ordered])
-
-
-PAUSE_FOR_CRASH_TESTS = "VERITRAIN_TEST_PAUSE_BEFORE_APPEND"
-"""``<step>:<marker file>``: after step's objects are stored and before its entry is appended,
-create the marker and wait, so a test can kill the run at the worst moment. Tests only."""
-
-
-def _pause_for_crash_tests(step: int) -> None:
-    setting = os.environ.get(PAUSE_FOR_CRASH_TESTS)
-    if not setting:
-        return
-    pause_step, _, marker = setting.partition(":")
-    if int(pause_step) == step:
-        Path(marker).touch()
-        time.sleep(3600)
-
-
-def _plain(value: Any) -> Any:
-    """A frozen record dataclass as JSON-able data (sequences become lists)."""
-    return json.loads(json.dumps(asdict(value)))

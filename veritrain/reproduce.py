@@ -1,13 +1,18 @@
 """``veritrain reproduce``: re-execute one outer step and compare it with the ledger.
 
-1. Read the run from a source (database + store, or the HTTP API) and verify the objects it
-   needs as they are downloaded: the state recorded after step T-1 (nothing for T = 0: the
-   seed fixes the initial state), the data manifest and the shards.
-2. Re-execute step T with the recorded configuration (all clusters), or only cluster J's H
+1. Verify the log before anything is re-executed: the signed tree head, every entry's place in
+   the hash chain and the signed root, their typed records, and the genesis (config digest,
+   policy bounds). A log that does not verify is not re-executed: there would be nothing
+   trustworthy to compare with.
+2. Download what the step needs, verified as it arrives: the state recorded after step T-1
+   (nothing for T = 0: the seed fixes the initial state), the data manifest and the shards.
+3. Re-execute step T with the recorded configuration (all clusters), or only cluster J's H
    inner steps up to its contribution (``--cluster J``).
-3. Compare under the run's verification policy, fixed in its genesis: ``bitwise`` on the
-   hardware class that trained (every checkpoint file and contribution digest must match);
-   elsewhere, the policy's metric within its tolerance.
+4. Compare under the run's verification policy, fixed in its genesis, and say which rule is
+   applied and why: ``bitwise`` on the recorded hardware class (every checkpoint file and
+   contribution digest must match); elsewhere (or under a ``tolerance`` policy) the policy's
+   metric within its delta *and* every model tensor within the published parameter distance
+   of the recorded checkpoint (veritrain/policy.py).
 
 Timing-dependent decisions are reported but not compared bitwise: with adaptive H the H
 chosen for the *next* step depends on measured compute and communication times; the H used
@@ -24,23 +29,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from storage.checkpoint import INDEX_FILE, Manifest, write_files, write_model_index
+import torch
+
+from records import Genesis, OuterStep
+from records.genesis import VerificationPolicy
+from storage.checkpoint import write_files, write_model_index
 from storage.checkpoint.sharding import is_model_shard, tensor_nbytes
 from trainer.api import Reexecution, reexecute_outer_step
-from trainer.checkpoint import TRAINER_STATE, CheckpointFiles, load_checkpoint_directory
+from trainer.checkpoint import TRAINER_STATE, CheckpointFiles
 from trainer.config import TrainConfig
-from trainer.data.build import PreparedData
-from trainer.data.manifest import DataManifest
-from trainer.data.shards import DirectoryShardSource, shard_file_name
-from trainer.errors import TrainerError
-from veritrain.verify.source import RunSource, read_verified, stream_verified
-from veritrain.verify.view import RunView
+from veritrain.downloads import (
+    download_checkpoint,
+    download_data,
+    read_checkpoint_manifest,
+    read_data_manifest,
+)
+from veritrain.errors import ReproduceError
+from veritrain.policy import PARAMETER_DISTANCE_BOUND
+from veritrain.recorded_run import RecordedRun
+from veritrain.sources import RunSource, read_verified
+from veritrain.verify.commitment_checks import check_genesis
+from veritrain.verify.log_checks import check_chain, check_tree_head
+from veritrain.verify.report import Report
 
 _TIMING_DEPENDENT = ("next_inner_steps",)
-
-
-class ReproduceError(TrainerError):
-    """The step cannot be re-executed (no such step, corrupt download, ...)."""
 
 
 @dataclass
@@ -50,6 +62,8 @@ class Comparison:
     cluster: int | None
     mode: str
     """``bitwise`` or ``tolerance``."""
+    reason: str = ""
+    """Why this mode: the policy, and whether this machine is in its hardware class."""
     matched: list[str] = field(default_factory=list)
     mismatched: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -60,7 +74,7 @@ class Comparison:
 
     def render(self) -> str:
         what = f"cluster {self.cluster}'s contribution to outer step {self.step}" if self.cluster is not None else f"outer step {self.step}"
-        lines = [f"reproduced {what} of run {self.run_id!r} ({self.mode} comparison)"]
+        lines = [f"reproduced {what} of run {self.run_id!r} ({self.mode} comparison)", f"  policy    {self.reason}"]
         lines += [f"  match     {m}" for m in self.matched]
         lines += [f"  MISMATCH  {m}" for m in self.mismatched]
         lines += [f"  note      {n}" for n in self.notes]
@@ -73,6 +87,7 @@ class Comparison:
             "step": self.step,
             "cluster": self.cluster,
             "mode": self.mode,
+            "reason": self.reason,
             "ok": self.ok,
             "matched": self.matched,
             "mismatched": self.mismatched,
@@ -80,66 +95,99 @@ class Comparison:
         }
 
 
-def reproduce_step(source: RunSource, run_id: str | None, step: int, cluster: int | None = None) -> Comparison:
+def verified_run(source: RunSource, run_id: str | None) -> tuple[RecordedRun, TrainConfig]:
+    """The run, after its log verified (checks 1, 2 and 10 of ``veritrain verify``)."""
     run_id = run_id or source.latest_run_id()
-    view = RunView.from_bodies(run_id, source.entry_bodies(run_id))
-    steps = {e.step: e.payload for e in view.outer_steps if e.step is not None}
-    if step not in steps:
-        recorded = f"{min(steps)}..{max(steps)}" if steps else "none"
-        raise ReproduceError(f"run {run_id!r} has no recorded outer step {step} (recorded: {recorded})")
-    if step > 0 and step - 1 not in steps:
-        raise ReproduceError(f"run {run_id!r} has no recorded state after step {step - 1} to start from")
-    genesis = view.genesis
-    config = TrainConfig.from_dict(genesis["hyperparameters"])
-    recorded_step = steps[step]
-    mode = _mode(genesis.get("verification_policy", {}))
-    comparison = Comparison(run_id=run_id, step=step, cluster=cluster, mode=mode)
+    run = RecordedRun.load(source, run_id)
+    report = Report(run_id=run_id, source=source.description)
+    note = source.tree_head(run_id)
+    head = check_tree_head(report, run, note, pinned_vkey=None, seen_heads=None, source=source)
+    check_chain(report, run, note, head)
+    config = check_genesis(report, run)
+    if report.failures or config is None:
+        shown = "; ".join(f"{f.where()}{f.message}" for f in report.failures[:5])
+        raise ReproduceError(
+            f"run {run_id!r}: the log does not verify, so there is nothing trustworthy to re-execute against "
+            f"({len(report.failures)} problem(s): {shown}); run `veritrain verify {run_id}` for the full report"
+        )
+    return run, config
+
+
+def reproduce_step(source: RunSource, run_id: str | None, step: int, cluster: int | None = None) -> Comparison:
+    run, config = verified_run(source, run_id)
+    recorded = run.step(step)
+    if step > 0:
+        run.step(step - 1)  # the state to start from must be recorded
+    if cluster is not None and cluster not in run.genesis.topology.present:
+        raise ReproduceError(f"run {run.run_id!r} has no cluster {cluster} (clusters: {list(run.genesis.topology.present)})")
+    mode, reason = choose_mode(run.genesis, config)
+    comparison = Comparison(run_id=run.run_id, step=step, cluster=cluster, mode=mode, reason=reason)
 
     with tempfile.TemporaryDirectory(prefix="veritrain-reproduce-") as folder:
         work = Path(folder)
-        data = _download_data(source, view, work / "shards")
-        state = _download_state(source, steps[step - 1], work / "state") if step > 0 else None
-        result = reexecute_outer_step(config, state, step, cluster, data=data)
-
-    _compare_contributions(comparison, recorded_step, result, cluster)
-    if cluster is None:
-        if mode == "bitwise":
-            _compare_files(comparison, source, recorded_step, result.files)
-        else:
-            _compare_metric(comparison, genesis["verification_policy"], recorded_step, result)
+        manifest = read_data_manifest(source, run.data_manifest)
+        data = download_data(source, manifest, work / "shards")
+        before = download_checkpoint(source, run.step(step - 1).checkpoint, work / "before") if step > 0 else None
+        result = reexecute_outer_step(config, before, step, cluster, data=data)
+        _compare_contributions(comparison, recorded, result, cluster)
+        if cluster is None:
+            if mode == "bitwise":
+                _compare_files(comparison, source, recorded, result.files)
+            else:
+                policy = run.genesis.verification_policy
+                _compare_metric(comparison, policy, recorded, result)
+                after = download_checkpoint(source, recorded.checkpoint, work / "after")
+                _compare_parameters(comparison, before, after, result.files)
     return comparison
 
 
-def _mode(policy: Mapping[str, Any]) -> str:
-    """Bitwise only where the genesis' hardware class and software match this machine."""
-    if policy.get("mode") != "bitwise":
-        return "tolerance"
-    import torch
+def choose_mode(genesis: Genesis, config: TrainConfig) -> tuple[str, str]:
+    """Bitwise only where the genesis' policy says bitwise and this machine is in the recorded
+    hardware class; tolerance otherwise. Returns (mode, why)."""
+    policy = genesis.verification_policy
+    if policy.mode != "bitwise":
+        return "tolerance", f"the genesis fixed a tolerance policy ({_tolerance(policy)})"
+    here = {"device": _device(config), "machine": platform.machine(), "torch": torch.__version__}
+    hardware = policy.hardware.to_payload()
+    differing = [f"{k} {hardware[k]!r} there, {here[k]!r} here" for k in here if hardware[k] != here[k]]
+    if differing:
+        return "tolerance", (
+            f"the genesis fixed bitwise on {hardware}, but this machine differs ({'; '.join(differing)}): "
+            f"falling back to its tolerance ({_tolerance(policy)})"
+        )
+    return "bitwise", f"the genesis fixed bitwise, and this machine is in its hardware class {hardware}"
 
-    hardware = policy.get("hardware", {})
-    here = {"device": "cpu", "machine": platform.machine(), "torch": torch.__version__}
-    return "bitwise" if all(hardware.get(k) == v for k, v in here.items()) else "tolerance"
+
+def _tolerance(policy: VerificationPolicy) -> str:
+    return (
+        f"{policy.fallback.metric} within {policy.fallback.delta}, every model tensor within a relative "
+        f"distance of {PARAMETER_DISTANCE_BOUND}"
+    )
 
 
-def _compare_contributions(comparison: Comparison, recorded: Mapping[str, Any], result: Reexecution, cluster: int | None) -> None:
-    expected = {
-        (int(c["cluster"]), int(s["stage"])): str(s["digest"])
-        for c in recorded.get("contributions", [])
-        for s in c["stages"]
-        if cluster is None or int(c["cluster"]) == cluster
-    }
+def _device(config: TrainConfig) -> str:
+    if config.device == "cpu":
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _compare_contributions(comparison: Comparison, recorded: OuterStep, result: Reexecution, cluster: int | None) -> None:
+    if comparison.mode != "bitwise" and cluster is None:
+        comparison.notes.append("contribution digests are compared bitwise only on the recorded hardware class")
+        return
+    expected = {key: digest for key, digest in recorded.signed_contributions().items() if cluster is None or key[0] == cluster}
     actual = result.contribution_digests
     for key in sorted(expected):
         label = f"contribution of cluster {key[0]} stage {key[1]}: {expected[key][:16]}…"
-        if comparison.mode == "bitwise" or cluster is not None:
-            (comparison.matched if actual.get(key) == expected[key] else comparison.mismatched).append(
-                label if actual.get(key) == expected[key] else f"{label} re-executed as {str(actual.get(key))[:16]}…"
-            )
+        if actual.get(key) == expected[key]:
+            comparison.matched.append(label)
+        else:
+            comparison.mismatched.append(f"{label} re-executed as {str(actual.get(key))[:16]}…")
 
 
-def _compare_files(comparison: Comparison, source: RunSource, recorded: Mapping[str, Any], files: CheckpointFiles) -> None:
-    manifest = Manifest.from_json(read_verified(source, recorded["checkpoint"]["manifest_object"]))
-    expected = {e.name: e.digest for e in manifest.entries}
+def _compare_files(comparison: Comparison, source: RunSource, recorded: OuterStep, files: CheckpointFiles) -> None:
+    manifest = read_checkpoint_manifest(source, recorded.checkpoint)
+    expected = manifest.digests
     with tempfile.TemporaryDirectory(prefix="veritrain-reproduced-") as folder:
         digests = write_files(folder, tensor_files=files.tensors, json_files=files.json)
         shards = {n: tensor_nbytes(files.tensors[n]) for n in files.tensors if is_model_shard(n)}
@@ -172,45 +220,53 @@ def _compare_trainer_state(comparison: Comparison, source: RunSource, recorded_d
         comparison.mismatched.append(f"{TRAINER_STATE}: differs in {sorted(differing) or 'its header'}")
 
 
-def _compare_metric(comparison: Comparison, policy: Mapping[str, Any], recorded: Mapping[str, Any], result: Reexecution) -> None:
-    fallback = policy.get("fallback", policy)
-    metric, delta = str(fallback.get("metric", "eval_loss")), float(fallback.get("delta", 1e-3))
-    want = recorded.get("metrics", {}).get(metric)
+def _compare_metric(comparison: Comparison, policy: VerificationPolicy, recorded: OuterStep, result: Reexecution) -> None:
+    metric, delta = policy.fallback.metric, policy.fallback.delta
+    want = recorded.metrics.get(metric)
     got = result.record.metrics.get(metric)
-    comparison.notes.append("this machine differs from the one that trained: comparing the policy's metric, not bits")
     if want is None or got is None:
         comparison.mismatched.append(f"{metric}: not recorded or not re-computed")
-    elif abs(float(got) - float(want)) <= delta:
+    elif abs(float(got) - want) <= delta:
         comparison.matched.append(f"{metric}: recorded {want:.6f}, re-executed {got:.6f} (|Δ| ≤ {delta})")
     else:
         comparison.mismatched.append(f"{metric}: recorded {want:.6f}, re-executed {got:.6f} (|Δ| > {delta})")
 
 
-def _download_state(source: RunSource, previous: Mapping[str, Any], directory: Path) -> CheckpointFiles:
-    manifest = Manifest.from_json(read_verified(source, previous["checkpoint"]["manifest_object"]))
-    if manifest.root != previous["checkpoint"]["manifest_root"]:
-        raise ReproduceError(f"the state of step {previous['step']} does not match its recorded manifest root")
-    directory.mkdir(parents=True)
-    for entry in manifest.entries:
-        if entry.name == INDEX_FILE:
+def _compare_parameters(
+    comparison: Comparison, before: CheckpointFiles | None, after: CheckpointFiles, again: CheckpointFiles
+) -> None:
+    """Each recorded model tensor θ_t against its re-execution θ': ‖θ' − θ_t‖ / ‖θ_t − θ_{t−1}‖
+    (against ‖θ_t‖ for step 0, whose starting point is not stored) within the bound."""
+    recorded = _model_tensors(after)
+    previous = _model_tensors(before) if before is not None else {}
+    reexecuted = _model_tensors(again)
+    worst, worst_name, problems = 0.0, "", []
+    for name, theta in sorted(recorded.items()):
+        other = reexecuted.get(name)
+        if other is None or other.shape != theta.shape:
+            problems.append(f"{name}: missing or reshaped in the re-execution")
             continue
-        _download(source, entry.digest, directory / entry.name)
-    return load_checkpoint_directory(directory)
+        update = theta - previous[name] if name in previous else theta
+        scale = float(torch.linalg.vector_norm(update.double()))
+        distance = float(torch.linalg.vector_norm((other - theta).double())) / scale if scale else float(not torch.equal(other, theta))
+        if distance > worst:
+            worst, worst_name = distance, name
+        if distance > PARAMETER_DISTANCE_BOUND:
+            problems.append(f"{name}: relative distance {distance:.3g} > {PARAMETER_DISTANCE_BOUND}")
+    if problems:
+        comparison.mismatched.extend(problems[:10])
+        if len(problems) > 10:
+            comparison.mismatched.append(f"... and {len(problems) - 10} more tensors")
+    else:
+        comparison.matched.append(
+            f"{len(recorded)} model tensors within a relative distance of {PARAMETER_DISTANCE_BOUND} of the recorded "
+            f"checkpoint (largest {worst:.3g}, {worst_name or 'none'})"
+        )
 
 
-def _download_data(source: RunSource, view: RunView, directory: Path) -> PreparedData:
-    entry = view.data_manifest
-    if entry is None:
-        raise ReproduceError(f"run {view.run_id!r} has no data manifest")
-    manifest = DataManifest.from_dict(json.loads(read_verified(source, entry.payload["manifest_object"])))
-    directory.mkdir(parents=True)
-    for shard in manifest.shards:
-        _download(source, shard.sha256, directory / shard_file_name(shard.sha256))
-    return PreparedData(manifest=manifest, source=DirectoryShardSource(directory))
-
-
-def _download(source: RunSource, digest: str, target: Path) -> None:
-    partial = target.with_name(target.name + ".partial")
-    with partial.open("wb") as out:
-        stream_verified(source, digest, out.write)
-    partial.rename(target)  # only verified bytes get the real name
+def _model_tensors(files: CheckpointFiles) -> Mapping[str, torch.Tensor]:
+    tensors: dict[str, torch.Tensor] = {}
+    for name, file in files.tensors.items():
+        if is_model_shard(name):
+            tensors.update(file)
+    return tensors

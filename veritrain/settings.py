@@ -14,10 +14,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-
-class SettingsError(ValueError):
-    """A ``VERITRAIN_*`` setting is malformed; the message is one line meant for a person."""
-
+from veritrain.errors import SettingsError
 
 _DB_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg")
 _STORE_SCHEMES = ("file", "s3")

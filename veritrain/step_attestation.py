@@ -40,9 +40,34 @@ from attestation.statement import (
     OuterStepProvenance,
     encode_statement,
 )
+from records.outer_step import (
+    ClusterContributions,
+    Compression,
+    QuoteRef,
+    StageContribution,
+    StepAttestation,
+)
 from storage import ObjectStore
 from trainer.recorder import ContributionDigest
 from veritrain.keyring import KeyRing
+
+
+def shard_dependency(index: int, sha256: str) -> DataShard:
+    """How a statement names data shard ``index`` among its resolved dependencies."""
+    return DataShard(name=f"shard-{index:06d}", sha256=sha256)
+
+
+def statement_parameters(
+    *, method: str, inner_steps: int, compression: Compression, config_digest: str
+) -> dict[str, Any]:
+    """The statement's external parameters (SLSA ``externalParameters``) of one outer step:
+    written by the recorder, recomputed from the genesis and the entry by the verifier."""
+    return {
+        "method": method,
+        "inner_steps": inner_steps,
+        "compression": compression.to_payload(),
+        "config_digest": config_digest,
+    }
 
 
 def outer_step_events(statement_digests: Iterable[str]) -> EventLog:
@@ -109,9 +134,9 @@ class StepAttestor:
         nonce: bytes,
         prev_leaf_hash: bytes,
         contributions: Sequence[ContributionDigest],
-    ) -> dict[str, Any]:
+    ) -> tuple[StepAttestation, tuple[ClusterContributions, ...]]:
         """Store the step's statement, quotes and contribution signatures; return the
-        ``attestation`` and ``contributions`` parts of the ``outer_step`` payload."""
+        ``attestation`` and ``contributions`` parts of the ``outer_step`` record."""
         provenance = OuterStepProvenance(
             run_id=self._run_id,
             step=step,
@@ -132,20 +157,20 @@ class StepAttestor:
         for cluster, attester in enumerate(self._attesters):
             attester.extend(register=OUTER_STEP_REGISTER, digest=statement_digest, event_type=OUTER_STEP_EVENT)
             quote = attester.quote(report_data=binding, nonce=nonce)
-            quotes.append({"cluster": cluster, "object": self._store.put_bytes(quote)})
+            quotes.append(QuoteRef(cluster=cluster, object=self._store.put_bytes(quote)))
 
-        return {
-            "attestation": {
-                "statement_object": statement_object,
-                "statement_digest": statement_digest.hex(),
-                "nonce": nonce.hex(),
-                "quotes": quotes,
-            },
-            "contributions": self._sign_contributions(step, contributions),
-        }
+        attestation = StepAttestation(
+            statement_object=statement_object,
+            statement_digest=statement_digest.hex(),
+            nonce=nonce.hex(),
+            quotes=tuple(quotes),
+        )
+        return attestation, self._sign_contributions(step, contributions)
 
-    def _sign_contributions(self, step: int, contributions: Sequence[ContributionDigest]) -> list[dict[str, Any]]:
-        by_cluster: dict[int, list[dict[str, Any]]] = {}
+    def _sign_contributions(
+        self, step: int, contributions: Sequence[ContributionDigest]
+    ) -> tuple[ClusterContributions, ...]:
+        by_cluster: dict[int, list[StageContribution]] = {}
         for item in sorted(contributions, key=lambda c: (c.cluster, c.stage)):
             signed = sign_contribution(
                 Contribution(
@@ -158,6 +183,10 @@ class StepAttestor:
                 self._keys.cluster_key(self._run_id, item.cluster),
             )
             by_cluster.setdefault(item.cluster, []).append(
-                {"stage": item.stage, "digest": item.digest, "signature_object": self._store.put_bytes(signed.to_json())}
+                StageContribution(
+                    stage=item.stage, digest=item.digest, signature_object=self._store.put_bytes(signed.to_json())
+                )
             )
-        return [{"cluster": cluster, "stages": stages} for cluster, stages in sorted(by_cluster.items())]
+        return tuple(
+            ClusterContributions(cluster=cluster, stages=tuple(stages)) for cluster, stages in sorted(by_cluster.items())
+        )

@@ -22,10 +22,12 @@ from web.audit_status import StatusCache
 from web.deps import Resources
 from web.errors import install_error_handlers
 from web.routes import checkpoints, hf, log, metrics, objects, ops, pages, runs
+from web.security_headers import NoSniffMiddleware
 from web.series import SeriesCache
 from web.settings import WebSettings
 from web.telemetry import Telemetry, TelemetryMiddleware
 from web.vendor import plotly_bundle
+from web.verified_files import VerifiedFiles
 
 STATIC = Path(__file__).parent / "static"
 
@@ -54,6 +56,7 @@ def create_app(settings: WebSettings) -> FastAPI:
             telemetry=telemetry,
             status=StatusCache(),
             series=SeriesCache(),
+            verified=VerifiedFiles(),
         )
         plotly_bundle()  # read and compress once at start, not on the first page view
         try:
@@ -73,6 +76,7 @@ def create_app(settings: WebSettings) -> FastAPI:
     )
     install_error_handlers(app)
     app.add_middleware(TelemetryMiddleware, telemetry=telemetry)
+    app.add_middleware(NoSniffMiddleware)
     for router in (runs.router, log.router, metrics.router, checkpoints.router, objects.router, ops.router, pages.router):
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

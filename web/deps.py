@@ -14,6 +14,7 @@ from web.audit_status import StatusCache
 from web.series import SeriesCache
 from web.settings import WebSettings
 from web.telemetry import Telemetry
+from web.verified_files import VerifiedFiles
 
 IMMUTABLE = "public, max-age=31536000, immutable"
 """Cache policy of content that can never change: objects, entries, proofs between fixed sizes."""
@@ -33,6 +34,8 @@ class Resources:
     """Audit results per (run, log size)."""
     series: SeriesCache
     """Chart series per (run, log size, keys, max_points)."""
+    verified: VerifiedFiles
+    """Local object files hashed in full before a range of them is served."""
 
 
 # The dependencies are ``async def`` although they do no I/O: FastAPI runs a plain ``def``

@@ -7,9 +7,11 @@ Hugging Face ``resolve`` route. It decides the conditional and range questions o
 1. ``If-None-Match`` naming the object's tag -> 304 (no bytes);
 2. an S3 store with ``s3_presign_downloads`` -> 302 to a presigned GET URL (S3 itself then
    serves Range requests; the client checks the SHA-256 the ``ETag`` names);
-3. a local store -> Starlette's ``FileResponse`` (zero-copy where the server supports
-   ``http.response.pathsend``, single and multiple ranges), given a canonical ``Range``;
-4. otherwise -> a stream through the app (:mod:`web.object_stream`).
+3. a range of a local object -> Starlette's ``FileResponse`` (zero-copy where the server
+   supports ``http.response.pathsend``, single and multiple ranges), given a canonical
+   ``Range``, once the whole file has hashed to its digest (:mod:`web.verified_files`);
+4. otherwise -> a stream through the app (:mod:`web.object_stream`), verified against the
+   digest as it goes: a corrupt object is never sent whole.
 
 Every answer carries ``ETag: "<sha256>"``, ``Accept-Ranges: bytes`` and the caller's cache
 policy. The digest has been validated by the route (64 lowercase hex) before it gets here,
@@ -26,8 +28,9 @@ from starlette.responses import FileResponse, RedirectResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from storage import ObjectStore
-from web.object_stream import OCTET_STREAM, stream_response
+from web.object_stream import OCTET_STREAM, stream_response, verify_or_log
 from web.ranges import entity_tag, if_none_match_hits, range_header_value, requested_ranges
+from web.verified_files import VerifiedFiles, file_identity
 
 PRESIGN_SECONDS = 3600
 """Lifetime of a presigned download URL."""
@@ -40,6 +43,7 @@ def object_response(
     *,
     presign: bool,
     cache_control: str,
+    verified: VerifiedFiles,
     headers: Mapping[str, str] | None = None,
     filename: str | None = None,
 ) -> Response:
@@ -66,10 +70,14 @@ def object_response(
     )
     head_only = request.method == "HEAD"
     path = store.local_path(digest)
-    if path is not None:
+    if path is not None and ranges is not None and not head_only:
+        if not verified.holds(digest, path):
+            identity = file_identity(path)
+            verify_or_log(store, digest)
+            verified.remember(digest, identity)
         response = _CanonicalRangeFileResponse(
             path,
-            range_header=None if ranges is None else range_header_value(ranges),
+            range_header=range_header_value(ranges),
             headers=common,
             media_type=OCTET_STREAM,
             stat_result=os.stat(path),

@@ -5,22 +5,30 @@ HTTP responses.
     ├── BadRequestError          a parameter the path/query validation could not express (400)
     ├── NotFoundError            a revision, step or file the run does not have (404)
     ├── RangeNotSatisfiableError no requested byte range overlaps the object (416)
-    └── RecordError              a ledger entry lacks a field docs/records.md promises (502)
+    └── UnreadableRunError       the run's record cannot answer the request (502)
 
-``ledger.errors`` and ``storage.errors`` are mapped by :data:`_STATUS` (the most specific
-class first). API routes answer ``{"detail": "<message>"}`` (FastAPI's own error shape);
-page routes render ``error.html``.
+``ledger.errors``, ``storage.errors`` and ``records.RecordError`` (an entry that does not
+read as its format: 502, the stored record is at fault) are mapped by :data:`_STATUS` (the
+most specific class first). API routes answer ``{"detail": "<message>"}`` (FastAPI's own
+error shape); page routes render ``error.html``. A missing object is answered without the
+store's own message, which names where the store lives; that detail goes to the server log.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from ledger import errors as ledger_errors
+from records import errors as records_errors
 from storage import errors as storage_errors
+
+LOG = logging.getLogger("veritrain.web")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 class WebError(Exception):
@@ -58,9 +66,9 @@ class RangeNotSatisfiableError(WebError):
         )
 
 
-class RecordError(WebError):
-    """A ledger entry the server relies on does not have the shape docs/records.md gives it:
-    the server cannot answer from it (502: the stored record, not the request, is at fault)."""
+class UnreadableRunError(WebError):
+    """The run's signed record cannot answer (e.g. its last entry does not read as its format):
+    the stored record, not the request, is at fault."""
 
     status_code = 502
 
@@ -72,6 +80,7 @@ _STATUS: tuple[tuple[type[Exception], int], ...] = (
     (ledger_errors.ConflictError, 409),
     (ledger_errors.VerificationError, 422),
     (ledger_errors.SchemaMissingError, 503),
+    (records_errors.RecordError, 502),
     (ledger_errors.LedgerError, 500),
     (storage_errors.ObjectNotFoundError, 404),
     (storage_errors.InvalidDigestError, 400),
@@ -94,20 +103,25 @@ def status_for(exc: Exception) -> int:
 
 def install_error_handlers(app: FastAPI) -> None:
     """Register the one handler for the three packages' error hierarchies."""
-    for base in (WebError, ledger_errors.LedgerError, storage_errors.StorageError):
+    for base in (WebError, ledger_errors.LedgerError, storage_errors.StorageError, records_errors.RecordError):
         app.add_exception_handler(base, _handle)
 
 
 async def _handle(request: Request, exc: Exception) -> Response:
     status = status_for(exc)
     headers = dict(exc.headers) if isinstance(exc, WebError) else {}
+    message = str(exc)
+    if isinstance(exc, storage_errors.ObjectNotFoundError):
+        LOG.info("%s %s: %s", request.method, request.url.path, message)
+        digest = _DIGEST.search(message)
+        message = f"no object sha256/{digest.group(0)} is stored" if digest else "no such object is stored"
     if status == 503:
         headers.setdefault("Retry-After", "30")
     if getattr(request.state, "html_errors", False):
         from web.templating import render_error  # the templates live there
 
-        return render_error(request, status, str(exc), headers=headers)
-    return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
+        return render_error(request, status, message, headers=headers)
+    return JSONResponse({"detail": message}, status_code=status, headers=headers)
 
 
 async def html_errors(request: Request) -> None:

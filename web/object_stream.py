@@ -17,6 +17,7 @@ Several ranges are sent as ``multipart/byteranges`` (RFC 9110 ยง14.6, RFC 2046 ย
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Iterator, Mapping, Sequence
 
@@ -24,9 +25,11 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
 from storage import ObjectStore
+from storage.errors import IntegrityError
 from web.ranges import ByteRange
 
 OCTET_STREAM = "application/octet-stream"
+LOG = logging.getLogger("veritrain.web")
 
 
 def stream_response(
@@ -70,12 +73,26 @@ def _read(store: ObjectStore, digest: str, byte_range: ByteRange | None) -> Iter
     start, end = (None, None) if byte_range is None else (byte_range.start, byte_range.end)
     with store.open(digest, start, end) as reader:
         held: bytes | None = None
-        for chunk in reader:  # ends only once a whole read has verified
-            if held is not None:
-                yield held
-            held = chunk
+        try:
+            for chunk in reader:  # ends only once a whole read has verified
+                if held is not None:
+                    yield held
+                held = chunk
+        except IntegrityError as exc:
+            LOG.error("refused to finish serving object sha256/%s: %s", digest, exc)
+            raise
         if held is not None:
             yield held
+
+
+def verify_or_log(store: ObjectStore, digest: str) -> None:
+    """Hash the whole stored object (:class:`IntegrityError` if it is not what its digest
+    names, after logging which object)."""
+    try:
+        store.verify(digest)
+    except IntegrityError as exc:
+        LOG.error("object sha256/%s failed verification: %s", digest, exc)
+        raise
 
 
 def _multipart(

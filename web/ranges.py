@@ -89,7 +89,7 @@ def requested_ranges(
         if match is None or match.group(0) == "-":
             return None
         first, last = match.groups()
-        if first and last and int(last) < int(first):
+        if first and last and _position(last) < _position(first):
             return None  # §14.1.1: invalid when last-pos < first-pos
         parsed.append((first, last))
     if not parsed:
@@ -108,16 +108,28 @@ def range_header_value(ranges: list[ByteRange]) -> str:
     return "bytes=" + ",".join(f"{r.start}-{r.end - 1}" for r in ranges)
 
 
+_BEYOND_ANY_OBJECT = 1 << 63
+"""Stands for a position of more digits than any object size has: Python refuses to convert
+strings of over 4,300 digits to int, and no object is near 10**18 bytes anyway."""
+
+
+def _position(digits: str) -> int:
+    """A byte position from the header's digits, however many there are (RFC 9110 §14.1.1
+    puts no limit on them)."""
+    significant = digits.lstrip("0")
+    return int(significant or "0") if len(significant) <= 18 else _BEYOND_ANY_OBJECT
+
+
 def _resolve(first: str, last: str, size: int) -> ByteRange | None:
     """The part of one range spec inside an object of ``size`` bytes, or None if it is
     unsatisfiable (§14.1.2: a first-pos at or past the end; a suffix of length 0)."""
     if first:
-        start = int(first)
+        start = _position(first)
         if start >= size:
             return None
-        end = size if not last else min(int(last) + 1, size)
+        end = size if not last else min(_position(last) + 1, size)
         return ByteRange(start, end)
-    suffix = int(last)
+    suffix = _position(last)
     if suffix == 0 or size == 0:
         return None
     return ByteRange(max(size - suffix, 0), size)

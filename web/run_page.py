@@ -1,4 +1,4 @@
-"""What the run page shows, gathered from the ledger (docs/records.md payloads) without
+"""What the run page shows, gathered from the ledger's typed records (records/) without
 knowing anything about HTML.
 
 Reads a bounded amount per request whatever the length of the run: the genesis and data
@@ -9,27 +9,30 @@ first), the final entry, the downsampled chart series, and the cached audit stat
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from ledger.envelope import KIND_OUTER_STEP
 from ledger.errors import LedgerError
 from ledger.records import EntryRecord, KeyRecord, RunInfo, SignedTreeHead
 from ledger.service import Ledger
+from records import DATA_MANIFEST_INDEX, DataManifest, DataManifestEntry, OuterStep, RecordError
 from storage import ObjectStore
 from storage.errors import StorageError
 from web.audit_status import RunStatus, StatusCache
 from web.errors import WebError
 from web.run_records import (
-    DATA_MANIFEST_INDEX,
+    RunState,
     checkpoint_ref,
-    final_entry,
-    genesis_entry,
+    final_record,
+    genesis_record,
     load_manifest,
+    read_record,
+    run_state,
 )
 from web.series import SeriesCache
 
+T = TypeVar("T")
 ROWS_PER_PAGE = 50
 CHART_POINTS = 1000
 """Points per chart series embedded in the page (server-side downsampled)."""
@@ -51,19 +54,14 @@ class StepRow:
     step: int
     entry_index: int
     recorded_at: str
-    metrics: Mapping[str, Any]
-    tokens: Any
-    inner_steps: Any
-    compression: Mapping[str, Any]
-    manifest_object: str | None
-    anomalies: Sequence[Mapping[str, Any]]
+    record: OuterStep
 
 
 @dataclass(frozen=True)
 class DataSummary:
     """The data manifest as the page shows it."""
 
-    payload: Mapping[str, Any]
+    manifest_object: str
     sources: Sequence[Mapping[str, Any]]
     source_bytes: int
     licences: Mapping[str, int]
@@ -95,6 +93,8 @@ class LatestCheckpoint:
 @dataclass(frozen=True)
 class RunPage:
     run: RunInfo
+    state: RunState
+    """Status and steps as the signed log says (not the unsigned ``runs`` row)."""
     head: SignedTreeHead
     status: RunStatus
     keys: Sequence[KeyRecord]
@@ -111,6 +111,8 @@ class RunPage:
     chart_data: Mapping[str, Any]
     latest_checkpoint: LatestCheckpoint | None
     """None before the first outer step."""
+    problems: Sequence[str]
+    """Entries that do not read as their format (the rest of the page still renders)."""
 
 
 def run_page(
@@ -123,28 +125,42 @@ def run_page(
 ) -> RunPage:
     """Everything the run page shows for table page ``page`` (1 = newest steps)."""
     run = ledger.get_run(run_id)
-    head = ledger.tree_head_at(run_id, run.size)
-    pages = max(1, math.ceil(run.size / ROWS_PER_PAGE))
+    state = run_state(ledger, run)
+    head = ledger.tree_head_at(run_id, state.size)
+    pages = max(1, math.ceil(state.size / ROWS_PER_PAGE))
     page = min(max(page, 1), pages)
-    data_entry = ledger.entry(run_id, DATA_MANIFEST_INDEX) if run.size > DATA_MANIFEST_INDEX else None
-    final = final_entry(ledger, run_id, run.size)
-    genesis = genesis_entry(ledger, run_id).payload
+    problems = [state.problem] if state.problem else []
+
+    def readable(read: Callable[[], T]) -> T | None:
+        try:
+            return read()
+        except RecordError as exc:
+            problems.append(str(exc))
+            return None
+
+    data = readable(lambda: _data_entry(ledger, run_id)) if state.size > DATA_MANIFEST_INDEX else None
+    final = readable(lambda: final_record(ledger, run_id, state.size))
+    genesis_model = readable(lambda: genesis_record(ledger, run_id))
+    genesis = genesis_model.to_payload() if genesis_model is not None else {}
+    rows = _table_rows(ledger, run_id, state.size, page, problems)
     series = series_cache.series(ledger, run_id, CHART_KEYS, CHART_POINTS)
     return RunPage(
         run=run,
+        state=state,
         head=head,
-        status=status_cache.status(ledger, run_id, run.size),
+        status=status_cache.status(ledger, run_id, state.size),
         keys=ledger.keys(run_id),
         genesis=genesis,
         genesis_keys=_mapping(genesis.get("keys")),
-        data=data_summary(data_entry.payload) if data_entry is not None else None,
-        final=final.payload if final is not None else None,
-        rows=_table_rows(ledger, run_id, run.size, page),
+        data=data_summary(data) if data is not None else None,
+        final=final.to_payload() if final is not None else None,
+        rows=rows,
         page=page,
         pages=pages,
         charts=CHARTS,
         chart_data={s.key: {"steps": s.steps, "values": s.values, "total": s.total} for s in series},
-        latest_checkpoint=None if run.latest_step is None else latest_checkpoint(ledger, store, run_id, run.latest_step),
+        latest_checkpoint=None if state.latest_step is None else latest_checkpoint(ledger, store, run_id, state.latest_step),
+        problems=problems,
     )
 
 
@@ -155,72 +171,85 @@ def latest_checkpoint(ledger: Ledger, store: ObjectStore, run_id: str, step: int
         ref = checkpoint_ref(ledger, run_id, step)
         manifest = load_manifest(store, ref)
         files = [CheckpointFile(e.name, e.digest, store.size(e.digest)) for e in manifest.entries]
-    except (WebError, LedgerError, StorageError) as exc:
+    except (WebError, LedgerError, StorageError, RecordError) as exc:
         return LatestCheckpoint(step=step, manifest_root=None, files=[], problem=str(exc))
     return LatestCheckpoint(step=step, manifest_root=ref.manifest_root, files=files)
 
 
 
-def _table_rows(ledger: Ledger, run_id: str, size: int, page: int) -> list[StepRow]:
+def _data_entry(ledger: Ledger, run_id: str) -> DataManifestEntry:
+    record = read_record(ledger.entry(run_id, DATA_MANIFEST_INDEX))
+    if not isinstance(record, DataManifestEntry):
+        raise RecordError(f"run {run_id!r} entry {DATA_MANIFEST_INDEX}", "", "the data.manifest entry", type(record).__name__)
+    return record
+
+
+def _table_rows(ledger: Ledger, run_id: str, size: int, page: int, problems: list[str]) -> list[StepRow]:
     # Page p shows the outer steps among entries [size - p*N, size - (p-1)*N): a window of
     # the log, so a page costs one bounded query however long the run is.
     end = size - (page - 1) * ROWS_PER_PAGE
     start = max(0, end - ROWS_PER_PAGE)
     if end <= start:
         return []
-    records = ledger.entries(run_id, start, end - start)
-    rows = [step_row(r) for r in records if r.kind == KIND_OUTER_STEP and r.step is not None]
+    rows = []
+    for entry in ledger.entries(run_id, start, end - start):
+        try:
+            row = step_row(entry)
+        except RecordError as exc:
+            problems.append(str(exc))
+            continue
+        if row is not None:
+            rows.append(row)
     return sorted(rows, key=lambda row: row.step, reverse=True)
 
 
-def step_row(record: EntryRecord) -> StepRow:
-    payload = record.payload
-    checkpoint = _mapping(payload.get("checkpoint"))
-    tokens = _mapping(payload.get("tokens"))
-    anomalies = payload.get("anomalies")
-    assert record.step is not None
+def step_row(entry: EntryRecord) -> StepRow | None:
+    record = read_record(entry)
+    if not isinstance(record, OuterStep):
+        return None
     return StepRow(
         step=record.step,
-        entry_index=record.index,
-        recorded_at=record.recorded_at.strftime("%Y-%m-%d %H:%M:%S"),
-        metrics=_mapping(payload.get("metrics")),
-        tokens=tokens.get("total", tokens.get("step")),
-        inner_steps=payload.get("inner_steps"),
-        compression=_mapping(payload.get("compression")),
-        manifest_object=checkpoint.get("manifest_object"),
-        anomalies=[a for a in anomalies if isinstance(a, dict)] if isinstance(anomalies, list) else [],
+        entry_index=entry.index,
+        recorded_at=entry.recorded_at.strftime("%Y-%m-%d %H:%M:%S"),
+        record=record,
     )
 
 
-def data_summary(payload: Mapping[str, Any]) -> DataSummary:
-    """Sources, tokenizer and shard counts of a ``data.manifest`` payload, whether it holds
-    the full manifest or only a summary of it (docs/records.md)."""
-    manifest = _mapping(payload.get("manifest"))
-    sources = [s for s in manifest.get("sources", []) if isinstance(s, dict)] if isinstance(manifest.get("sources"), list) else []
+def data_summary(entry: DataManifestEntry) -> DataSummary:
+    """Sources, tokenizer and shard counts of a ``data.manifest`` entry, whether it holds the
+    full manifest or only a summary of it (docs/records.md)."""
+    manifest = entry.manifest
+    if not isinstance(manifest, DataManifest):
+        rest = dict(manifest.manifest)
+        tokenizer = rest.pop("tokenizer", {})
+        rest.update(source_count=manifest.source_count, shard_count=manifest.shard_count)
+        return DataSummary(
+            manifest_object=entry.manifest_object,
+            sources=[],
+            source_bytes=0,
+            licences={},
+            tokenizer=tokenizer if isinstance(tokenizer, dict) else {},
+            shard_counts={},
+            other=rest,
+        )
+    held_out = set(manifest.eval_shards)
     counts: dict[str, dict[str, int]] = {}
-    shards = manifest.get("shards")
-    if isinstance(shards, list):
-        for shard in shards:
-            if not isinstance(shard, dict):
-                continue
-            split = str(shard.get("split", "train"))
-            bucket = counts.setdefault(split, {"shards": 0, "tokens": 0})
-            bucket["shards"] += 1
-            tokens = shard.get("tokens")
-            bucket["tokens"] += tokens if isinstance(tokens, int) else 0
+    for shard in manifest.shards:
+        bucket = counts.setdefault("eval" if shard.index in held_out else "train", {"shards": 0, "tokens": 0})
+        bucket["shards"] += 1
+        bucket["tokens"] += shard.tokens
     licences: dict[str, int] = {}
-    for source in sources:
-        licence = str(source.get("license", "unknown"))
-        licences[licence] = licences.get(licence, 0) + 1
-    shown = {"sources", "shards", "tokenizer"}
+    for source in manifest.sources:
+        licences[source.license] = licences.get(source.license, 0) + 1
+    document = manifest.to_payload()
     return DataSummary(
-        payload=payload,
-        sources=sources,
-        source_bytes=sum(s["bytes"] for s in sources if isinstance(s.get("bytes"), int)),
+        manifest_object=entry.manifest_object,
+        sources=[s.to_payload() for s in manifest.sources],
+        source_bytes=sum(s.bytes for s in manifest.sources),
         licences=licences,
-        tokenizer=_mapping(manifest.get("tokenizer")),
+        tokenizer=dict(manifest.tokenizer),
         shard_counts=counts,
-        other={k: v for k, v in manifest.items() if k not in shown},
+        other={k: v for k, v in document.items() if k not in ("sources", "shards", "tokenizer")},
     )
 
 

@@ -1,27 +1,77 @@
-"""Reading the run record (docs/records.md) for the web app: where a step's checkpoint is,
-and the entries the page shows.
+"""Reading the run record for the web app: typed records (records/) from the entries the
+signed tree head covers, never from the unsigned summary columns of the ``runs`` row.
 
-The web app reads payloads as plain JSON by the keys docs/records.md gives them, so it keeps
-working when a recorder adds fields. A field the app needs and cannot find is a
-:class:`~web.errors.RecordError` naming the entry and the field, never a ``KeyError``.
+A run's state -- running or finished, its latest outer step, how many steps it has -- follows
+from the last entry under its latest signed head (a ``run.final`` says how many steps the run
+took; an ``outer_step`` says which step it is). A step's checkpoint is found at the step's
+place in the log (records.step_entry_index) and checked to be that step's entry. A record that
+does not read as its format is a :class:`records.RecordError` naming the entry and the field,
+answered 502 (the stored record, not the request, is at fault).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ledger.envelope import KIND_FINAL, KIND_GENESIS
-from ledger.records import EntryRecord
+from ledger.errors import EntryNotFoundError
+from ledger.records import EntryRecord, RunInfo
 from ledger.service import Ledger
-from web.errors import NotFoundError, RecordError
+from records import (
+    GENESIS_INDEX,
+    KIND_OUTER_STEP,
+    Genesis,
+    OuterStep,
+    Record,
+    RecordError,
+    RunFinal,
+    parse_record,
+    step_entry_index,
+)
+from web.errors import NotFoundError
 
 if TYPE_CHECKING:
     from storage import ObjectStore
     from storage.checkpoint import Manifest
 
-GENESIS_INDEX = 0
-DATA_MANIFEST_INDEX = 1
+STATUS_RUNNING = "running"
+STATUS_FINISHED = "finished"
+STATUS_UNREADABLE = "unreadable"
+
+
+def read_record(entry: EntryRecord) -> Record:
+    """The typed record of ``entry`` (:class:`RecordError` if malformed)."""
+    return parse_record(entry.kind, entry.payload, index=entry.index)
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What the signed log says of a run at its latest tree head."""
+
+    run_id: str
+    size: int
+    status: str
+    """``running``, or ``finished`` once the log ends with ``run.final``."""
+    latest_step: int | None
+    """The last outer step recorded, None before the first."""
+    outer_steps: int
+    problem: str | None = None
+    """Why the last entry cannot be read (status ``unreadable``); None when it can."""
+
+
+def run_state(ledger: Ledger, info: RunInfo) -> RunState:
+    """The state of ``info``'s run from the last entry under its latest signed head."""
+    head = ledger.tree_head_at(info.run_id, info.size)
+    try:
+        last = read_record(ledger.entry(info.run_id, head.size - 1)) if head.size else None
+    except RecordError as exc:
+        return RunState(info.run_id, head.size, STATUS_UNREADABLE, None, 0, problem=str(exc))
+    if isinstance(last, RunFinal):
+        latest = last.steps - 1 if last.steps else None
+        return RunState(info.run_id, head.size, STATUS_FINISHED, latest, last.steps)
+    if isinstance(last, OuterStep):
+        return RunState(info.run_id, head.size, STATUS_RUNNING, last.step, last.step + 1)
+    return RunState(info.run_id, head.size, STATUS_RUNNING, None, 0)
 
 
 @dataclass(frozen=True)
@@ -36,44 +86,33 @@ class CheckpointRef:
     manifest_object: str
 
 
-def payload_field(entry: EntryRecord, *path: str) -> Any:
-    """``entry.payload[path[0]][path[1]]...``, or :class:`RecordError` naming what is missing."""
-    value: Any = entry.payload
-    for depth, key in enumerate(path):
-        if not isinstance(value, dict) or key not in value:
-            dotted = ".".join(path[: depth + 1])
-            raise RecordError(
-                f"run {entry.run_id!r} entry {entry.index} ({entry.kind}): expected payload "
-                f"field {dotted!r} (docs/records.md), got none"
-            )
-        value = value[key]
-    return value
+def step_record(ledger: Ledger, run_id: str, step: int) -> tuple[EntryRecord, OuterStep]:
+    """The ``outer_step`` entry of ``step`` and its record, found at the step's place in the
+    signed log. Unknown runs and steps raise the ledger's ``NotFoundError`` subclasses."""
+    size = ledger.get_run(run_id).size
+    index = step_entry_index(step)
+    if index >= size:
+        raise EntryNotFoundError(f"run {run_id!r} has no outer step {step}")
+    entry = ledger.entry(run_id, index)
+    if entry.kind != KIND_OUTER_STEP:  # the run.final entry, where step `step` would be next
+        raise EntryNotFoundError(f"run {run_id!r} has no outer step {step}")
+    record = read_record(entry)
+    if not isinstance(record, OuterStep) or record.step != step:
+        got = record.step if isinstance(record, OuterStep) else entry.kind
+        raise RecordError(f"run {run_id!r} entry {index}", "step", f"outer step {step} at its place in the log", got)
+    return entry, record
 
 
 def checkpoint_ref(ledger: Ledger, run_id: str, step: int) -> CheckpointRef:
-    """The checkpoint written at the end of outer step ``step`` (0-based, docs/records.md).
-    Unknown runs and steps raise the ledger's ``NotFoundError`` subclasses."""
-    entry = ledger.entry_by_step(run_id, step)
-    root = payload_field(entry, "checkpoint", "manifest_root")
-    manifest_object = payload_field(entry, "checkpoint", "manifest_object")
-    if not (isinstance(root, str) and isinstance(manifest_object, str)):
-        raise RecordError(
-            f"run {run_id!r} entry {entry.index}: expected checkpoint.manifest_root and "
-            f"checkpoint.manifest_object as hex strings, got {root!r} and {manifest_object!r}"
-        )
+    """The checkpoint written at the end of outer step ``step`` (0-based, docs/records.md)."""
+    entry, record = step_record(ledger, run_id, step)
     return CheckpointRef(
         run_id=run_id,
         step=step,
         entry_index=entry.index,
-        manifest_root=root,
-        manifest_object=manifest_object,
+        manifest_root=record.checkpoint.manifest_root,
+        manifest_object=record.checkpoint.manifest_object,
     )
-
-
-def latest_checkpoint_step(ledger: Ledger, run_id: str) -> int | None:
-    """The newest outer step (each has a checkpoint), None before the first. (The state
-    before step 0 is fixed by the seed and has no checkpoint.)"""
-    return ledger.get_run(run_id).latest_step
 
 
 def load_manifest(store: ObjectStore, ref: CheckpointRef) -> Manifest:
@@ -85,9 +124,10 @@ def load_manifest(store: ObjectStore, ref: CheckpointRef) -> Manifest:
     manifest = read_manifest(store, ref.manifest_object)
     if manifest.root != ref.manifest_root:
         raise RecordError(
-            f"run {ref.run_id!r} step {ref.step}: expected the manifest object "
-            f"{ref.manifest_object} to have root {ref.manifest_root} (entry {ref.entry_index}), "
-            f"got {manifest.root}"
+            f"run {ref.run_id!r} step {ref.step} (entry {ref.entry_index})",
+            "checkpoint.manifest_object",
+            f"a manifest with the recorded root {ref.manifest_root}",
+            manifest.root,
         )
     return manifest
 
@@ -103,16 +143,17 @@ def file_digest(manifest: Manifest, ref: CheckpointRef, filename: str) -> str:
     return digest
 
 
-def final_entry(ledger: Ledger, run_id: str, size: int) -> EntryRecord | None:
-    """The ``run.final`` entry if the log ends with one."""
+def final_record(ledger: Ledger, run_id: str, size: int) -> RunFinal | None:
+    """The ``run.final`` record if the log ends with one."""
     if size < 2:
         return None
-    last = ledger.entry(run_id, size - 1)
-    return last if last.kind == KIND_FINAL else None
+    last = read_record(ledger.entry(run_id, size - 1))
+    return last if isinstance(last, RunFinal) else None
 
 
-def genesis_entry(ledger: Ledger, run_id: str) -> EntryRecord:
+def genesis_record(ledger: Ledger, run_id: str) -> Genesis:
     entry = ledger.entry(run_id, GENESIS_INDEX)
-    if entry.kind != KIND_GENESIS:
-        raise RecordError(f"run {run_id!r}: expected entry 0 to be {KIND_GENESIS!r}, got {entry.kind!r}")
-    return entry
+    record = read_record(entry)
+    if not isinstance(record, Genesis):
+        raise RecordError(f"run {run_id!r} entry 0 ({entry.kind})", "", "the run.genesis entry", entry.kind)
+    return record

@@ -14,6 +14,7 @@ from fastapi.templating import Jinja2Templates
 from jinja2 import Undefined
 from starlette.responses import Response
 
+from web.security_headers import PAGE_POLICY
 from web.vendor import plotly_bundle
 
 TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
@@ -67,7 +68,11 @@ def render(
     """A page: ``template`` with ``context`` plus the values every page uses."""
     full = {"plotly_url": plotly_bundle().url, **context}
     return TEMPLATES.TemplateResponse(
-        request, template, full, status_code=status_code, headers=dict(headers or {})
+        request,
+        template,
+        full,
+        status_code=status_code,
+        headers={**(headers or {}), "Content-Security-Policy": PAGE_POLICY},
     )
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+import struct
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,22 @@ def model_index(shards: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
             weight_map[name] = shard
             total_size += size
     return {"metadata": {"total_size": total_size}, "weight_map": dict(sorted(weight_map.items()))}
+
+
+def header_tensor_sizes(read: Callable[[int, int], bytes]) -> dict[str, int]:
+    """Tensor name -> byte size from a safetensors file's header alone, read through
+    ``read(start, end)`` (an 8-byte little-endian header length, then that many bytes of JSON:
+    the safetensors format), so the index of stored shards is written without loading them."""
+    (length,) = struct.unpack("<Q", read(0, 8))
+    header = json.loads(read(8, 8 + length))
+    try:
+        return {
+            name: int(entry["data_offsets"][1]) - int(entry["data_offsets"][0])
+            for name, entry in header.items()
+            if name != "__metadata__"
+        }
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise CheckpointError(f"expected a safetensors header with data_offsets, got a malformed one: {exc!r}") from exc
 
 
 def write_model_index(directory: str | Path, shards: Mapping[str, Mapping[str, int]]) -> dict[str, str]:

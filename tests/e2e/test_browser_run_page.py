@@ -51,15 +51,22 @@ def browser(playwright: Playwright, tmp_path_factory: pytest.TempPathFactory) ->
 def page(browser: BrowserContext) -> Iterator[Page]:
     page = browser.new_page()
     errors: list[str] = []
+    refused: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None)
     yield page
     page.close()
     assert errors == [], f"JavaScript errors on the page: {errors}"
+    assert refused == [], f"the page breaks its own Content-Security-Policy: {refused}"
 
 
 def test_the_run_page_draws_its_charts_and_table(page: Page, served_demo: ServedRun) -> None:
     run = served_demo.run
-    page.goto(f"{served_demo.url}/runs/{run.run_id}")
+    response = page.goto(f"{served_demo.url}/runs/{run.run_id}")
+
+    assert response is not None
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert "script-src 'self'" in response.headers["content-security-policy"]
 
     # Plotly draws an SVG per chart; with a few points it marks each one.
     page.wait_for_selector("#chart-loss .main-svg", timeout=30_000)

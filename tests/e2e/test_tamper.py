@@ -19,8 +19,9 @@ from ledger.db import create_engine
 from ledger.keyring import InMemoryLogKeys
 from ledger.service import Ledger
 from veritrain.settings import Settings
-from veritrain.verify import DirectSource, Report, verify_run
-from veritrain.verify.witness import Witness
+from veritrain.sources import DirectSource
+from veritrain.verify import Report, verify_run
+from veritrain.verify.seen_heads import SeenHeads
 
 STEP = 2
 """The outer step every case tampers with."""
@@ -29,7 +30,7 @@ STEP = 2
 def verify(settings: Settings, witness_dir: Path) -> Report:
     source = DirectSource(settings)
     try:
-        return verify_run(source, None, witness=Witness(witness_dir))
+        return verify_run(source, None, seen_heads=SeenHeads(witness_dir))
     finally:
         source.close()
 

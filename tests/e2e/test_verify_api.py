@@ -20,12 +20,12 @@ from e2e.test_tamper import (
     flip_checkpoint_byte,
     roll_back_tree_head,
 )
+from veritrain.verify.api_source import ApiSource
 
 from veritrain.reproduce import reproduce_step
 from veritrain.settings import Settings
 from veritrain.verify import verify_run
-from veritrain.verify.api_source import ApiSource
-from veritrain.verify.witness import Witness
+from veritrain.verify.seen_heads import SeenHeads
 from web.settings import WebSettings
 
 Serve = Callable[[WebSettings], str]
@@ -72,7 +72,7 @@ def test_tampering_shows_through_the_api(
     tamper(fresh_run)
     source = ApiSource(serve_app(fresh_run))
     try:
-        report = verify_run(source, RUN_ID, witness=Witness(tmp_path / "witness"))
+        report = verify_run(source, RUN_ID, seen_heads=SeenHeads(tmp_path / "witness"))
     finally:
         source.close()
     assert not report.ok

@@ -16,8 +16,9 @@ from ledger.db import create_engine
 from ledger.service import Ledger
 from veritrain.recorder import PAUSE_FOR_CRASH_TESTS
 from veritrain.settings import load_settings
-from veritrain.verify import DirectSource, verify_run
-from veritrain.verify.witness import Witness
+from veritrain.sources import DirectSource
+from veritrain.verify import verify_run
+from veritrain.verify.seen_heads import SeenHeads
 
 ARGS = ["train", "--preset", "tiny", "--outer-steps", "4", "--inner-steps", "8", "--run-id", "crash", "--quiet"]
 KILLED_AT = 2
@@ -76,7 +77,7 @@ def test_a_run_killed_mid_upload_resumes_with_no_gap_and_no_duplicate(tmp_path: 
 
     source = DirectSource(load_settings(data_dir=crashed))
     try:
-        report = verify_run(source, "crash", witness=Witness(tmp_path / "witness"))
+        report = verify_run(source, "crash", seen_heads=SeenHeads(tmp_path / "witness"))
     finally:
         source.close()
     assert report.ok, report.render()

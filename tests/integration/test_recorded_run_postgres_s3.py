@@ -14,8 +14,9 @@ from e2e.recorded_runs import RUN_ID, record_small_run
 from storage import open_store
 from veritrain.reproduce import reproduce_step
 from veritrain.settings import Settings
-from veritrain.verify import DirectSource, verify_run
-from veritrain.verify.witness import Witness
+from veritrain.sources import DirectSource
+from veritrain.verify import verify_run
+from veritrain.verify.seen_heads import SeenHeads
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ def test_a_run_on_postgres_and_s3_verifies_and_reproduces(
     assert production_run.store_url.startswith("s3://")
     source = DirectSource(production_run)
     try:
-        report = verify_run(source, RUN_ID, witness=Witness(tmp_path / "witness"))
+        report = verify_run(source, RUN_ID, seen_heads=SeenHeads(tmp_path / "witness"))
         assert report.ok, report.render()
         comparison = reproduce_step(source, RUN_ID, 1)
         assert comparison.ok, comparison.render()
@@ -48,7 +49,7 @@ def test_a_run_on_postgres_and_s3_verifies_and_reproduces(
         data = bytearray(client.get_object(Bucket=bucket, Key=key)["Body"].read())
         data[len(data) // 2] ^= 0xFF
         client.put_object(Bucket=bucket, Key=key, Body=bytes(data))
-        tampered = verify_run(source, RUN_ID, witness=Witness(tmp_path / "witness"))
+        tampered = verify_run(source, RUN_ID, seen_heads=SeenHeads(tmp_path / "witness"))
         assert not tampered.ok
         assert any(f.step == 1 for f in tampered.results[7].failures), tampered.render()
     finally:

@@ -23,9 +23,9 @@ import torch
 from trainer.api import reexecute_outer_step, train
 from trainer.checkpoint import TRAINER_STATE, CheckpointFiles
 from trainer.config import PoisonForTesting, TrainConfig, with_overrides
-from trainer.local_recorder import LocalDirectoryRecorder, load_step, read_records, step_directory
 from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
 from trainer.presets import run_preset
+from veritrain.local_recorder import LocalDirectoryRecorder, load_step, read_records, step_directory
 
 STEPS = 5
 CLI_ARGS = ["--preset", "tiny", "--outer-steps", str(STEPS), "--inner-steps", "4", "--run-id", "itest"]

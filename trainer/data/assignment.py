@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from records.outer_step import DataRange, shard_runs
 from trainer.errors import ConfigError, DataError
 
 RULE_NAME = "veritrain.affine-window-permutation/v1"
@@ -88,22 +89,27 @@ class AssignmentRule:
         shard, w = divmod(j, self.windows_per_shard)
         return self.eval_shards[shard], w * self.context
 
-    def shards_read(self, cluster: int, first_inner_step: int, inner_steps: int) -> list[list[int]]:
+    def shards_read(self, cluster: int, first_inner_step: int, inner_steps: int) -> tuple[tuple[int, int], ...]:
         """Shard indices a cluster read over some inner steps, as sorted [first, last] runs."""
-        used = sorted(
-            {
-                self.train_window(p)[0]
-                for i in range(first_inner_step, first_inner_step + inner_steps)
-                for p in self.positions(cluster, i)
-            }
+        used = {
+            self.train_window(p)[0]
+            for i in range(first_inner_step, first_inner_step + inner_steps)
+            for p in self.positions(cluster, i)
+        }
+        return shard_runs(used)
+
+    def data_range(self, cluster: int, first_inner_step: int, inner_steps: int) -> DataRange:
+        """What ``cluster`` trains on over ``inner_steps`` inner steps from global inner step
+        ``first_inner_step``: the record an outer step writes, and a verifier recomputes."""
+        sequences = inner_steps * self.sequences_per_step
+        return DataRange(
+            cluster=cluster,
+            first_inner_step=first_inner_step,
+            inner_steps=inner_steps,
+            sequences=sequences,
+            tokens=sequences * self.context,
+            shards=self.shards_read(cluster, first_inner_step, inner_steps),
         )
-        runs: list[list[int]] = []
-        for index in used:
-            if runs and runs[-1][1] == index - 1:
-                runs[-1][1] = index
-            else:
-                runs.append([index, index])
-        return runs
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -50,7 +50,7 @@ def prepare_data(config: DataConfig, directory: Path) -> PreparedData:
     sources, corpus = _choose_sources(config)
     tokenizer = load_tokenizer(Path(config.tokenizer) if config.tokenizer else None)
     recipe = {
-        "sources": [s.to_dict() for s in sources],
+        "sources": [s.record().to_payload() for s in sources],
         "tokenizer": tokenizer.identity(),
         "shard_tokens": config.shard_tokens,
         "eval_shards": config.eval_shards,
@@ -59,13 +59,13 @@ def prepare_data(config: DataConfig, directory: Path) -> PreparedData:
     shard_dir = directory / "shards"
     manifest_path = directory / "corpora" / f"{key}.json"
     if manifest_path.is_file():
-        manifest = DataManifest.from_dict(json.loads(manifest_path.read_text()))
+        manifest = DataManifest.from_payload(json.loads(manifest_path.read_text()), where=str(manifest_path))
         if all((shard_dir / shard_file_name(s.sha256)).is_file() for s in manifest.shards):
             return PreparedData(manifest, DirectoryShardSource(shard_dir))
     manifest = _build(sources, corpus, tokenizer, config, shard_dir)
     manifest_path.parent.mkdir(parents=True, exist_ok=True)
     temporary = manifest_path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(manifest.to_dict(), indent=1))
+    temporary.write_text(json.dumps(manifest.to_payload(), indent=1))
     temporary.replace(manifest_path)
     return PreparedData(manifest, DirectoryShardSource(shard_dir))
 
@@ -110,11 +110,11 @@ def _build(
         )
     return DataManifest(
         corpus=corpus,
-        sources=[s.to_dict() for s in sources],
+        sources=tuple(s.record() for s in sources),
         tokenizer=tokenizer.identity(),
         dtype=dtype,
         shard_tokens=config.shard_tokens,
-        shards=shards,
-        eval_shards=held_out_indices(len(shards), config.eval_shards),
+        shards=tuple(shards),
+        eval_shards=tuple(held_out_indices(len(shards), config.eval_shards)),
         dropped_tokens=dropped,
     )

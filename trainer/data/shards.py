@@ -19,24 +19,18 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 import numpy as np
 
+from records.data_manifest import Shard, TokenDtype
 from trainer.errors import DataError
 
-TokenDtype = Literal["uint16", "uint32"]
 _NUMPY_DTYPES: dict[str, str] = {"uint16": "<u2", "uint32": "<u4"}
 
 
-@dataclass(frozen=True, kw_only=True)
-class ShardInfo:
-    """One shard as the manifest lists it."""
-
-    index: int
-    """Position in the corpus's token stream (shard i holds tokens [i*n, (i+1)*n))."""
-    sha256: str
-    tokens: int
+ShardInfo = Shard
+"""One shard as the manifest lists it (records.data_manifest.Shard)."""
 
 
 def token_dtype(vocab_size: int) -> TokenDtype:

@@ -18,8 +18,8 @@ import sysconfig
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from records.data_manifest import Source as RecordedSource
 from trainer.errors import DataError
 
 STDLIB_LICENSE = "PSF-2.0"
@@ -41,8 +41,9 @@ class Source:
     license: str
     """SPDX identifier, or "unknown" when the caller did not say."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"uri": self.uri, "sha256": self.sha256, "bytes": self.bytes, "license": self.license}
+    def record(self) -> RecordedSource:
+        """What the data manifest records of this source (everything but the local path)."""
+        return RecordedSource(uri=self.uri, sha256=self.sha256, bytes=self.bytes, license=self.license)
 
 
 def python_identity() -> dict[str, str]:

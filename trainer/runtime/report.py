@@ -24,7 +24,6 @@ from trainer.recorder import (
     AnomalyFlag,
     AppliedRound,
     ContributionDigest,
-    DataRange,
     OuterStepRecord,
 )
 
@@ -104,14 +103,7 @@ def build_record(
         method=method,
         metrics=metrics,
         data_ranges=[
-            DataRange(
-                cluster=c,
-                first_inner_step=first_inner_step,
-                inner_steps=inner_steps,
-                sequences=inner_steps * rule.sequences_per_step,
-                tokens=inner_steps * rule.sequences_per_step * rule.context,
-                shards=rule.shards_read(c, first_inner_step, inner_steps),
-            )
+            rule.data_range(c, first_inner_step, inner_steps)
             for c in clusters
         ],
         contribution_digests=contributions,

@@ -409,7 +409,7 @@ class _Process:
                 "parameter_count": config.model.parameter_count(),
                 "stage_blocks": layout,
             },
-            data_manifest=self.spec.manifest.to_dict(),
+            data_manifest=self.spec.manifest,
             shard_source=self.spec.shards,
             seed=config.seed,
             resumed_from_step=cursor.next_step - 1 if cursor.next_step > 0 else None,

@@ -39,11 +39,11 @@ from trainer.planner import Placement, bandwidth_for_comm_fraction, plan
 from trainer.presets import MODEL_PRESETS, run_preset
 from veritrain.bench.comm_results import LinkReport, assemble, compute_per_inner_step
 from veritrain.bench.convergence import method_config, run_convergence
-from veritrain.bench.errors import BenchError
 from veritrain.bench.metrics_recorder import StepMetrics
 from veritrain.bench.netns import NetnsLink, emulated_link, netem_available, netns_unavailable
 from veritrain.bench.scratch import scratch_dir
 from veritrain.bench.throughput import LinkRun, LinkSetup, Shaping, run_on_link
+from veritrain.errors import BenchError
 
 PAPER_MODEL = "qwen1.5-107b"
 PAPER_PLACEMENT = Placement(clusters=2, stages=8, data_parallel=2)

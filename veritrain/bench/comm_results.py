@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer.outer.accounting import allgather_bytes_per_outer_step, allreduce_bytes_per_outer_step
-from veritrain.bench.errors import BenchError
 from veritrain.bench.metrics_recorder import StepMetrics
+from veritrain.errors import BenchError
 
 TARGETS = {"bytes_ratio": 1000.0, "loss_gap": 0.08, "speedup": 100.0, "exposed_comm_reduction": 0.7}
 """Issue #7's acceptance targets (loss_gap is an upper bound, the others lower bounds)."""

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from trainer.api import train
 from trainer.config import Method, TrainConfig, with_overrides
-from veritrain.bench.errors import BenchError
 from veritrain.bench.metrics_recorder import MetricsRecorderFactory, StepMetrics, read_steps
+from veritrain.errors import BenchError
 
 
 def method_config(base: TrainConfig, method: Method) -> TrainConfig:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from urllib.parse import urlencode, urlsplit
 
-from veritrain.bench.errors import BenchError
+from veritrain.errors import BenchError
 
 
 @dataclass(frozen=True)

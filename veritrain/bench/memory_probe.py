@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from veritrain.bench.errors import BenchError
+from veritrain.errors import BenchError
 
 CHUNK = 1 << 20
 GNU_TIME = "/usr/bin/time"

@@ -31,7 +31,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import FrameType
 
-from veritrain.bench.errors import BenchError
+from veritrain.errors import BenchError
 
 SUBNET = "10.231.0"
 """Addresses exist only inside the benchmark's namespaces, so any private subnet will do."""

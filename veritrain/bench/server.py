@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from veritrain.bench.errors import BenchError
+from veritrain.errors import BenchError
 
 START_TIMEOUT_S = 60.0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from veritrain.bench.errors import BenchError
+from veritrain.errors import BenchError
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from ledger.db import upgrade
-from veritrain.bench.errors import BenchError
 from veritrain.bench.memory_probe import CHUNK, Measurement, command, probe
 from veritrain.bench.scratch import scratch_dir
 from veritrain.bench.server import served
+from veritrain.errors import BenchError
 
 MiB = 1 << 20
 STORE_AND_HASH_TARGET = 0.8

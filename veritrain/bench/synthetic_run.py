@@ -2,7 +2,7 @@
 
 Each entry goes through ``ledger.service.Ledger`` exactly as the recorder writes it (one
 transaction, a signed tree head, metric rows); only the content is made up. An ``outer_step``
-payload has the fields and sizes of docs/records.md for C clusters x S stages -- data ranges,
+record (records/) has the fields and sizes of docs/records.md for C clusters x S stages -- data ranges,
 per-(cluster, stage) contribution digests, the applied round, checkpoint and attestation
 digests -- and about twenty metrics, so a body is a few kilobytes like a real one. Nothing
 refers to stored objects: the benchmark times the log, not the object store.
@@ -15,12 +15,42 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from ledger.envelope import KIND_DATA_MANIFEST, KIND_OUTER_STEP
 from ledger.service import Ledger
-
-SCHEMA = "veritrain/outer_step/v1"
+from records import (
+    KIND_DATA_MANIFEST,
+    KIND_OUTER_STEP,
+    DataManifest,
+    DataManifestEntry,
+    Genesis,
+    OuterStep,
+    Shard,
+)
+from records.genesis import (
+    CodeIdentity,
+    DependencyIdentity,
+    HardwareClass,
+    ModelSummary,
+    ReferenceDigests,
+    RunKeys,
+    TeeReference,
+    Tolerance,
+    Topology,
+    VerificationPolicy,
+)
+from records.outer_step import (
+    AppliedExchange,
+    CheckpointRef,
+    ClusterContributions,
+    Compression,
+    ContributionRef,
+    DataRange,
+    QuoteRef,
+    StageContribution,
+    StepAttestation,
+    Tokens,
+    aggregate_digest,
+)
 
 
 @dataclass(frozen=True)
@@ -46,20 +76,20 @@ def build_synthetic_run(
 ) -> SyntheticRun:
     """Create ``run_id`` and append ``outer_steps`` outer-step entries to it."""
     vkey = ledger.log_public_key(run_id).vkey
-    ledger.create_run(run_id, _genesis(run_id, vkey, clusters=clusters, stages=stages))
-    ledger.append(run_id, KIND_DATA_MANIFEST, {"schema": "veritrain/data.manifest/v1", "manifest_object": _digest(run_id, "data")})
+    ledger.create_run(run_id, _genesis(run_id, vkey, clusters=clusters, stages=stages).to_payload())
+    ledger.append(run_id, KIND_DATA_MANIFEST, _data_manifest(run_id).to_payload())
     started = time.perf_counter()
     for step in range(outer_steps):
-        payload, metrics = outer_step_payload(run_id, step, clusters=clusters, stages=stages)
-        ledger.append(run_id, KIND_OUTER_STEP, payload, step=step, metrics=metrics)
+        record = outer_step_record(run_id, step, clusters=clusters, stages=stages)
+        ledger.append(run_id, KIND_OUTER_STEP, record.to_payload(), step=step, metrics=dict(record.metrics))
         if progress is not None:
             progress(step + 1)
     seconds = time.perf_counter() - started
     return SyntheticRun(run_id=run_id, log_vkey=vkey, entries=outer_steps + 2, outer_steps=outer_steps, append_seconds=seconds)
 
 
-def outer_step_payload(run_id: str, step: int, *, clusters: int, stages: int) -> tuple[dict[str, Any], dict[str, float]]:
-    """(payload, metrics) of outer step ``step``, shaped like the recorder's (docs/records.md)."""
+def outer_step_record(run_id: str, step: int, *, clusters: int, stages: int) -> OuterStep:
+    """Outer step ``step``, shaped like the recorder's (docs/records.md); digests made up."""
     H, sequences, context = 20, 8, 64
     tokens = clusters * H * sequences * context
     loss = 2.0 + 3.0 * math.exp(-step / 50)
@@ -85,65 +115,122 @@ def outer_step_payload(run_id: str, step: int, *, clusters: int, stages: int) ->
         "global_param_norm": 40.0 + step * 1e-3,
         "included_clusters": float(clusters),
     }
-
-    def contribution_digests(round_: int) -> list[dict[str, Any]]:
-        return [
-            {"cluster": c, "stage": s, "digest": _digest(run_id, f"contribution/{round_}/{c}/{s}")}
-            for c in range(clusters)
-            for s in range(stages)
-        ]
-
-    payload = {
-        "schema": SCHEMA,
-        "step": step,
-        "inner_steps": H,
-        "method": "dilocox",
-        "compression": {"rank": 4, "bits": 8},
-        "tokens": {"step": tokens, "total": tokens * (step + 1)},
-        "metrics_digest": _digest(run_id, f"metrics/{step}"),
-        "nonfinite_metrics": [],
-        "data_ranges": [
-            {"cluster": c, "first_inner_step": step * H, "inner_steps": H, "sequences": H * sequences,
-             "tokens": H * sequences * context, "shards": [[c * 3 + step % 5, c * 3 + step % 5 + 2]]}
-            for c in range(clusters)
-        ],
-        "contributions": [
-            {"cluster": c, "stages": [
-                {"stage": s, "digest": _digest(run_id, f"contribution/{step}/{c}/{s}"),
-                 "signature_object": _digest(run_id, f"signature/{step}/{c}/{s}")}
+    round_ = max(step - 1, 0)
+    applied = (
+        AppliedExchange(
+            round=round_,
+            contribution_digests=tuple(
+                ContributionRef(cluster=c, stage=s, digest=_digest(run_id, f"contribution/{round_}/{c}/{s}"))
+                for c in range(clusters)
                 for s in range(stages)
-            ]}
+            ),
+            payload_bytes=13_512,
+            rank=4,
+            bits=8,
+        ),
+    )
+    return OuterStep(
+        step=step,
+        inner_steps=H,
+        method="dilocox",
+        compression=Compression(rank=4, bits=8),
+        tokens=Tokens(step=tokens, total=tokens * (step + 1)),
+        metrics=metrics,
+        nonfinite_metrics=(),
+        metrics_digest=_digest(run_id, f"metrics/{step}"),
+        data_ranges=tuple(
+            DataRange(
+                cluster=c,
+                first_inner_step=step * H,
+                inner_steps=H,
+                sequences=H * sequences,
+                tokens=H * sequences * context,
+                shards=((c * 3 + step % 5, c * 3 + step % 5 + 2),),
+            )
             for c in range(clusters)
-        ],
-        "applied": [{"round": max(step - 1, 0), "contribution_digests": contribution_digests(max(step - 1, 0)),
-                     "payload_bytes": 13_512, "rank": 4, "bits": 8}],
-        "anomalies": [],
-        "aggregate_digest": _digest(run_id, f"aggregate/{step}"),
-        "checkpoint": {"manifest_root": _digest(run_id, f"root/{step}"), "manifest_object": _digest(run_id, f"manifest/{step}"),
-                       "files": 2 * clusters * stages + 3,
-                       "previous_manifest_root": _digest(run_id, f"root/{step - 1}") if step else None},
-        "attestation": {
-            "statement_object": _digest(run_id, f"statement/{step}"),
-            "statement_digest": _digest(run_id, f"statement-digest/{step}"),
-            "nonce": _digest(run_id, f"nonce/{step}"),
-            "quotes": [{"cluster": c, "object": _digest(run_id, f"quote/{step}/{c}")} for c in range(clusters)],
-        },
-    }
-    return payload, metrics
+        ),
+        contributions=tuple(
+            ClusterContributions(
+                cluster=c,
+                stages=tuple(
+                    StageContribution(
+                        stage=s,
+                        digest=_digest(run_id, f"contribution/{step}/{c}/{s}"),
+                        signature_object=_digest(run_id, f"signature/{step}/{c}/{s}"),
+                    )
+                    for s in range(stages)
+                ),
+            )
+            for c in range(clusters)
+        ),
+        applied=applied,
+        anomalies=(),
+        aggregate_digest=aggregate_digest(applied),
+        checkpoint=CheckpointRef(
+            manifest_root=_digest(run_id, f"root/{step}"),
+            manifest_object=_digest(run_id, f"manifest/{step}"),
+            files=2 * clusters * stages + 3,
+            previous_manifest_root=_digest(run_id, f"root/{step - 1}") if step else None,
+        ),
+        attestation=StepAttestation(
+            statement_object=_digest(run_id, f"statement/{step}"),
+            statement_digest=_digest(run_id, f"statement-digest/{step}"),
+            nonce=_digest(run_id, f"nonce/{step}"),
+            quotes=tuple(QuoteRef(cluster=c, object=_digest(run_id, f"quote/{step}/{c}")) for c in range(clusters)),
+        ),
+    )
 
 
-def _genesis(run_id: str, vkey: str, *, clusters: int, stages: int) -> dict[str, Any]:
-    return {
-        "schema": "veritrain/run.genesis/v1",
-        "run_id": run_id,
-        "method": "dilocox",
-        "topology": {"clusters": clusters, "stages": stages, "world_size": clusters * stages},
-        "seed": 0,
-        "keys": {"log": vkey},
-        "tee": {"type": "software"},
-        "verification_policy": {"mode": "bitwise"},
-        "note": "synthetic run written by veritrain bench ledger",
-    }
+def _genesis(run_id: str, vkey: str, *, clusters: int, stages: int) -> Genesis:
+    made_up = _digest(run_id, "genesis")
+    return Genesis(
+        run_id=run_id,
+        method="dilocox",
+        model=ModelSummary(shape={"note": "synthetic run written by veritrain bench ledger"}, parameter_count=1, stage_blocks=((0,),) * stages),
+        hyperparameters={},
+        config_digest=made_up,
+        topology=Topology(
+            clusters=clusters,
+            stages=stages,
+            world_size=clusters * stages,
+            backend="gloo",
+            device="cpu",
+            rank="cluster * stages + stage",
+            present=tuple(range(clusters)),
+        ),
+        seed=0,
+        code=CodeIdentity(source_sha256=made_up, git_commit=None, git_dirty=False, files=0),
+        dependencies=DependencyIdentity(sha256=made_up, python="synthetic", torch="synthetic", distributions=0),
+        keys=RunKeys(log=vkey, statement=vkey, platform_root=vkey, attesters=(vkey,) * clusters, clusters=(vkey,) * clusters),
+        tee=TeeReference(
+            type="software",
+            svn=1,
+            minimum_svn=1,
+            debug=False,
+            launch_measurement="00" * 48,
+            reference=ReferenceDigests(code_digest=made_up, dependency_digest=made_up, config_digest=made_up),
+        ),
+        verification_policy=VerificationPolicy(
+            mode="bitwise",
+            hardware=HardwareClass(device="cpu", machine="x86_64", torch="2.13.0"),
+            fallback=Tolerance(metric="eval_loss", delta=1e-3),
+        ),
+    )
+
+
+def _data_manifest(run_id: str) -> DataManifestEntry:
+    made_up = _digest(run_id, "data")
+    manifest = DataManifest(
+        corpus={"kind": "synthetic"},
+        sources=(),
+        tokenizer={"kind": "bytes", "vocab_size": 256, "end_of_text": 0},
+        dtype="uint16",
+        shard_tokens=16_384,
+        shards=tuple(Shard(index=i, sha256=_digest(run_id, f"shard/{i}"), tokens=16_384) for i in range(8)),
+        eval_shards=(7,),
+        dropped_tokens=0,
+    )
+    return DataManifestEntry(manifest_object=made_up, manifest=manifest)
 
 
 def _digest(run_id: str, what: str) -> str:

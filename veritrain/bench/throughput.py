@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Literal
 
 from trainer.config import TrainConfig
-from veritrain.bench.errors import BenchError
 from veritrain.bench.metrics_recorder import StepMetrics, read_steps
 from veritrain.bench.netns import NetnsLink
 from veritrain.bench.server import free_port
 from veritrain.bench.software_shaper import ENVIRONMENT as SOFTWARE_LINK
+from veritrain.errors import BenchError
 
 Shaping = Literal["netns-tc", "software"]
 NETNS_BASE_PORT = 29_500

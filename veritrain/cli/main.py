@@ -35,12 +35,12 @@ app.command("plan")(plan.plan)
 def _known_errors() -> tuple[type[BaseException], ...]:
     from attestation.errors import AttestationError
     from ledger.errors import LedgerError
+    from records.errors import RecordError
     from storage.errors import StorageError
     from trainer.errors import TrainerError
     from veritrain.errors import VeritrainError
-    from veritrain.settings import SettingsError
 
-    return (AttestationError, LedgerError, StorageError, TrainerError, SettingsError, VeritrainError)
+    return (AttestationError, LedgerError, RecordError, StorageError, TrainerError, VeritrainError)
 
 
 def main() -> None:

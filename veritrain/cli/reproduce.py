@@ -20,7 +20,7 @@ def reproduce(
 ) -> None:
     """Download the state before step T and its data, re-execute T, compare with the ledger."""
     from veritrain.reproduce import reproduce_step
-    from veritrain.verify_sources import open_source
+    from veritrain.sources import open_source
 
     with open_source(api) as source:
         comparison = reproduce_step(source, run_id, step, cluster)

@@ -42,8 +42,8 @@ def train(
 ) -> None:
     """Train, printing one line per outer step and recording every step."""
     from trainer.config import load_config_file, with_overrides
-    from trainer.local_run import recorded_config, run_directory_of, train_into_directory
     from trainer.presets import run_preset
+    from veritrain.local_run import recorded_config, run_directory_of, train_into_directory
     from veritrain.settings import load_settings
     from veritrain.training import default_run_id, resume_recorded, train_recorded
 

@@ -27,11 +27,11 @@ def verify(
 ) -> None:
     """Re-check a run: tree head, hash chain, proofs, statements, quotes, contributions,
     checkpoints, data and metrics."""
+    from veritrain.sources import open_source
     from veritrain.verify import verify_run
-    from veritrain.verify.witness import Witness
-    from veritrain.verify_sources import open_source
+    from veritrain.verify.seen_heads import SeenHeads
 
     with open_source(api) as source:
-        report = verify_run(source, run_id, deep=deep, vkey=vkey, witness=None if no_witness else Witness())
+        report = verify_run(source, run_id, deep=deep, vkey=vkey, seen_heads=None if no_witness else SeenHeads())
     typer.echo(json.dumps(report.to_json(), indent=2) if as_json else report.render())
     raise typer.Exit(code=0 if report.ok else 1)

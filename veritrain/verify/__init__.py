@@ -2,7 +2,7 @@
 public HTTP API)."""
 
 from veritrain.verify.report import Report
-from veritrain.verify.source import DirectSource, RunSource
+from veritrain.verify.seen_heads import SeenHeads
 from veritrain.verify.verifier import verify_run
 
-__all__ = ["DirectSource", "Report", "RunSource", "verify_run"]
+__all__ = ["Report", "SeenHeads", "verify_run"]

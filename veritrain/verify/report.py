@@ -15,6 +15,8 @@ CHECKS: dict[int, str] = {
     7: "checkpoints",
     8: "data",
     9: "metrics",
+    10: "configuration and verification policy (genesis)",
+    11: "run.final",
 }
 
 

@@ -1,42 +1,48 @@
-"""``veritrain verify``: re-check a whole recorded run from its ledger and objects.
+"""``veritrain verify``: re-check a whole recorded run from its log and objects.
 
 The checks, in order (each a group in the report; every failure names the entry index and
 outer step):
 
-1. the latest signed tree head verifies under the run's log key (pinned, previously seen, or
-   named by the genesis) and extends the head this verifier saw before;
-2. every entry is canonical, in place, hash-chained by ``prev``, and the leaves hash to the
-   signed root with the signed size;
+1. the latest signed tree head verifies under the run's log key (pinned or named by the
+   genesis) and, for a returning verifier, extends the head it saw before from this source
+   under the same origin and key (and still ends finished if it was);
+2. every entry is canonical, in place, hash-chained by ``prev``, reads as its kind's typed
+   record, has a later ``recorded_at`` than the one before, and the log has the run's layout;
+   the leaves hash to the signed root with the signed size;
 3. the log's inclusion proof of every entry verifies against the signed root;
-4. every step's DSSE statement is signed by the run's statement key and names exactly the
-   entry's checkpoint, previous checkpoint, data shards, code and metrics;
+4. every step's DSSE statement is signed by the run's statement key and names exactly what the
+   genesis and the entry imply (checkpoint, previous checkpoint, parameters, code, data
+   shards, metrics);
 5. every cluster's quote is endorsed by the platform root, carries the reference launch
-   measurement, replays from the recorded statements, answers the nonce fixed by the log
-   just before the entry, and binds the previous leaf and the statement;
-6. every contribution is signed by its cluster, and every applied exchange combines exactly
-   the contributions signed in its round;
+   measurement, replays from the recorded statements, answers the nonce fixed by the log just
+   before the entry, and binds the previous leaf and the statement;
+6. every contribution is signed by its cluster, and the exchanges applied name signed rounds
+   in order, none twice or missing, combining exactly the contributions signed;
 7. every checkpoint manifest hashes to its digest and root; files are re-hashed;
-8. the data manifest matches its entry; shards are re-hashed; steps read training shards only;
-9. the metrics table equals the metrics signed in the entries.
+8. the data manifest matches its entry; shards are re-hashed; the assignment rule and every
+   step's data ranges are recomputed;
+9. the metrics table equals the metrics signed in the entries;
+10. the genesis: config digest recomputed, configuration consistent, TEE reference and
+    verification policy within the published bounds;
+11. ``run.final`` recomputed from the last outer step.
+
+Nothing the source says is trusted, and nothing it sends can crash the verifier: a malformed
+answer is a failed check in the report.
 """
 
 from __future__ import annotations
 
-from attestation.errors import AttestationError
-from ledger.errors import LedgerError
+from records import Genesis
+from veritrain.errors import SourceError
+from veritrain.recorded_run import RecordedRun
+from veritrain.sources import RunSource
+from veritrain.verify.commitment_checks import check_final, check_genesis
+from veritrain.verify.data_checks import check_data, load_data
 from veritrain.verify.evidence_checks import check_contributions, check_quotes, check_statements
 from veritrain.verify.log_checks import check_chain, check_inclusion, check_tree_head, remember
-from veritrain.verify.object_checks import (
-    check_checkpoints,
-    check_data,
-    check_metrics,
-    load_data_index,
-    shard_digests,
-)
+from veritrain.verify.object_checks import check_checkpoints, check_metrics
 from veritrain.verify.report import Report
-from veritrain.verify.source import RunSource
-from veritrain.verify.view import RunView
-from veritrain.verify.witness import Witness
+from veritrain.verify.seen_heads import SeenHeads
 
 
 def verify_run(
@@ -45,38 +51,45 @@ def verify_run(
     *,
     deep: bool = False,
     vkey: str | None = None,
-    witness: Witness | None = None,
+    seen_heads: SeenHeads | None = None,
 ) -> Report:
     """Run every check on ``run_id`` (default: the most recent run) and return the report."""
     run_id = run_id or source.latest_run_id()
-    view = RunView.from_bodies(run_id, source.entry_bodies(run_id))
     report = Report(run_id=run_id, source=source.description)
-    note = source.tree_head(run_id)
-
     try:
-        head = check_tree_head(report, view, note, pinned_vkey=vkey, witness=witness, source=source)
-    except (LedgerError, AttestationError) as exc:
-        report.check(1).fail(str(exc))
-        head = None
-    chain_ok = check_chain(report, view, note, head)
-    check_inclusion(report, view, source, head)
-    data = load_data_index(report, view, source)
-    check_statements(report, view, source, shard_digests(data))
-    check_quotes(report, view, source)
-    check_contributions(report, view, source)
-    seed_root = head.checkpoint.root_hash if head else b""
-    check_checkpoints(report, view, source, deep=deep, seed_root=seed_root)
-    check_data(report, view, source, data, deep=deep, seed_root=seed_root)
-    check_metrics(report, view, source)
+        run = RecordedRun.from_bodies(run_id, source.entry_bodies(run_id))
+    except SourceError as exc:
+        report.check(2).fail(f"the run's entries cannot be read: {exc}")
+        return report
+    try:
+        note: str | None = source.tree_head(run_id)
+    except SourceError as exc:
+        report.check(1).fail(f"the signed tree head cannot be read: {exc}")
+        note = None
 
-    steps = [e.step for e in view.outer_steps if e.step is not None]
+    head = check_tree_head(report, run, note, pinned_vkey=vkey, seen_heads=seen_heads, source=source)
+    check_chain(report, run, note, head)
+    check_inclusion(report, run, source, head)
+    config = check_genesis(report, run)
+    genesis = run.genesis_entry.record if run.genesis_entry is not None else None
+    genesis = genesis if isinstance(genesis, Genesis) else None
+    data = load_data(report, run, source)
+    check_statements(report, run, genesis, source, data.manifest.shard_digests if data else None)
+    check_quotes(report, run, genesis, source)
+    check_contributions(report, run, genesis, source)
+    signed_root = head.checkpoint.root_hash if head else b""
+    check_checkpoints(report, run, source, deep=deep, signed_root=signed_root)
+    check_data(report, run, source, data, config, deep=deep, signed_root=signed_root)
+    check_metrics(report, run, source)
+    check_final(report, run, config)
+
     report.summary = {
-        "entries": len(view.entries),
-        "outer steps": len(steps),
-        "finished": any(e.kind == "run.final" for e in view.entries),
+        "entries": len(run.entries),
+        "outer steps": len(run.step_entries),
+        "finished": run.final_entry is not None,
     }
     if head is not None:
         report.summary["tree size"] = head.checkpoint.size
-    if report.ok and chain_ok:
-        remember(witness, head)
+    if report.ok:
+        remember(seen_heads, run, source, head)
     return report

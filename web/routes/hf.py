@@ -28,10 +28,10 @@ from fastapi import APIRouter, Path, Request, Response
 from ledger.errors import EntryNotFoundError, RunNotFoundError
 from web.deps import IMMUTABLE, SHORT, ResourcesDep
 from web.downloads import object_response
-from web.errors import NotFoundError
+from web.errors import NotFoundError, UnreadableRunError
 from web.ranges import entity_tag
 from web.revisions import LATEST, hub_error, parse_revision
-from web.run_records import checkpoint_ref, file_digest, latest_checkpoint_step, load_manifest
+from web.run_records import checkpoint_ref, file_digest, load_manifest, run_state
 from web.schemas import ResponsesDoc
 
 router = APIRouter(tags=["huggingface"])
@@ -72,7 +72,10 @@ def resolve(
     step = parse_revision(revision)
     try:
         if step is None:
-            step = latest_checkpoint_step(ledger, run)
+            state = run_state(ledger, ledger.get_run(run))
+            if state.problem is not None:
+                raise UnreadableRunError(f"run {run!r}: the latest step cannot be told: {state.problem}")
+            step = state.latest_step
             if step is None:
                 raise NotFoundError(
                     f"run {run!r} has no outer step yet, so no checkpoint",
@@ -98,6 +101,7 @@ def resolve(
         store,
         digest,
         presign=resources.settings.s3_presign_downloads,
+        verified=resources.verified,
         cache_control=IMMUTABLE if immutable else SHORT,
         headers=headers,
         filename=filename,

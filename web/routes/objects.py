@@ -52,5 +52,6 @@ def get_object(sha256: Sha256Path, request: Request, resources: ResourcesDep) ->
         resources.store,
         sha256,
         presign=resources.settings.s3_presign_downloads,
+        verified=resources.verified,
         cache_control=IMMUTABLE,
     )

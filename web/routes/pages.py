@@ -10,6 +10,7 @@ from starlette.responses import Response
 from web.deps import SHORT, ResourcesDep
 from web.errors import html_errors
 from web.run_page import run_page
+from web.run_records import run_state
 from web.templating import render, script_json
 
 router = APIRouter(tags=["pages"], dependencies=[Depends(html_errors)], include_in_schema=False)
@@ -17,7 +18,8 @@ router = APIRouter(tags=["pages"], dependencies=[Depends(html_errors)], include_
 
 @router.get("/")
 def runs_page(request: Request, resources: ResourcesDep) -> Response:
-    runs = resources.ledger.list_runs()
+    ledger = resources.ledger
+    runs = [(run, run_state(ledger, run)) for run in ledger.list_runs()]
     return render(request, "runs.html", {"runs": runs}, headers={"Cache-Control": SHORT})
 
 

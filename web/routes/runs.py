@@ -8,9 +8,10 @@ from fastapi import APIRouter, Query, Response
 from fastapi.responses import PlainTextResponse
 
 from ledger.records import EntryRecord, RunInfo
-from ledger.service import MAX_PAGE
+from ledger.service import MAX_PAGE, Ledger
 from web.deps import IMMUTABLE, SHORT, LedgerDep
 from web.params import MAX_INT64, IndexPath, RunPath, SizeQuery
+from web.run_records import run_state
 from web.schemas import (
     EntryInfo,
     EntryPage,
@@ -32,7 +33,7 @@ DEFAULT_PAGE = 100
 @router.get("/runs", response_model=RunList, summary="Every run, newest first")
 def list_runs(ledger: LedgerDep, response: Response) -> RunList:
     response.headers["Cache-Control"] = SHORT
-    return RunList(runs=[run_summary(run) for run in ledger.list_runs()])
+    return RunList(runs=[run_summary(ledger, run) for run in ledger.list_runs()])
 
 
 @router.get("/runs/{run}", response_model=RunDetail, responses=NOT_FOUND, summary="One run, its latest signed tree head and keys")
@@ -44,7 +45,7 @@ def get_run(run: RunPath, ledger: LedgerDep, response: Response) -> RunDetail:
     ]
     response.headers["Cache-Control"] = SHORT
     return RunDetail(
-        **run_summary(info).model_dump(),
+        **run_summary(ledger, info).model_dump(),
         tree_head=TreeHeadInfo(size=head.size, root_hash=head.root_hash.hex(), note=head.note),
         keys=keys,
     )
@@ -108,14 +109,16 @@ def get_receipt(run: RunPath, index: IndexPath, ledger: LedgerDep, size: SizeQue
     return PlainTextResponse(text, headers={"Cache-Control": cache})
 
 
-def run_summary(run: RunInfo) -> RunSummary:
+def run_summary(ledger: Ledger, run: RunInfo) -> RunSummary:
+    """The run as its signed log says it is (status and steps from the last signed entry)."""
+    state = run_state(ledger, run)
     return RunSummary(
         run_id=run.run_id,
         origin=run.origin,
-        status=run.status,
-        size=run.size,
-        latest_step=run.latest_step,
-        outer_steps=run.outer_steps,
+        status=state.status,
+        size=state.size,
+        latest_step=state.latest_step,
+        outer_steps=state.outer_steps,
         created_at=run.created_at,
         updated_at=run.updated_at,
         finished_at=run.finished_at,

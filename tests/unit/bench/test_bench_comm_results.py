@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from veritrain.bench.comm_results import LinkReport, assemble, bytes_sent, steady
-from veritrain.bench.errors import BenchError
 from veritrain.bench.metrics_recorder import StepMetrics
+from veritrain.errors import BenchError
 
 P = 1000  # parameters
 C = 2

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from veritrain.bench.errors import BenchError
 from veritrain.bench.ledger import (
     AppendThroughput,
     LedgerBenchConfig,
@@ -15,6 +14,7 @@ from veritrain.bench.ledger import (
 from veritrain.bench.memory_probe import Measurement
 from veritrain.bench.stats import percentile
 from veritrain.bench.storage import Comparison, MiB, StorageBenchResult
+from veritrain.errors import BenchError
 
 
 def test_percentiles_interpolate_between_ranks() -> None:

@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from veritrain.bench.errors import BenchError
 from veritrain.bench.http_load import Connection
+from veritrain.errors import BenchError
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

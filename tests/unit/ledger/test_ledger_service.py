@@ -139,7 +139,7 @@ def test_an_outer_step_can_be_recorded_only_once(ledger: Ledger) -> None:
     with pytest.raises(DuplicateStepError, match="already recorded outer step 1"):
         ledger.append("r1", "outer_step", {"t": 1, "resumed": True}, step=1)
     assert ledger.get_run("r1").size == 3
-    assert ledger.entry_by_step("r1", 1).payload == {"t": 1, "metrics": {"loss": 1.0}}
+    assert [e.payload for e in ledger.entries("r1", 0, 10) if e.step == 1] == [{"t": 1, "metrics": {"loss": 1.0}}]
 
 
 def test_nothing_can_be_appended_after_run_final(ledger: Ledger) -> None:
@@ -169,8 +169,6 @@ def test_reads_of_missing_things_raise_not_found(ledger: Ledger) -> None:
         ledger.get_run("r9")
     with pytest.raises(EntryNotFoundError, match="expected 0 <= index < 3"):
         ledger.entry("r1", 3)
-    with pytest.raises(EntryNotFoundError, match="no outer step 7"):
-        ledger.entry_by_step("r1", 7)
     with pytest.raises(TreeHeadNotFoundError):
         ledger.tree_head_at("r1", 4)
     with pytest.raises(RunNotFoundError):

@@ -44,17 +44,17 @@ def rule_for(manifest: DataManifest, *, clusters: int = 2, batch: int = 4, seed:
 
 def test_stdlib_corpus_is_identical_when_built_twice(corpus: tuple[DataManifest, DirectoryShardSource], tmp_path: Path) -> None:
     again = prepare_data(SMALL, tmp_path).manifest
-    assert again.to_dict() == corpus[0].to_dict()
+    assert again.to_payload() == corpus[0].to_payload()
     assert again.corpus["kind"] == "python-stdlib"
     assert again.corpus["python"]["version"].count(".") == 2
-    assert all(s["license"] == "PSF-2.0" and s["uri"].startswith("python-stdlib:") for s in again.sources)
+    assert all(s.license == "PSF-2.0" and s.uri.startswith("python-stdlib:") for s in again.sources)
 
 
 def test_sources_are_a_sorted_prefix_within_the_byte_budget(corpus: tuple[DataManifest, DirectoryShardSource]) -> None:
     manifest, _ = corpus
-    names = [s["uri"].rsplit("/", 1)[1] for s in manifest.sources]
+    names = [s.uri.rsplit("/", 1)[1] for s in manifest.sources]
     assert names == sorted(names)
-    assert sum(s["bytes"] for s in manifest.sources) <= SMALL.stdlib_max_bytes
+    assert sum(s.bytes for s in manifest.sources) <= SMALL.stdlib_max_bytes
 
 
 def test_a_shard_can_be_hashed_and_read_without_our_code(corpus: tuple[DataManifest, DirectoryShardSource]) -> None:
@@ -64,14 +64,14 @@ def test_a_shard_can_be_hashed_and_read_without_our_code(corpus: tuple[DataManif
     assert hashlib.sha256(path.read_bytes()).hexdigest() == shard.sha256
     tokens = np.fromfile(path, dtype="<u2")  # headerless little-endian uint16
     assert tokens.size == manifest.shard_tokens
-    first_file = Path(sysconfig.get_paths()["stdlib"]) / manifest.sources[0]["uri"].rsplit("/", 1)[1]
+    first_file = Path(sysconfig.get_paths()["stdlib"]) / manifest.sources[0].uri.rsplit("/", 1)[1]
     assert bytes(tokens[:200].astype(np.uint8)) == first_file.read_bytes()[:200]
 
 
 def test_manifest_round_trips_through_json(corpus: tuple[DataManifest, DirectoryShardSource]) -> None:
-    manifest = corpus[0].with_rule(rule_for(corpus[0]))
-    data = json.loads(json.dumps(manifest.to_dict()))
-    assert DataManifest.from_dict(data).to_dict() == manifest.to_dict()
+    manifest = corpus[0].with_assignment(rule_for(corpus[0]).to_dict())
+    data = json.loads(json.dumps(manifest.to_payload()))
+    assert DataManifest.from_payload(data) == manifest
     assert data["assignment"]["rule"].startswith("veritrain.")
     assert {s["split"] for s in data["shards"]} == {"train", "eval"}
 
@@ -148,8 +148,8 @@ def test_jsonl_and_text_files_become_documents(tmp_path: Path) -> None:
         DataConfig(paths=(str(folder),), license="CC0-1.0", shard_tokens=1024, eval_shards=1), tmp_path / "out"
     )
     manifest = prepared.manifest
-    assert [s["uri"] for s in manifest.sources] == ["file:corpus/a.jsonl", "file:corpus/b.txt"]
-    assert {s["license"] for s in manifest.sources} == {"CC0-1.0"}
+    assert [s.uri for s in manifest.sources] == ["file:corpus/a.jsonl", "file:corpus/b.txt"]
+    assert {s.license for s in manifest.sources} == {"CC0-1.0"}
     assert manifest.corpus == {"kind": "files"}
 
 

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from veritrain.settings import SettingsError, load_settings
+from veritrain.errors import SettingsError
+from veritrain.settings import load_settings
 
 
 def test_defaults_are_embedded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
-"""A Recorder that writes each outer step's files into a folder (no ledger, no object store).
+"""A Recorder that writes each outer step's files into a folder (no ledger, no object store):
+``veritrain train --workdir DIR`` for experiments, and tests that read what a run wrote.
 
-``veritrain train`` uses it until the ledger-backed recorder exists, and tests read what it
-wrote. Layout under ``root``::
+Layout under ``root``::
 
     run.json                         RunStart (without the shard source), written by begin
     data-manifest.json               the data manifest
@@ -13,25 +13,26 @@ wrote. Layout under ``root``::
         trainer_state.json
         record.json                            written last: the step is complete
 
-Every file is written to a temporary name and renamed, so a killed run leaves whole files. On
-a multi-host run each host writes its own processes' files under its own ``root``.
+Files are written by ``storage.checkpoint`` exactly as the ledger-backed recorder writes them
+(same bytes, same digests), into a temporary folder and renamed into place, so a killed run
+leaves whole files. On a multi-host run each host writes its own processes' files under its
+own ``root``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import os
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save
 
-from trainer.checkpoint import MODEL_INDEX, load_checkpoint_directory
+from storage.checkpoint import write_files, write_model_index
+from storage.checkpoint.sharding import header_tensor_sizes, is_model_shard
+from trainer.checkpoint import load_checkpoint_directory
 from trainer.data.shards import DirectoryShardSource
 from trainer.errors import CheckpointError
 from trainer.recorder import OuterStepRecord, ProcessInfo, RunStart, RunSummary
@@ -45,10 +46,7 @@ def step_directory(root: Path, step: int) -> Path:
 
 def latest_recorded_step(root: Path) -> int | None:
     """The highest step whose ``record.json`` exists under ``root`` (None when there is none)."""
-    steps = [
-        int(p.parent.name.removeprefix("step-"))
-        for p in (root / "steps").glob(f"step-*/{RECORD}")
-    ]
+    steps = [int(p.parent.name.removeprefix("step-")) for p in (root / "steps").glob(f"step-*/{RECORD}")]
     return max(steps) if steps else None
 
 
@@ -86,7 +84,7 @@ class LocalDirectoryRecorder:
             "shard_directory": str(shards.directory) if isinstance(shards, DirectoryShardSource) else None,
         }
         _write_json(self.root / "run.json", document)
-        _write_json(self.root / "data-manifest.json", run.data_manifest)
+        _write_json(self.root / "data-manifest.json", run.data_manifest.to_payload())
 
     def save_state(
         self,
@@ -95,16 +93,24 @@ class LocalDirectoryRecorder:
         json_files: Mapping[str, Mapping[str, Any]],
     ) -> Mapping[str, str]:
         directory = step_directory(self.root, step)
-        digests = {}
-        for name, tensors in files.items():
-            digests[name] = _write_bytes(directory / name, save(dict(tensors), metadata={"format": "pt"}))
-        for name, document in json_files.items():
-            digests[name] = _write_json(directory / name, document)
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".save-", dir=directory) as folder:
+            digests = write_files(folder, tensor_files=files, json_files=json_files)
+            for name in digests:
+                os.replace(Path(folder) / name, directory / name)
         return digests
 
     def record_outer_step(self, record: OuterStepRecord) -> None:
         directory = step_directory(self.root, record.step)
-        _write_model_index(directory)
+        shards = {
+            path.name: header_tensor_sizes(_file_range(path))
+            for path in sorted(directory.iterdir())
+            if is_model_shard(path.name)
+        }
+        if shards:
+            with tempfile.TemporaryDirectory(prefix=".index-", dir=directory) as folder:
+                for name in write_model_index(folder, shards):
+                    os.replace(Path(folder) / name, directory / name)
         _write_json(directory / RECORD, record.to_dict())
         with (self.root / "records.jsonl").open("a") as log:
             log.write(json.dumps(record.to_dict(), sort_keys=True) + "\n")
@@ -143,34 +149,20 @@ load_step = load_checkpoint_directory
 """The state files of one step folder (``load_step(step_directory(root, t))``)."""
 
 
-def _write_model_index(directory: Path) -> None:
-    """The Hugging Face ``model.safetensors.index.json`` over the model files present (sizes
-    from the safetensors headers; no tensor is loaded)."""
-    weight_map: dict[str, str] = {}
-    total = 0
-    for path in sorted(directory.glob("model-*-of-*.safetensors")):
-        with safe_open(str(path), framework="pt") as handle:
-            for key in handle.keys():  # noqa: SIM118 -- safe_open handles are not iterable
-                weight_map[key] = path.name
-                view = handle.get_slice(key)
-                total += math.prod(view.get_shape()) * _DTYPE_BYTES[view.get_dtype()]
-    if weight_map:
-        _write_json(directory / MODEL_INDEX, {"metadata": {"total_size": total}, "weight_map": weight_map})
+def _file_range(path: Path) -> Callable[[int, int], bytes]:
+    def read(start: int, end: int) -> bytes:
+        with path.open("rb") as handle:
+            handle.seek(start)
+            return handle.read(end - start)
+
+    return read
 
 
-_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
-
-
-def _write_json(path: Path, document: Mapping[str, Any]) -> str:
-    return _write_bytes(path, (json.dumps(document, indent=1, sort_keys=True) + "\n").encode())
-
-
-def _write_bytes(path: Path, data: bytes) -> str:
+def _write_json(path: Path, document: Mapping[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with temporary.open("wb") as handle:
-        handle.write(data)
+    with temporary.open("w") as handle:
+        handle.write(json.dumps(document, indent=1, sort_keys=True) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
     temporary.replace(path)
-    return hashlib.sha256(data).hexdigest()

@@ -16,15 +16,15 @@ from trainer.checkpoint import (
     load_checkpoint_directory,
 )
 from trainer.data.shards import DirectoryShardSource
-from trainer.local_recorder import (
+from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
+from trainer.recorder import OuterStepRecord, ProcessInfo, RunStart, RunSummary
+from veritrain.local_recorder import (
     LocalDirectoryRecorder,
     latest_recorded_step,
     read_records,
     resume_directory,
     step_directory,
 )
-from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
-from trainer.recorder import OuterStepRecord, ProcessInfo, RunStart, RunSummary
 
 PROCESS = ProcessInfo(rank=0, world_size=2, cluster=0, stage=0, clusters=1, stages=2)
 

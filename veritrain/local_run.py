@@ -1,6 +1,6 @@
 """Train into a folder: the local-directory recorder, resuming from the folder's last step.
 
-What ``veritrain train`` calls until the ledger-backed recorder exists.
+What ``veritrain train --workdir DIR`` calls (no ledger, no signatures: for experiments).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from trainer.api import train
 from trainer.checkpoint import load_checkpoint_directory
 from trainer.config import TrainConfig
 from trainer.errors import CheckpointError
-from trainer.local_recorder import LocalDirectoryRecorder, resume_directory
 from trainer.recorder import RunSummary
+from veritrain.local_recorder import LocalDirectoryRecorder, resume_directory
 
 
 def recorded_config(run_directory: Path) -> TrainConfig:

@@ -1,0 +1,260 @@
+"""The data manifest (what the corpus is made of and how it is cut) and the ``data.manifest``
+entry that records it (docs/records.md).
+
+The manifest object, ``DataManifest.to_payload()`` as canonical JSON, is stored in the object
+store; the entry names it and, when it fits, copies it inline::
+
+    {"format": "veritrain.data-manifest/v1",
+     "corpus": {"kind": "python-stdlib" | "files", ...how the sources were chosen},
+     "sources": [{"uri", "sha256", "bytes", "license"}, ...],
+     "tokenizer": {"kind", "vocab_size", "end_of_text", ...},
+     "shard_format": {"dtype": "uint16" | "uint32", "byte_order": "little", "header_bytes": 0,
+                      "tokens_per_shard": n, "file_name": "<sha256>.bin"},
+     "shards": [{"index", "sha256", "tokens", "split": "train" | "eval"}, ...],
+     "dropped_tokens": k,
+     "assignment": {"rule": ..., see trainer/data/assignment.py}}   # once a run attaches it
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from records.fields import Fields, schema
+
+FORMAT = "veritrain.data-manifest/v1"
+SCHEMA = "veritrain/data.manifest/v1"
+TokenDtype = Literal["uint16", "uint32"]
+TOKEN_DTYPES: tuple[TokenDtype, ...] = ("uint16", "uint32")
+TOKEN_BYTES: Mapping[str, int] = {"uint16": 2, "uint32": 4}
+SPLITS = ("train", "eval")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Source:
+    """One input file of the corpus."""
+
+    uri: str
+    """Machine-independent name: ``python-stdlib:3.11.7/abc.py`` or ``file:<relative path>``."""
+    sha256: str
+    bytes: int
+    license: str
+    """SPDX identifier, or ``unknown``."""
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"uri": self.uri, "sha256": self.sha256, "bytes": self.bytes, "license": self.license}
+
+    @classmethod
+    def read(cls, f: Fields) -> Source:
+        value = cls(
+            uri=f.string("uri", nonempty=True),
+            sha256=f.digest("sha256"),
+            bytes=f.integer("bytes", minimum=0),
+            license=f.string("license", nonempty=True),
+        )
+        f.exactly()
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Shard:
+    """One shard as the manifest lists it."""
+
+    index: int
+    """Position in the corpus's token stream (shard i holds tokens [i*n, (i+1)*n))."""
+    sha256: str
+    tokens: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataManifest:
+    """A built corpus (and, once a run attaches it, the rule that assigns its windows)."""
+
+    corpus: Mapping[str, Any]
+    """How the sources were chosen (kind, Python identity for the stdlib corpus)."""
+    sources: tuple[Source, ...]
+    tokenizer: Mapping[str, Any]
+    """The tokenizer's identity: at least ``kind``, ``vocab_size`` and ``end_of_text``."""
+    dtype: TokenDtype
+    shard_tokens: int
+    shards: tuple[Shard, ...]
+    eval_shards: tuple[int, ...]
+    dropped_tokens: int
+    assignment: Mapping[str, Any] | None = field(default=None)
+    """The assignment rule's parameters (trainer/data/assignment.py ``AssignmentRule.to_dict``)."""
+
+    @property
+    def train_shards(self) -> tuple[int, ...]:
+        held_out = set(self.eval_shards)
+        return tuple(s.index for s in self.shards if s.index not in held_out)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.tokenizer["vocab_size"])
+
+    @property
+    def token_bytes(self) -> int:
+        return TOKEN_BYTES[self.dtype]
+
+    @property
+    def shard_digests(self) -> dict[int, str]:
+        return {s.index: s.sha256 for s in self.shards}
+
+    def with_assignment(self, assignment: Mapping[str, Any]) -> DataManifest:
+        return replace(self, assignment=dict(assignment))
+
+    def to_payload(self) -> dict[str, Any]:
+        held_out = set(self.eval_shards)
+        data: dict[str, Any] = {
+            "format": FORMAT,
+            "corpus": dict(self.corpus),
+            "sources": [s.to_payload() for s in self.sources],
+            "tokenizer": dict(self.tokenizer),
+            "shard_format": {
+                "dtype": self.dtype,
+                "byte_order": "little",
+                "header_bytes": 0,
+                "tokens_per_shard": self.shard_tokens,
+                "file_name": "<sha256>.bin",
+            },
+            "shards": [
+                {
+                    "index": s.index,
+                    "sha256": s.sha256,
+                    "tokens": s.tokens,
+                    "split": "eval" if s.index in held_out else "train",
+                }
+                for s in self.shards
+            ],
+            "dropped_tokens": self.dropped_tokens,
+        }
+        if self.assignment is not None:
+            data["assignment"] = dict(self.assignment)
+        return data
+
+    @classmethod
+    def from_payload(cls, data: Any, *, where: str = "data manifest") -> DataManifest:
+        return cls.read(Fields(data, where=where))
+
+    @classmethod
+    def read(cls, f: Fields) -> DataManifest:
+        f.string("format", choices=(FORMAT,))
+        shard_format = f.obj("shard_format")
+        dtype = shard_format.string("dtype", choices=TOKEN_DTYPES)
+        shard_tokens = shard_format.integer("tokens_per_shard", minimum=2)
+        shard_format.string("byte_order", choices=("little",))
+        if shard_format.integer("header_bytes") != 0:
+            raise shard_format.fail("header_bytes", "0", shard_format.data["header_bytes"])
+        shard_format.string("file_name")
+        shard_format.exactly()
+        rows = f.items("shards", _read_shard)
+        for position, (shard, _) in enumerate(rows):
+            if shard.index != position:
+                raise f.fail(f"shards[{position}].index", f"{position} (shards in stream order)", shard.index)
+        tokenizer = f.obj("tokenizer")
+        tokenizer.string("kind", nonempty=True)
+        tokenizer.integer("vocab_size", minimum=1)
+        tokenizer.integer("end_of_text", minimum=0)
+        value = cls(
+            corpus=f.mapping("corpus"),
+            sources=f.items("sources", Source.read),
+            tokenizer=dict(tokenizer.data),
+            dtype=dtype,  # type: ignore[arg-type]  # checked against TOKEN_DTYPES above
+            shard_tokens=shard_tokens,
+            shards=tuple(shard for shard, _ in rows),
+            eval_shards=tuple(shard.index for shard, split in rows if split == "eval"),
+            dropped_tokens=f.integer("dropped_tokens", minimum=0),
+            assignment=f.mapping("assignment") if f.has("assignment") else None,
+        )
+        f.exactly()
+        return value
+
+    def digest(self) -> str:
+        """SHA-256 of the manifest's sorted-key JSON: a short name for "this exact corpus"."""
+        text = json.dumps(self.to_payload(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _read_shard(f: Fields) -> tuple[Shard, str]:
+    shard = Shard(index=f.integer("index", minimum=0), sha256=f.digest("sha256"), tokens=f.integer("tokens", minimum=0))
+    split = f.string("split", choices=SPLITS)
+    f.exactly()
+    return shard, split
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataManifestSummary:
+    """What a ``data.manifest`` entry holds in place of a manifest too large to inline: the
+    manifest without its source and shard lists, and how many of each there are."""
+
+    manifest: Mapping[str, Any]
+    """The manifest's other top-level fields (format, corpus, tokenizer, shard_format, ...)."""
+    source_count: int
+    shard_count: int
+
+    @classmethod
+    def of(cls, manifest: DataManifest) -> DataManifestSummary:
+        rest = {k: v for k, v in manifest.to_payload().items() if k not in ("sources", "shards")}
+        return cls(manifest=rest, source_count=len(manifest.sources), shard_count=len(manifest.shards))
+
+    def to_payload(self) -> dict[str, Any]:
+        return {**self.manifest, "source_count": self.source_count, "shard_count": self.shard_count}
+
+    @classmethod
+    def read(cls, f: Fields) -> DataManifestSummary:
+        source_count = f.integer("source_count", minimum=0)
+        shard_count = f.integer("shard_count", minimum=0)
+        f.string("format", choices=(FORMAT,))
+        rest = {k: v for k, v in f.data.items() if k not in ("source_count", "shard_count")}
+        if "sources" in rest or "shards" in rest:
+            raise f.fail("sources", "no source or shard list in a summary", sorted(rest))
+        return cls(manifest=rest, source_count=source_count, shard_count=shard_count)
+
+
+INLINE_LIMIT = 32 * 1024
+"""A manifest whose canonical JSON is at most this many bytes is copied into its entry (half
+the ledger's 64 KiB entry limit); larger ones are summarised."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataManifestEntry:
+    """The ``data.manifest`` payload (entry 1)."""
+
+    manifest_object: str
+    """Digest of the stored manifest object (its canonical JSON)."""
+    manifest: DataManifest | DataManifestSummary
+    schema: str = field(default=SCHEMA)
+
+    @property
+    def inline(self) -> bool:
+        return isinstance(self.manifest, DataManifest)
+
+    @classmethod
+    def recording(cls, manifest: DataManifest, *, manifest_object: str, document_bytes: int) -> DataManifestEntry:
+        """The entry for ``manifest`` stored as ``manifest_object`` (``document_bytes`` long)."""
+        inline = document_bytes <= INLINE_LIMIT
+        return cls(manifest_object=manifest_object, manifest=manifest if inline else DataManifestSummary.of(manifest))
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "manifest_object": self.manifest_object,
+            "inline": self.inline,
+            "manifest": self.manifest.to_payload(),
+        }
+
+    @classmethod
+    def from_payload(cls, payload: Any, *, where: str = "data.manifest") -> DataManifestEntry:
+        f = Fields(payload, where=where)
+        schema(f, SCHEMA)
+        inline = f.boolean("inline")
+        body = f.obj("manifest")
+        manifest: DataManifest | DataManifestSummary = (
+            DataManifest.read(body) if inline else DataManifestSummary.read(body)
+        )
+        value = cls(manifest_object=f.digest("manifest_object"), manifest=manifest)
+        f.exactly()
+        return value

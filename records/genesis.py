@@ -1,0 +1,366 @@
+"""``run.genesis``: what a run commits to before its first step (docs/records.md).
+
+Everything a verifier later trusts is fixed here: the code and dependency digests, the full
+configuration and its digest, the topology and seed, every public key of the run, the TEE
+type and reference measurements its quotes must match, and the verification policy chosen
+before any training happens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from records.fields import Fields, schema
+
+SCHEMA = "veritrain/run.genesis/v1"
+METHODS = ("allreduce", "diloco", "dilocox")
+POLICY_MODES = ("bitwise", "tolerance")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CodeIdentity:
+    """The source tree that trained (veritrain/provenance.py computes it)."""
+
+    source_sha256: str
+    """SHA-256 over the ``sha256sum``-format lines of every source file, sorted by path."""
+    git_commit: str | None
+    git_dirty: bool
+    files: int
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "source_sha256": self.source_sha256,
+            "git_commit": self.git_commit,
+            "git_dirty": self.git_dirty,
+            "files": self.files,
+        }
+
+    @classmethod
+    def read(cls, f: Fields) -> CodeIdentity:
+        value = cls(
+            source_sha256=f.digest("source_sha256"),
+            git_commit=f.optional_string("git_commit"),
+            git_dirty=f.boolean("git_dirty"),
+            files=f.integer("files", minimum=0),
+        )
+        f.exactly()
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class DependencyIdentity:
+    sha256: str
+    """SHA-256 of the sorted ``name==version`` lines of every installed distribution."""
+    python: str
+    torch: str
+    distributions: int
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"sha256": self.sha256, "python": self.python, "torch": self.torch, "distributions": self.distributions}
+
+    @classmethod
+    def read(cls, f: Fields) -> DependencyIdentity:
+        value = cls(
+            sha256=f.digest("sha256"),
+            python=f.string("python"),
+            torch=f.string("torch"),
+            distributions=f.integer("distributions", minimum=0),
+        )
+        f.exactly()
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSummary:
+    """The model's shape (``ModelConfig`` fields), parameter count and stage split."""
+
+    shape: Mapping[str, Any]
+    """``ModelConfig.to_dict()``: its typed home is trainer/model.py."""
+    parameter_count: int
+    stage_blocks: tuple[tuple[int, ...], ...]
+    """The transformer blocks each pipeline stage holds."""
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            **self.shape,
+            "parameter_count": self.parameter_count,
+            "stage_blocks": [list(blocks) for blocks in self.stage_blocks],
+        }
+
+    @classmethod
+    def read(cls, f: Fields) -> ModelSummary:
+        count = f.integer("parameter_count", minimum=1)
+        stages = tuple(_blocks(f, i, item) for i, item in enumerate(f.array("stage_blocks")))
+        shape = {k: v for k, v in f.data.items() if k not in ("parameter_count", "stage_blocks")}
+        return cls(shape=shape, parameter_count=count, stage_blocks=stages)
+
+
+def _blocks(f: Fields, i: int, item: Any) -> tuple[int, ...]:
+    if not isinstance(item, list) or any(isinstance(b, bool) or not isinstance(b, int) or b < 0 for b in item):
+        raise f.fail(f"stage_blocks[{i}]", "an array of block numbers", item)
+    return tuple(item)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Topology:
+    clusters: int
+    stages: int
+    world_size: int
+    backend: str
+    device: str
+    rank: str
+    """How a global rank is formed, e.g. ``cluster * stages + stage``."""
+    present: tuple[int, ...]
+    """The clusters that start the run."""
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "clusters": self.clusters,
+            "stages": self.stages,
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "device": self.device,
+            "rank": self.rank,
+            "present": list(self.present),
+        }
+
+    @classmethod
+    def read(cls, f: Fields) -> Topology:
+        value = cls(
+            clusters=f.integer("clusters", minimum=1),
+            stages=f.integer("stages", minimum=1),
+            world_size=f.integer("world_size", minimum=1),
+            backend=f.string("backend"),
+            device=f.string("device"),
+            rank=f.string("rank"),
+            present=f.integers("present", minimum=0),
+        )
+        f.exactly()
+        if any(c >= value.clusters for c in value.present):
+            raise f.fail("present", f"cluster indices below {value.clusters}", list(value.present))
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunKeys:
+    """Verifier keys (C2SP ``name+keyid+base64``) of every signer of the run."""
+
+    log: str
+    """Signs the run's tree heads; its name is the log origin."""
+    statement: str
+    """Signs the DSSE provenance statements."""
+    platform_root: str
+    """Endorses the attestation keys (the software TEE's "vendor")."""
+    attesters: tuple[str, ...]
+    """Cluster j's attestation (quote) key at position j."""
+    clusters: tuple[str, ...]
+    """Cluster j's contribution-signing key at position j."""
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "log": self.log,
+            "statement": self.statement,
+            "platform_root": self.platform_root,
+            "attesters": list(self.attesters),
+            "clusters": list(self.clusters),
+        }
+
+    @classmethod
+    def read(cls, f: Fields) -> RunKeys:
+        value = cls(
+            log=f.string("log", nonempty=True),
+            statement=f.string("statement", nonempty=True),
+            platform_root=f.string("platform_root", nonempty=True),
+            attesters=f.strings("attesters"),
+            clusters=f.strings("clusters"),
+        )
+        f.exactly()
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReferenceDigests:
+    """What the launch measurement hashes (attestation/measurement.py)."""
+
+    code_digest: str
+    dependency_digest: str
+    config_digest: str
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "code_digest": self.code_digest,
+            "dependency_digest": self.dependency_digest,
+            "config_digest": self.config_digest,
+        }
+
+    @classmethod
+    def read(cls, f: Fields) -> ReferenceDigests:
+        value = cls(
+            code_digest=f.digest("code_digest"),
+            dependency_digest=f.digest("dependency_digest"),
+            config_digest=f.digest("config_digest"),
+        )
+        f.exactly()
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeeReference:
+    """The TEE the quotes come from and the measurements they must carry (DESIGN.md §5)."""
+
+    type: str
+    svn: int
+    minimum_svn: int
+    debug: bool
+    launch_measurement: str
+    """Hex SHA-384 of the reference digests (attestation.measurement.launch_measurement)."""
+    reference: ReferenceDigests
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "svn": self.svn,
+            "minimum_svn": self.minimum_svn,
+            "debug": self.debug,
+            "launch_measurement": self.launch_measurement,
+            "reference": self.reference.to_payload(),
+        }
+
+    @classmethod
+    def read(cls, f: Fields) -> TeeReference:
+        value = cls(
+            type=f.string("type", nonempty=True),
+            svn=f.integer("svn", minimum=0),
+            minimum_svn=f.integer("minimum_svn", minimum=0),
+            debug=f.boolean("debug"),
+            launch_measurement=f.hex("launch_measurement", nbytes=48),
+            reference=ReferenceDigests.read(f.obj("reference")),
+        )
+        f.exactly()
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class HardwareClass:
+    """Where bitwise reproduction holds: the machine class and software that trained."""
+
+    device: str
+    machine: str
+    """CPU architecture (``platform.machine()``)."""
+    torch: str
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"device": self.device, "machine": self.machine, "torch": self.torch}
+
+    @classmethod
+    def read(cls, f: Fields) -> HardwareClass:
+        value = cls(device=f.string("device"), machine=f.string("machine"), torch=f.string("torch"))
+        f.exactly()
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tolerance:
+    """How a re-execution on other hardware is judged: ``metric`` within ``delta``."""
+
+    metric: str
+    delta: float
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"metric": self.metric, "delta": self.delta}
+
+    @classmethod
+    def read(cls, f: Fields) -> Tolerance:
+        value = cls(metric=f.string("metric", nonempty=True), delta=f.number("delta", minimum=0.0))
+        f.exactly()
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerificationPolicy:
+    """How ``veritrain reproduce`` judges a re-executed step, fixed before training.
+
+    ``bitwise``: the re-executed checkpoint must equal the recorded one byte for byte on the
+    hardware class that trained (``hardware``); elsewhere ``fallback`` applies.
+    ``tolerance``: ``fallback`` applies everywhere."""
+
+    mode: str
+    hardware: HardwareClass
+    fallback: Tolerance
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"mode": self.mode, "hardware": self.hardware.to_payload(), "fallback": self.fallback.to_payload()}
+
+    @classmethod
+    def read(cls, f: Fields) -> VerificationPolicy:
+        value = cls(
+            mode=f.string("mode", choices=POLICY_MODES),
+            hardware=HardwareClass.read(f.obj("hardware")),
+            fallback=Tolerance.read(f.obj("fallback")),
+        )
+        f.exactly()
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Genesis:
+    """The ``run.genesis`` payload (entry 0)."""
+
+    run_id: str
+    method: str
+    model: ModelSummary
+    hyperparameters: Mapping[str, Any]
+    """``TrainConfig.to_dict()`` (its typed home is trainer/config.py)."""
+    config_digest: str
+    """SHA-256 of the RFC 8785 canonical JSON of ``hyperparameters``."""
+    topology: Topology
+    seed: int
+    code: CodeIdentity
+    dependencies: DependencyIdentity
+    keys: RunKeys
+    tee: TeeReference
+    verification_policy: VerificationPolicy
+    schema: str = field(default=SCHEMA)
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "run_id": self.run_id,
+            "method": self.method,
+            "model": self.model.to_payload(),
+            "hyperparameters": dict(self.hyperparameters),
+            "config_digest": self.config_digest,
+            "topology": self.topology.to_payload(),
+            "seed": self.seed,
+            "code": self.code.to_payload(),
+            "dependencies": self.dependencies.to_payload(),
+            "keys": self.keys.to_payload(),
+            "tee": self.tee.to_payload(),
+            "verification_policy": self.verification_policy.to_payload(),
+        }
+
+    @classmethod
+    def from_payload(cls, payload: Any, *, where: str = "run.genesis") -> Genesis:
+        f = Fields(payload, where=where)
+        schema(f, SCHEMA)
+        value = cls(
+            run_id=f.string("run_id", nonempty=True),
+            method=f.string("method", choices=METHODS),
+            model=ModelSummary.read(f.obj("model")),
+            hyperparameters=f.mapping("hyperparameters"),
+            config_digest=f.digest("config_digest"),
+            topology=Topology.read(f.obj("topology")),
+            seed=f.integer("seed"),
+            code=CodeIdentity.read(f.obj("code")),
+            dependencies=DependencyIdentity.read(f.obj("dependencies")),
+            keys=RunKeys.read(f.obj("keys")),
+            tee=TeeReference.read(f.obj("tee")),
+            verification_policy=VerificationPolicy.read(f.obj("verification_policy")),
+        )
+        f.exactly()
+        for name, keys in (("keys.attesters", value.keys.attesters), ("keys.clusters", value.keys.clusters)):
+            if len(keys) != value.topology.clusters:
+                raise f.fail(name, f"one key per cluster ({value.topology.clusters})", len(keys))
+        return value

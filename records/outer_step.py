@@ -1,0 +1,410 @@
+"""``outer_step``: one outer step of a run, as its entry records it (docs/records.md).
+
+The entry holds digests, never blobs: the checkpoint is named by its manifest root and the
+manifest object, the provenance statement, quotes and contribution signatures by their
+object digests. What a verifier can recompute from other signed data (data ranges, the
+aggregate digest, the metrics digest, the tokens) is recorded so that it *can* be recomputed
+and compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from attestation.canonical import canonical_digest
+from records.fields import Fields, schema
+from records.genesis import METHODS
+
+SCHEMA = "veritrain/outer_step/v1"
+UNCOMPRESSED_BITS = 32
+"""``compression`` of a step that applied no compressed exchange: rank 0, 32 bits."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compression:
+    rank: int
+    bits: int
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"rank": self.rank, "bits": self.bits}
+
+    @classmethod
+    def read(cls, f: Fields) -> Compression:
+        value = cls(rank=f.integer("rank", minimum=0), bits=f.integer("bits", minimum=1))
+        f.exactly()
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tokens:
+    step: int
+    """Tokens all clusters trained on in this step."""
+    total: int
+    """Tokens trained on since the start of the run."""
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"step": self.step, "total": self.total}
+
+    @classmethod
+    def read(cls, f: Fields) -> Tokens:
+        value = cls(step=f.integer("step", minimum=0), total=f.integer("total", minimum=0))
+        f.exactly()
+        if value.total < value.step:
+            raise f.fail("total", f"at least the step's own tokens ({value.step})", value.total)
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataRange:
+    """What one cluster trained on in one outer step; recomputable from the data manifest's
+    assignment rule (trainer/data/assignment.py)."""
+
+    cluster: int
+    first_inner_step: int
+    """Global inner step (the rule's i) of the step's first inner step."""
+    inner_steps: int
+    sequences: int
+    tokens: int
+    shards: tuple[tuple[int, int], ...]
+    """Shard indices read, as sorted, disjoint [first, last] runs."""
+
+    def shard_indices(self) -> list[int]:
+        """Every shard index the runs cover, in order."""
+        return [i for first, last in self.shards for i in range(first, last + 1)]
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "first_inner_step": self.first_inner_step,
+            "inner_steps": self.inner_steps,
+            "sequences": self.sequences,
+            "tokens": self.tokens,
+            "shards": [list(run) for run in self.shards],
+        }
+
+    @classmethod
+    def read(cls, f: Fields) -> DataRange:
+        runs: list[tuple[int, int]] = []
+        for i, item in enumerate(f.array("shards")):
+            if (
+                not isinstance(item, list)
+                or len(item) != 2
+                or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in item)
+                or item[0] > item[1]
+                or (runs and item[0] <= runs[-1][1])
+            ):
+                raise f.fail(f"shards[{i}]", "a sorted, disjoint [first, last] run of shard indices", item)
+            runs.append((item[0], item[1]))
+        value = cls(
+            cluster=f.integer("cluster", minimum=0),
+            first_inner_step=f.integer("first_inner_step", minimum=0),
+            inner_steps=f.integer("inner_steps", minimum=1),
+            sequences=f.integer("sequences", minimum=0),
+            tokens=f.integer("tokens", minimum=0),
+            shards=tuple(runs),
+        )
+        f.exactly()
+        return value
+
+
+def shards_read(data_ranges: Iterable[DataRange]) -> list[int]:
+    """Every shard index any of ``data_ranges`` read, sorted: the one computation of "which
+    shards a step read" (its statement lists exactly these)."""
+    return sorted({i for r in data_ranges for i in r.shard_indices()})
+
+
+def shard_runs(indices: Iterable[int]) -> tuple[tuple[int, int], ...]:
+    """Shard indices as sorted [first, last] runs (the form ``DataRange.shards`` records)."""
+    runs: list[list[int]] = []
+    for index in sorted(set(indices)):
+        if runs and runs[-1][1] == index - 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    return tuple((first, last) for first, last in runs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageContribution:
+    stage: int
+    digest: str
+    """SHA-256 of the payload this (cluster, stage) put on the wire."""
+    signature_object: str
+    """Object: the DSSE envelope of the cluster's signature over it."""
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"stage": self.stage, "digest": self.digest, "signature_object": self.signature_object}
+
+    @classmethod
+    def read(cls, f: Fields) -> StageContribution:
+        value = cls(
+            stage=f.integer("stage", minimum=0),
+            digest=f.digest("digest"),
+            signature_object=f.digest("signature_object"),
+        )
+        f.exactly()
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterContributions:
+    cluster: int
+    stages: tuple[StageContribution, ...]
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "stages": [s.to_payload() for s in self.stages]}
+
+    @classmethod
+    def read(cls, f: Fields) -> ClusterContributions:
+        value = cls(cluster=f.integer("cluster", minimum=0), stages=f.items("stages", StageContribution.read))
+        f.exactly()
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContributionRef:
+    """One gathered payload, by (cluster, stage) and digest."""
+
+    cluster: int
+    stage: int
+    digest: str
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "stage": self.stage, "digest": self.digest}
+
+    @classmethod
+    def read(cls, f: Fields) -> ContributionRef:
+        value = cls(cluster=f.integer("cluster", minimum=0), stage=f.integer("stage", minimum=0), digest=f.digest("digest"))
+        f.exactly()
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class AppliedExchange:
+    """One round's exchange as applied in this step (the step's own round when blocking, the
+    previous round under the one-step delay; the last step also applies its own)."""
+
+    round: int
+    contribution_digests: tuple[ContributionRef, ...]
+    payload_bytes: int
+    """Bytes one cluster put on the wire for this round, summed over stages."""
+    rank: int
+    bits: int
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "round": self.round,
+            "contribution_digests": [c.to_payload() for c in self.contribution_digests],
+            "payload_bytes": self.payload_bytes,
+            "rank": self.rank,
+            "bits": self.bits,
+        }
+
+    @classmethod
+    def read(cls, f: Fields) -> AppliedExchange:
+        value = cls(
+            round=f.integer("round", minimum=0),
+            contribution_digests=f.items("contribution_digests", ContributionRef.read),
+            payload_bytes=f.integer("payload_bytes", minimum=0),
+            rank=f.integer("rank", minimum=0),
+            bits=f.integer("bits", minimum=1),
+        )
+        f.exactly()
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Anomaly:
+    round: int
+    """The round whose exchange was flagged."""
+    cluster: int
+    stage: int
+    reason: str
+    excluded: bool
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "round": self.round,
+            "cluster": self.cluster,
+            "stage": self.stage,
+            "reason": self.reason,
+            "excluded": self.excluded,
+        }
+
+    @classmethod
+    def read(cls, f: Fields) -> Anomaly:
+        value = cls(
+            round=f.integer("round", minimum=0),
+            cluster=f.integer("cluster", minimum=0),
+            stage=f.integer("stage", minimum=0),
+            reason=f.string("reason"),
+            excluded=f.boolean("excluded"),
+        )
+        f.exactly()
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointRef:
+    """The checkpoint written at the end of the step (docs/records.md, DESIGN.md §4)."""
+
+    manifest_root: str
+    manifest_object: str
+    files: int
+    previous_manifest_root: str | None
+    """The checkpoint the step started from; None for step 0 (the seed fixes that state)."""
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "manifest_root": self.manifest_root,
+            "manifest_object": self.manifest_object,
+            "files": self.files,
+            "previous_manifest_root": self.previous_manifest_root,
+        }
+
+    @classmethod
+    def read(cls, f: Fields) -> CheckpointRef:
+        value = cls(
+            manifest_root=f.digest("manifest_root"),
+            manifest_object=f.digest("manifest_object"),
+            files=f.integer("files", minimum=1),
+            previous_manifest_root=f.optional_digest("previous_manifest_root"),
+        )
+        f.exactly()
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuoteRef:
+    cluster: int
+    object: str
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "object": self.object}
+
+    @classmethod
+    def read(cls, f: Fields) -> QuoteRef:
+        value = cls(cluster=f.integer("cluster", minimum=0), object=f.digest("object"))
+        f.exactly()
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepAttestation:
+    statement_object: str
+    """Object: the DSSE envelope (in-toto Statement v1 + SLSA provenance v1)."""
+    statement_digest: str
+    """SHA-256 of the DSSE payload bytes."""
+    nonce: str
+    """Hex root hash of the log at size = this entry's index (the quotes' freshness)."""
+    quotes: tuple[QuoteRef, ...]
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "statement_object": self.statement_object,
+            "statement_digest": self.statement_digest,
+            "nonce": self.nonce,
+            "quotes": [q.to_payload() for q in self.quotes],
+        }
+
+    @classmethod
+    def read(cls, f: Fields) -> StepAttestation:
+        value = cls(
+            statement_object=f.digest("statement_object"),
+            statement_digest=f.digest("statement_digest"),
+            nonce=f.digest("nonce"),
+            quotes=f.items("quotes", QuoteRef.read),
+        )
+        f.exactly()
+        return value
+
+
+def aggregate_digest(applied: Sequence[AppliedExchange]) -> str:
+    """SHA-256 over the applied contribution digests in (round, cluster, stage) order: names
+    exactly which payloads were combined in a step."""
+    ordered = sorted(
+        (a.round, c.cluster, c.stage, c.digest) for a in applied for c in a.contribution_digests
+    )
+    return canonical_digest([list(item) for item in ordered])
+
+
+@dataclass(frozen=True, kw_only=True)
+class OuterStep:
+    """The ``outer_step`` payload."""
+
+    step: int
+    """t, 0-based."""
+    inner_steps: int
+    """H used in this step."""
+    method: str
+    compression: Compression
+    """Of the last exchange applied in this step (rank 0 / 32 bits: none)."""
+    tokens: Tokens
+    metrics: Mapping[str, float]
+    """Finite metrics only (RFC 8785 has no NaN); the names of the others are listed in
+    ``nonfinite_metrics``. Also written to the ledger's metrics table."""
+    nonfinite_metrics: tuple[str, ...]
+    metrics_digest: str
+    data_ranges: tuple[DataRange, ...]
+    contributions: tuple[ClusterContributions, ...]
+    """This step's own payloads, per cluster and stage (empty for AllReduce)."""
+    applied: tuple[AppliedExchange, ...]
+    anomalies: tuple[Anomaly, ...]
+    aggregate_digest: str
+    checkpoint: CheckpointRef
+    attestation: StepAttestation
+    schema: str = field(default=SCHEMA)
+
+    def shards_read(self) -> list[int]:
+        """Every shard index any cluster read in this step, sorted."""
+        return shards_read(self.data_ranges)
+
+    def signed_contributions(self) -> dict[tuple[int, int], str]:
+        """(cluster, stage) -> digest of this step's own contributions."""
+        return {(c.cluster, s.stage): s.digest for c in self.contributions for s in c.stages}
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "step": self.step,
+            "inner_steps": self.inner_steps,
+            "method": self.method,
+            "compression": self.compression.to_payload(),
+            "tokens": self.tokens.to_payload(),
+            "metrics": dict(self.metrics),
+            "nonfinite_metrics": list(self.nonfinite_metrics),
+            "metrics_digest": self.metrics_digest,
+            "data_ranges": [r.to_payload() for r in self.data_ranges],
+            "contributions": [c.to_payload() for c in self.contributions],
+            "applied": [a.to_payload() for a in self.applied],
+            "anomalies": [a.to_payload() for a in self.anomalies],
+            "aggregate_digest": self.aggregate_digest,
+            "checkpoint": self.checkpoint.to_payload(),
+            "attestation": self.attestation.to_payload(),
+        }
+
+    @classmethod
+    def from_payload(cls, payload: Any, *, where: str = "outer_step") -> OuterStep:
+        f = Fields(payload, where=where)
+        schema(f, SCHEMA)
+        value = cls(
+            step=f.integer("step", minimum=0),
+            inner_steps=f.integer("inner_steps", minimum=1),
+            method=f.string("method", choices=METHODS),
+            compression=Compression.read(f.obj("compression")),
+            tokens=Tokens.read(f.obj("tokens")),
+            metrics=f.numbers("metrics"),
+            nonfinite_metrics=f.strings("nonfinite_metrics"),
+            metrics_digest=f.digest("metrics_digest"),
+            data_ranges=f.items("data_ranges", DataRange.read),
+            contributions=f.items("contributions", ClusterContributions.read),
+            applied=f.items("applied", AppliedExchange.read),
+            anomalies=f.items("anomalies", Anomaly.read),
+            aggregate_digest=f.digest("aggregate_digest"),
+            checkpoint=CheckpointRef.read(f.obj("checkpoint")),
+            attestation=StepAttestation.read(f.obj("attestation")),
+        )
+        f.exactly()
+        return value

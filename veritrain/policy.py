@@ -1,0 +1,81 @@
+"""The verification policy: what a run may choose at genesis, and the published bounds every
+verifier holds it to (docs/auditing.md, "Verification policy").
+
+A run picks ``bitwise`` (re-executions on its hardware class must match byte for byte) or
+``tolerance``; either way it records a fallback tolerance for re-executions elsewhere. A
+tolerance is only worth something if it is tight, so the bounds below are fixed by the
+verifier, not by the run: a genesis whose tolerance is looser, or whose hardware class names a
+device or architecture no one has, fails ``veritrain verify`` (and ``veritrain train``
+refuses to start it).
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from records.genesis import HardwareClass, Tolerance, VerificationPolicy
+
+METRIC_BOUNDS: Mapping[str, float] = {"eval_loss": 1e-2}
+"""Metric -> the largest tolerance a policy may set. Held-out loss in nats: re-executions of a
+tiny-preset step on other thread counts differ by < 1e-5 (docs/auditing.md); 1e-2 leaves two
+orders of magnitude for other hardware while a forged step moves it by more."""
+
+PARAMETER_DISTANCE_BOUND = 1e-2
+"""Under tolerance, each re-executed parameter tensor θ' must satisfy
+‖θ' − θ_t‖ / ‖θ_t − θ_{t−1}‖ <= this (the re-execution's error against the size of the step's
+own update); provisional until ``veritrain bench audit`` measures the legitimate spread."""
+
+DEVICES = ("cpu", "cuda")
+MACHINES = ("x86_64", "amd64", "aarch64", "arm64", "ppc64le", "s390x")
+_TORCH_VERSION = re.compile(r"\d+\.\d+(\.\d+)?([a-z0-9.+_-]*)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyChoice:
+    """What ``veritrain train --verification`` chooses; the genesis adds the hardware class."""
+
+    mode: str = "bitwise"
+    metric: str = "eval_loss"
+    delta: float = 1e-3
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("bitwise", "tolerance"):
+            raise ValueError(f"PolicyChoice.mode: expected 'bitwise' or 'tolerance', got {self.mode!r}")
+        problem = tolerance_problem(Tolerance(metric=self.metric, delta=self.delta))
+        if problem:
+            raise ValueError(f"PolicyChoice: {problem}")
+
+    def recorded(self, *, device: str, torch_version: str) -> VerificationPolicy:
+        return VerificationPolicy(
+            mode=self.mode,
+            hardware=HardwareClass(device=device, machine=platform.machine(), torch=torch_version),
+            fallback=Tolerance(metric=self.metric, delta=self.delta),
+        )
+
+
+def tolerance_problem(tolerance: Tolerance) -> str | None:
+    bound = METRIC_BOUNDS.get(tolerance.metric)
+    if bound is None:
+        return f"expected a tolerance on one of {sorted(METRIC_BOUNDS)}, got {tolerance.metric!r}"
+    if not 0 <= tolerance.delta <= bound:
+        return f"expected a {tolerance.metric} tolerance within [0, {bound}] (published bound), got {tolerance.delta}"
+    return None
+
+
+def policy_problems(policy: VerificationPolicy) -> list[str]:
+    """Why ``policy`` is outside the published bounds (empty when it is within them)."""
+    problems = []
+    tolerance = tolerance_problem(policy.fallback)
+    if tolerance:
+        problems.append(tolerance)
+    hardware = policy.hardware
+    if hardware.device not in DEVICES:
+        problems.append(f"expected a hardware device among {list(DEVICES)}, got {hardware.device!r}")
+    if hardware.machine not in MACHINES:
+        problems.append(f"expected a CPU architecture among {list(MACHINES)}, got {hardware.machine!r}")
+    if not _TORCH_VERSION.fullmatch(hardware.torch):
+        problems.append(f"expected a torch version like '2.13.0+cpu', got {hardware.torch!r}")
+    return problems

@@ -1,0 +1,131 @@
+"""Checks 10 and 11: what the genesis commits to, recomputed, and the ``run.final`` entry,
+recomputed from the last outer step.
+
+10. The genesis reads as a configuration the trainer accepts exactly (``TrainConfig``), its
+    config digest is the SHA-256 of that configuration's canonical JSON, its method, seed,
+    topology and model agree with the configuration, its TEE reference digests are the
+    recorded code, dependency and config digests, and its verification policy lies within the
+    published bounds (veritrain/policy.py, docs/auditing.md).
+11. A ``run.final`` entry, if the run has one, is exactly what its last outer step implies
+    (last checkpoint, steps, tokens, final metrics) and comes after the configuration's last
+    planned step.
+"""
+
+from __future__ import annotations
+
+from attestation.canonical import canonical_digest, canonical_json
+from attestation.measurement import launch_measurement
+from records import Genesis, RunFinal
+from trainer.config import TrainConfig
+from trainer.errors import TrainerError
+from veritrain.policy import policy_problems
+from veritrain.recorded_run import RecordedRun
+from veritrain.verify.report import Report
+
+
+def check_genesis(report: Report, run: RecordedRun) -> TrainConfig | None:
+    """10. Returns the run's configuration when it can be read (later checks recompute from it)."""
+    result = report.check(10)
+    entry = run.genesis_entry
+    if entry is None or not isinstance(entry.record, Genesis):
+        result.fail("the run has no readable genesis" + (f": {entry.problem}" if entry and entry.problem else ""), index=0)
+        return None
+    genesis = entry.record
+    result.checked = 1
+
+    # 10a. The configuration: readable by the trainer, exactly, and hashing to the digest.
+    recomputed = canonical_digest(dict(genesis.hyperparameters))
+    if recomputed != genesis.config_digest:
+        result.fail(
+            f"config digest: expected {recomputed} (SHA-256 of the recorded hyperparameters), got {genesis.config_digest}",
+            index=0,
+        )
+    config: TrainConfig | None
+    try:
+        config = TrainConfig.from_dict(genesis.hyperparameters)
+    except (TrainerError, TypeError, ValueError) as exc:
+        result.fail(f"the recorded hyperparameters are not a configuration the trainer accepts: {exc}", index=0)
+        config = None
+    if config is not None and canonical_json(config.to_dict()) != canonical_json(dict(genesis.hyperparameters)):
+        result.fail("the recorded hyperparameters do not read back as themselves (fields the trainer would change)", index=0)
+
+    # 10b. What the genesis says besides the configuration must agree with it.
+    if genesis.run_id != run.run_id:
+        result.fail(f"run id: expected {run.run_id!r}, got {genesis.run_id!r}", index=0)
+    if config is not None:
+        topology = genesis.topology
+        agreements: tuple[tuple[str, object, object], ...] = (
+            ("method", config.method, genesis.method),
+            ("seed", config.seed, genesis.seed),
+            ("topology.clusters", config.clusters, topology.clusters),
+            ("topology.stages", config.stages, topology.stages),
+            ("topology.world_size", config.clusters * config.stages, topology.world_size),
+            ("model shape", config.model.to_dict(), dict(genesis.model.shape)),
+            ("model.parameter_count", config.model.parameter_count(), genesis.model.parameter_count),
+        )
+        for what, expected, actual in agreements:
+            if expected != actual:
+                result.fail(f"{what}: expected {expected!r} (from the configuration), got {actual!r}", index=0)
+
+    # 10c. The TEE reference: the recorded digests, and a launch measurement that hashes them.
+    reference = genesis.tee.reference
+    for name, expected, actual in (
+        ("code_digest", genesis.code.source_sha256, reference.code_digest),
+        ("dependency_digest", genesis.dependencies.sha256, reference.dependency_digest),
+        ("config_digest", genesis.config_digest, reference.config_digest),
+    ):
+        if expected != actual:
+            result.fail(f"tee.reference.{name}: expected the recorded {expected}, got {actual}", index=0)
+    measurement = launch_measurement(
+        code_digest=reference.code_digest,
+        dependency_digest=reference.dependency_digest,
+        config_digest=reference.config_digest,
+    ).hex()
+    if measurement != genesis.tee.launch_measurement:
+        result.fail(
+            f"tee.launch_measurement: expected {measurement} (SHA-384 of the reference digests), "
+            f"got {genesis.tee.launch_measurement}",
+            index=0,
+        )
+
+    # 10d. The policy: within the published bounds, or it is no check at all.
+    for problem in policy_problems(genesis.verification_policy):
+        result.fail(f"verification policy: {problem}", index=0)
+    policy = genesis.verification_policy
+    result.notes.append(
+        f"policy {policy.mode} on {policy.hardware.device}/{policy.hardware.machine}, torch {policy.hardware.torch}; "
+        f"elsewhere {policy.fallback.metric} within {policy.fallback.delta}"
+    )
+    return config
+
+
+def check_final(report: Report, run: RecordedRun, config: TrainConfig | None) -> None:
+    """11. ``run.final`` against the last outer step."""
+    result = report.check(11)
+    entry = run.final_entry
+    if entry is None:
+        result.notes.append("the run has not finished: no run.final entry yet")
+        return
+    result.checked = 1
+    if not isinstance(entry.record, RunFinal):
+        result.fail(f"run.final cannot be read: {entry.problem}", index=entry.index)
+        return
+    steps = run.outer_steps
+    if not steps:
+        result.fail("run.final follows no outer step", index=entry.index)
+        return
+    expected = RunFinal.after(steps[-1][1])
+    final = entry.record
+    for what, want, got in (
+        ("steps", expected.steps, final.steps),
+        ("tokens", expected.tokens, final.tokens),
+        ("last_checkpoint.manifest_root", expected.last_manifest_root, final.last_manifest_root),
+        ("final_metrics", dict(expected.final_metrics), dict(final.final_metrics)),
+    ):
+        if want != got:
+            result.fail(f"{what}: expected {want!r} (from outer step {steps[-1][1].step}), got {got!r}", index=entry.index)
+    if config is not None and final.steps != config.outer_steps:
+        result.fail(
+            f"the run finished after {final.steps} outer steps, but its configuration plans {config.outer_steps}",
+            index=entry.index,
+        )
