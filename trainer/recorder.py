@@ -92,6 +92,12 @@ class AppliedRound:
     stats: Mapping[str, float] = field(default_factory=dict)
 
 
+TIMING_METRICS = frozenset({"compute_seconds", "comm_seconds", "exposed_comm_seconds", "wall_seconds"})
+"""Metrics measured with a clock: they differ between executions. Every other metric of an
+outer step is computed from the run's data and state, so a bitwise re-execution reproduces it
+exactly."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class OuterStepRecord:
     """What the coordinator reports at the end of outer step ``step``."""

@@ -38,6 +38,7 @@ from storage.checkpoint.sharding import is_model_shard, tensor_nbytes
 from trainer.api import Reexecution, reexecute_outer_step
 from trainer.checkpoint import TRAINER_STATE, CheckpointFiles
 from trainer.config import TrainConfig
+from trainer.recorder import TIMING_METRICS
 from veritrain.downloads import (
     download_checkpoint,
     download_data,
@@ -133,6 +134,7 @@ def reproduce_step(source: RunSource, run_id: str | None, step: int, cluster: in
         if cluster is None:
             if mode == "bitwise":
                 _compare_files(comparison, source, recorded, result.files)
+                _compare_metrics(comparison, recorded, result)
             else:
                 policy = run.genesis.verification_policy
                 _compare_metric(comparison, policy, recorded, result)
@@ -202,6 +204,19 @@ def _compare_files(comparison: Comparison, source: RunSource, recorded: OuterSte
                 comparison.mismatched.append(
                     f"{name}: recorded {str(expected.get(name))[:16]}…, re-executed {str(digests.get(name))[:16]}…"
                 )
+
+
+def _compare_metrics(comparison: Comparison, recorded: OuterStep, result: Reexecution) -> None:
+    """Under bitwise, every metric computed from data and state equals the recorded one."""
+    again = {k: float(v) for k, v in result.record.metrics.items() if k not in TIMING_METRICS}
+    signed = {k: v for k, v in recorded.metrics.items() if k not in TIMING_METRICS}
+    differing = sorted(k for k in set(again) | set(signed) if again.get(k) != signed.get(k) and k not in recorded.nonfinite_metrics)
+    if differing:
+        comparison.mismatched.extend(
+            f"metric {k}: recorded {signed.get(k)!r}, re-executed {again.get(k)!r}" for k in differing
+        )
+    else:
+        comparison.matched.append(f"{len(signed)} metrics equal (all but the measured times {sorted(TIMING_METRICS)})")
 
 
 def _compare_trainer_state(comparison: Comparison, source: RunSource, recorded_digest: str, reproduced: Path) -> None:

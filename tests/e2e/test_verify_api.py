@@ -20,10 +20,10 @@ from e2e.test_tamper import (
     flip_checkpoint_byte,
     roll_back_tree_head,
 )
-from veritrain.verify.api_source import ApiSource
 
 from veritrain.reproduce import reproduce_step
 from veritrain.settings import Settings
+from veritrain.sources.api import ApiSource
 from veritrain.verify import verify_run
 from veritrain.verify.seen_heads import SeenHeads
 from web.settings import WebSettings
@@ -45,7 +45,7 @@ def test_verify_and_reproduce_with_only_the_url(recorded_run: Settings, serve_ap
     result = _cli(["verify", RUN_ID, "--api", url, "--json"], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
-    assert report["ok"] and [c["number"] for c in report["checks"]] == list(range(1, 10))
+    assert report["ok"] and [c["number"] for c in report["checks"]] == list(range(1, 12))
     assert report["source"] == url
 
     reproduced = _cli(["reproduce", RUN_ID, "--step", "1", "--api", url], tmp_path)

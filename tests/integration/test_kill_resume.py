@@ -1,12 +1,18 @@
 """Kill-and-resume (issue #5): a run SIGKILLed after an outer step's objects were uploaded but
 before its entry was appended resumes with `veritrain train --resume RUN_ID`, and the finished
-run verifies with no gap and no duplicate -- and equals an uninterrupted run bit for bit."""
+run verifies with no gap and no duplicate -- and equals an uninterrupted run bit for bit.
+
+The worst moment is reached the way it happens in production, with no hook in the product:
+the database becomes unavailable to writers (here the test holds SQLite's write lock), the
+recorder stores step 2's objects and then waits to append its entry; the run is killed
+while it waits."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -14,7 +20,6 @@ from pathlib import Path
 
 from ledger.db import create_engine
 from ledger.service import Ledger
-from veritrain.recorder import PAUSE_FOR_CRASH_TESTS
 from veritrain.settings import load_settings
 from veritrain.sources import DirectSource
 from veritrain.verify import verify_run
@@ -50,23 +55,41 @@ def _manifest_roots(data_dir: Path) -> list[str]:
         engine.dispose()
 
 
+def _objects(data_dir: Path) -> int:
+    return sum(1 for _ in (data_dir / "objects" / "sha256").glob("*"))
+
+
 def test_a_run_killed_mid_upload_resumes_with_no_gap_and_no_duplicate(tmp_path: Path) -> None:
     crashed, reference = tmp_path / "crashed", tmp_path / "reference"
-    marker = tmp_path / "paused"
     process = subprocess.Popen(
         [_veritrain(), *ARGS],
-        env=_env(crashed, **{PAUSE_FOR_CRASH_TESTS: f"{KILLED_AT}:{marker}"}),
+        env=_env(crashed),
         start_new_session=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 300
-    while not marker.exists():
+    while not (crashed / "ledger.db").exists() or _steps(crashed) != [0, 1]:
         assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
-        assert time.monotonic() < deadline, "the run never reached the pause point"
-        time.sleep(0.2)
-    os.killpg(process.pid, signal.SIGKILL)  # the whole process group: launcher and every rank
-    process.wait(timeout=60)
+        assert time.monotonic() < deadline, "the run never recorded step 1"
+        time.sleep(0.05)
+    # Writers now wait (the recorder's busy timeout is 30 s); readers carry on (WAL).
+    lock = sqlite3.connect(crashed / "ledger.db", timeout=30, isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")
+    try:
+        before = _objects(crashed)
+        stable_since, count = time.monotonic(), before
+        while count == before or time.monotonic() - stable_since < 3:  # step 2 stored its objects
+            assert process.poll() is None, "the run ended while the ledger was locked"
+            assert time.monotonic() < deadline, "step 2 never stored its objects"
+            time.sleep(0.1)
+            if (now := _objects(crashed)) != count:
+                count, stable_since = now, time.monotonic()
+        os.killpg(process.pid, signal.SIGKILL)  # the whole process group: launcher and every rank
+        process.wait(timeout=60)
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
     assert _steps(crashed) == [0, 1], "the killed step must not be recorded"
 
     resumed = subprocess.run(

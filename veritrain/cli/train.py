@@ -38,16 +38,26 @@ def train(
         str | None,
         typer.Option(help="Continue a run after its last recorded step: a run id (ledger) or a --workdir folder."),
     ] = None,
+    verification: Annotated[
+        str,
+        typer.Option(
+            help="The run's verification policy, fixed at genesis: 'bitwise' (re-executions on the recorded hardware "
+            "class must match byte for byte; elsewhere the tolerance applies) or 'tolerance' (everywhere)."
+        ),
+    ] = "bitwise",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or per-step lines.")] = False,
 ) -> None:
     """Train, printing one line per outer step and recording every step."""
     from trainer.config import load_config_file, with_overrides
     from trainer.presets import run_preset
     from veritrain.local_run import recorded_config, run_directory_of, train_into_directory
+    from veritrain.policy import PolicyChoice
     from veritrain.settings import load_settings
     from veritrain.training import default_run_id, resume_recorded, train_recorded
 
     settings = load_settings()
+    if verification not in ("bitwise", "tolerance"):
+        raise typer.BadParameter(f"expected 'bitwise' or 'tolerance', got {verification!r}", param_hint="--verification")
     folder_resume = Path(resume) if resume is not None and Path(resume).is_dir() else None
     if resume is not None and folder_resume is None:
         # A run id: the ledger holds its configuration, data and state.
@@ -78,7 +88,7 @@ def train(
     if workdir is None and folder_resume is None:
         if run_id is None and config is None:
             chosen = with_overrides(chosen, run_id=default_run_id())
-        summary = train_recorded(settings, chosen, quiet=quiet)
+        summary = train_recorded(settings, chosen, policy=PolicyChoice(mode=verification), quiet=quiet)
         if summary is not None and not quiet:
             typer.echo(
                 f"run {summary.run_id!r}: {summary.steps} outer steps recorded in the ledger; "

@@ -105,6 +105,12 @@ class ApiSource:
     def close(self) -> None:
         self._client.close()
 
+    def __enter__(self) -> ApiSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def _detail(response: httpx.Response) -> str:
     try:
