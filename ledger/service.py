@@ -288,7 +288,7 @@ class Ledger:
         cosignature of it appended to its note (C2SP tlog-cosignature)."""
         with db.read_session(self._engine) as session:
             run = _require_run(session, run_id)
-            head = head_record(_tree_head(session, run_id, _check_size(run, size)))
+            head = head_record(_tree_head(session, run_id, run.size if size is None else size))
             lines = [row.line for row in cosignature_store.for_head(session, run_id, head.size)]
         return replace(head, note=head.note + "".join(lines))
 
@@ -296,7 +296,7 @@ class Ledger:
         """The stored cosignatures of the run's tree head of ``size`` (default: the latest),
         by witness name."""
         with db.read_session(self._engine) as session:
-            size = _check_size(_require_run(session, run_id), size)
+            size = _tree_head(session, run_id, _require_run(session, run_id).size if size is None else size).size
             return [cosignature_record(r) for r in cosignature_store.for_head(session, run_id, size)]
 
     def witnessed_size(self, run_id: str, witness_vkey: str) -> int:
