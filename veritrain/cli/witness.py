@@ -56,15 +56,29 @@ def serve(
 ) -> None:
     """Serve POST /add-checkpoint (C2SP tlog-witness) for the given logs, keeping what was
     cosigned in --db (its schema is created or upgraded at start)."""
+    from sqlalchemy.exc import ArgumentError, OperationalError
+
     from attestation.keys import COSIGNATURE_V1_ALGORITHM, SigningKey
     from ledger.db import display_url, upgrade
     from ledger.witness import TrustedLogs
     from web.server import base_url
     from web.witness_app import WitnessSettings, serve_witness
 
-    signing_key = SigningKey.load(key, signature_type=COSIGNATURE_V1_ALGORITHM)
+    try:
+        signing_key = SigningKey.load(key, signature_type=COSIGNATURE_V1_ALGORITHM)
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot read {key}: {exc.strerror}", param_hint="--key") from None
     logs = TrustedLogs(log or (), logs_file=logs_file)
-    upgrade(db)
+    if db.split(":", 1)[0] not in ("sqlite", "postgresql", "postgresql+psycopg", "postgres"):
+        raise typer.BadParameter(
+            f"expected a sqlite:/// or postgresql:// URL, got {db!r}", param_hint="--db"
+        )
+    try:
+        upgrade(db)
+    except (ArgumentError, OperationalError) as exc:
+        message = str(exc.orig) if isinstance(exc, OperationalError) else str(exc)
+        raise typer.BadParameter(f"cannot open {display_url(db) if '://' in db else db!r}: {message}",
+                                 param_hint="--db") from None
     typer.echo(
         f"veritrain: witness {signing_key.name} at {base_url(host, port)}/add-checkpoint for "
         f"{len(logs.origins())} logs, state in {display_url(db)} (Ctrl+C to stop)",
@@ -79,8 +93,8 @@ def push(
 ) -> None:
     """Submit the run's newest signed tree head to every witness in VERITRAIN_WITNESSES and
     store the cosignatures that verify. Exit 1 unless every witness cosigned it."""
-    from ledger.db import create_engine
-    from ledger.errors import RunNotFoundError
+    from ledger.db import create_engine, display_url, sqlite_file_missing
+    from ledger.errors import RunNotFoundError, SchemaMissingError
     from ledger.service import Ledger
     from veritrain.settings import SettingsError, load_settings
     from veritrain.witnessing import push_latest
@@ -88,6 +102,8 @@ def push(
     settings = load_settings()
     if not settings.witnesses:
         raise SettingsError("VERITRAIN_WITNESSES: expected at least one VKEY@URL, got none")
+    if sqlite_file_missing(settings.database_url):
+        raise SchemaMissingError(f"no ledger database at {display_url(settings.database_url)}")
     engine = create_engine(settings.database_url)
     try:
         ledger = Ledger(engine)
