@@ -19,6 +19,8 @@ from attestation.errors import AttestationError
 from attestation.keys import COSIGNATURE_V1_ALGORITHM, PublicKey
 
 _SEPARATORS = re.compile(r"[\s,]+")
+_MAX_NAME = 255
+"""The ledger stores witness names in a 255-character column (ledger/models.py NAME_LENGTH)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,8 @@ def parse_witness(item: str) -> WitnessEndpoint:
             f"{item!r}: expected a witness verifier key (signature type 0x04, from "
             f"`veritrain witness keygen`): {exc}"
         ) from None
+    if len(key.name) > _MAX_NAME:
+        raise ValueError(f"{item!r}: expected a witness name of at most {_MAX_NAME} characters")
     split = urlsplit(url)
     if split.scheme not in ("http", "https") or not split.netloc or split.query or split.fragment:
         raise ValueError(f"{item!r}: expected an http:// or https:// URL after '@', got {url!r}")

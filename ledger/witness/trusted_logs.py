@@ -23,6 +23,7 @@ from pathlib import Path
 from attestation.errors import AttestationError
 from attestation.keys import PublicKey
 from ledger.errors import InvalidRequestError
+from ledger.models import NAME_LENGTH
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,10 @@ def parse_log_keys(vkeys: Iterable[str], *, source: str = "--log") -> dict[str, 
             key = PublicKey.from_vkey(vkey)
         except AttestationError as exc:
             raise InvalidRequestError(f"{source}: bad log key {vkey!r}: {exc}") from None
+        if len(key.name) > NAME_LENGTH:
+            raise InvalidRequestError(
+                f"{source}: a log origin is at most {NAME_LENGTH} characters, got {len(key.name)}"
+            )
         keys = by_origin.setdefault(key.name, [])
         if key.vkey not in keys:
             keys.append(key.vkey)

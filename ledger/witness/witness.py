@@ -51,7 +51,7 @@ from ledger.errors import (
     VerificationError,
 )
 from ledger.merkle import EMPTY_ROOT, verify_consistency
-from ledger.models import WitnessCheckpoint
+from ledger.models import NAME_LENGTH, VKEY_LENGTH, WitnessCheckpoint
 from ledger.note import NoteSignature, open_note, verify_note
 from ledger.witness.submission import MAX_SIZE, AddCheckpoint, parse_add_checkpoint
 from ledger.witness.trusted_logs import TrustedLogs
@@ -94,6 +94,8 @@ class Witness:
                 f"expected a witness key of signature type 0x04, got 0x{key.signature_type:02x}"
                 f" for {key.name!r} (create one with `veritrain witness keygen`)"
             )
+        if len(key.public.vkey) > VKEY_LENGTH:
+            raise VerificationError(f"expected a witness key name of at most {NAME_LENGTH} characters")
         self._engine = engine
         self._key = key
         self._vkey = key.public.vkey
