@@ -20,6 +20,8 @@ from ledger.merkle import HASH_SIZE
 from ledger.note import sign_note_with, verify_note
 
 _DECIMAL = re.compile(r"0|[1-9][0-9]*")
+_MAX_SIZE_DIGITS = 20
+"""2^64 - 1 has 20 digits; a longer size line is refused before int() parses it."""
 
 
 @dataclass(frozen=True)
@@ -60,9 +62,9 @@ def parse_checkpoint(text: str) -> Checkpoint:
             f"malformed checkpoint: expected origin, size and root hash lines, got {len(lines)} lines"
         )
     origin, size_line, root_line, *extensions = lines
-    if not _DECIMAL.fullmatch(size_line):
+    if not _DECIMAL.fullmatch(size_line) or len(size_line) > _MAX_SIZE_DIGITS:
         raise VerificationError(
-            f"malformed checkpoint: expected a decimal tree size without leading zeroes, got {size_line!r}"
+            f"malformed checkpoint: expected a decimal tree size without leading zeroes, got {size_line[:40]!r}"
         )
     try:
         root = base64.b64decode(root_line, validate=True)

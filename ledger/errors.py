@@ -6,7 +6,8 @@ the CLI to one line and a non-zero exit.
     ├── NotFoundError            unknown run, entry, tree head or key             (→ 404)
     │   ├── RunNotFoundError
     │   ├── EntryNotFoundError
-    │   └── TreeHeadNotFoundError
+    │   ├── TreeHeadNotFoundError
+    │   └── TileNotFoundError    a tlog-tiles path that names no tile of the log (yet)
     ├── InvalidRequestError      the caller asked for something malformed          (→ 400)
     │   ├── InvalidRunIdError
     │   ├── InvalidEntryError
@@ -17,7 +18,13 @@ the CLI to one line and a non-zero exit.
     │   ├── RunFinishedError
     │   ├── DuplicateStepError
     │   └── LogKeyMismatchError
-    └── SchemaMissingError       the database has no ledger tables yet            (→ 503)
+    ├── SchemaMissingError       the database has no ledger tables yet            (→ 503)
+    └── WitnessRefusal           a witness refuses an add-checkpoint request (C2SP tlog-witness)
+        ├── MalformedSubmissionError     the body is malformed, or old size > size  (→ 400)
+        ├── UntrustedCheckpointError     no trusted log signature verifies          (→ 403)
+        ├── UnknownLogError              the checkpoint's origin is not a known log (→ 404)
+        ├── OldSizeMismatchError         old size != the size last cosigned         (→ 409)
+        └── InconsistentCheckpointError  the checkpoint does not extend the cosigned one (→ 422)
 """
 
 from __future__ import annotations
@@ -53,6 +60,10 @@ class EntryNotFoundError(NotFoundError):
 
 class TreeHeadNotFoundError(NotFoundError):
     """No signed tree head of this size is stored for the run."""
+
+
+class TileNotFoundError(NotFoundError):
+    """A tlog-tiles path that is not a tile name, or a tile the log does not reach yet."""
 
 
 class InvalidRequestError(LedgerError):
@@ -99,3 +110,37 @@ class LogKeyMismatchError(ConflictError):
 
 class SchemaMissingError(LedgerError):
     """The database is reachable but has no ledger tables; run ``veritrain db upgrade``."""
+
+
+class WitnessRefusal(LedgerError):
+    """A witness refuses to cosign a submitted checkpoint. tlog-witness fixes the HTTP status
+    of each subclass; ``web/witness_app.py`` maps them."""
+
+
+class MalformedSubmissionError(WitnessRefusal):
+    """The add-checkpoint body does not follow tlog-witness, or its old size exceeds the
+    checkpoint's size."""
+
+
+class UntrustedCheckpointError(WitnessRefusal):
+    """No signature from a log key the witness trusts for the origin verifies (or one from
+    a trusted key fails to)."""
+
+
+class UnknownLogError(WitnessRefusal):
+    """The checkpoint's origin is not a log the witness is configured for."""
+
+
+class OldSizeMismatchError(WitnessRefusal):
+    """The request's old size is not the size of the latest checkpoint the witness cosigned
+    for the origin; :attr:`size` is that size (the 409 answer's body)."""
+
+    def __init__(self, message: str, *, size: int) -> None:
+        super().__init__(message)
+        self.size = size
+
+
+class InconsistentCheckpointError(WitnessRefusal):
+    """The checkpoint is not consistent with the one the witness last cosigned: a bad
+    consistency proof, another root at the same size, or a size-0 tree with a root that is
+    not the empty tree's."""

@@ -10,6 +10,11 @@ Tables, all keyed by run so each run is its own log:
 - ``tree_heads``    one signed C2SP checkpoint per tree size.
 - ``enrolled_keys`` public keys (log, attester, platform, cluster-j), never private ones.
 - ``metrics``       one row per (run, step, key), denormalised from the entries for charts.
+- ``cosignatures``  witnesses' C2SP ``cosignature/v1`` lines on the run's tree heads.
+
+and one table of the witness side (``veritrain witness serve``, usually its own database):
+
+- ``witness_checkpoints``  per witness key and log origin, the latest checkpoint cosigned.
 """
 
 from __future__ import annotations
@@ -50,6 +55,9 @@ KIND_LENGTH = 64
 ROLE_LENGTH = 64
 NAME_LENGTH = 255
 METRIC_KEY_LENGTH = 128
+VKEY_LENGTH = 512
+"""A C2SP verifier key string: a name of at most NAME_LENGTH, '+', 8 hex digits, '+', 44
+base64 characters."""
 
 STATUS_RUNNING = "running"
 STATUS_FINISHED = "finished"
@@ -198,4 +206,55 @@ class Metric(Base):
 
     __table_args__ = (
         ForeignKeyConstraint(["run_id", "entry_index"], ["entries.run_id", "entries.idx"]),
+    )
+
+
+class Cosignature(Base):
+    """A witness's ``cosignature/v1`` on one of the run's signed tree heads (C2SP
+    tlog-cosignature), verified against the witness key before it was stored."""
+
+    __tablename__ = "cosignatures"
+
+    run_id: Mapped[str] = mapped_column(String(RUN_ID_LENGTH), primary_key=True)
+    witness_key: Mapped[str] = mapped_column(String(VKEY_LENGTH), primary_key=True)
+    """The witness's C2SP verifier key (signature type 0x04)."""
+    size: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    """Size of the cosigned tree head; (run, witness, largest size) is where the next
+    submission to that witness starts its consistency proof."""
+    witness_name: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    root_hash: Mapped[bytes] = mapped_column(LargeBinary(32))
+    line: Mapped[str] = mapped_column(Text)
+    """The signature line ``— <name> base64(key id || timestamp || signature)``."""
+    timestamp: Mapped[int] = mapped_column(BigInteger)
+    """The cosignature's own POSIX timestamp (signed by the witness)."""
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        ForeignKeyConstraint(["run_id", "size"], ["tree_heads.run_id", "tree_heads.size"]),
+        Index(None, "run_id", "size"),
+    )
+
+
+class WitnessCheckpoint(Base):
+    """Witness side: the latest checkpoint one witness key cosigned for one log origin
+    (C2SP tlog-witness: "the witness is only required to keep track of the latest
+    checkpoint it observed and verified")."""
+
+    __tablename__ = "witness_checkpoints"
+
+    witness_key: Mapped[str] = mapped_column(String(VKEY_LENGTH), primary_key=True)
+    """The witness's own verifier key: one database may serve several witnesses."""
+    origin: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    origin_hash: Mapped[str] = mapped_column(String(64))
+    """Lowercase hex SHA-256 of the origin: the monitoring path ``/<origin hash>/checkpoint``."""
+    size: Mapped[int] = mapped_column(BigInteger)
+    root_hash: Mapped[bytes] = mapped_column(LargeBinary(32))
+    note: Mapped[str] = mapped_column(Text)
+    """The checkpoint as cosigned: the log's signature(s) the witness verified, then its
+    own cosignature."""
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        CheckConstraint("size >= 0", name="size"),
+        Index(None, "witness_key", "origin_hash"),
     )

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from attestation.errors import AttestationError, SignatureError
-from attestation.keys import PublicKey, SigningKey
+from attestation.keys import ED25519_ALGORITHM, PublicKey, SigningKey
 from ledger.errors import VerificationError
 
 SIGNATURE_PREFIX = "\u2014 "
@@ -38,6 +38,11 @@ class NoteSignature:
     key_id: bytes
     signature: bytes
 
+    def line(self) -> str:
+        """The signature line, ending in a newline."""
+        blob = base64.b64encode(self.key_id + self.signature).decode()
+        return f"{SIGNATURE_PREFIX}{self.name} {blob}\n"
+
 
 def sign_note(text: str, skey: str) -> str:
     """Sign ``text`` (which must end with a newline) with the C2SP signer key ``skey``;
@@ -51,6 +56,11 @@ def sign_note(text: str, skey: str) -> str:
 
 def sign_note_with(text: str, key: SigningKey) -> str:
     """:func:`sign_note` with an already-parsed signing key."""
+    if key.signature_type != ED25519_ALGORITHM:
+        raise VerificationError(
+            f"cannot sign a note with {key.name!r}: it is a cosigner key (signature type "
+            f"0x{key.signature_type:02x}), which signs only cosignatures (ledger/cosignature.py)"
+        )
     _check_text(text)
     signature = key.sign(text.encode())
     blob = base64.b64encode(key.public.key_id + signature).decode()

@@ -111,6 +111,25 @@ class ConsistencyProof:
     new_root: bytes
 
 
+@dataclass(frozen=True)
+class CosignatureRecord:
+    """A witness's verified ``cosignature/v1`` on one of the run's signed tree heads."""
+
+    run_id: str
+    size: int
+    """Size of the cosigned tree head."""
+    root_hash: bytes
+    witness_key: str
+    """The witness's C2SP verifier key (signature type 0x04)."""
+    witness_name: str
+    line: str
+    """The signature line, ending in a newline, to append to the tree head's note."""
+    timestamp: int
+    """When the witness cosigned (POSIX seconds, as it signed it)."""
+    created_at: datetime
+    """When the ledger stored it."""
+
+
 def run_info(run: models.Run) -> RunInfo:
     return RunInfo(
         run_id=run.id,
@@ -158,5 +177,18 @@ def key_record(row: models.EnrolledKey) -> KeyRecord:
         name=row.name,
         key_id=row.key_id,
         vkey=row.vkey,
+        created_at=row.created_at,
+    )
+
+
+def cosignature_record(row: models.Cosignature) -> CosignatureRecord:
+    return CosignatureRecord(
+        run_id=row.run_id,
+        size=row.size,
+        root_hash=row.root_hash,
+        witness_key=row.witness_key,
+        witness_name=row.witness_name,
+        line=row.line,
+        timestamp=row.timestamp,
         created_at=row.created_at,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,7 +20,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from attestation.errors import AttestationError
 from attestation.keys import PublicKey, SigningKey
-from ledger import db, tree_store
+from ledger import cosignature_store, db, tiles, tree_store
 from ledger.append import ROLE_LOG, NewEntry, append_locked, check_log_key, lock_run
 from ledger.audit import (
     AuditSummary,
@@ -28,6 +29,7 @@ from ledger.audit import (
     check_tree_heads,
     check_tree_nodes,
 )
+from ledger.cosignature import cosigner_key
 from ledger.envelope import KIND_GENESIS, check_run_id
 from ledger.errors import (
     EntryNotFoundError,
@@ -54,18 +56,21 @@ from ledger.models import (
 from ledger.receipt import Receipt
 from ledger.records import (
     ConsistencyProof,
+    CosignatureRecord,
     EntryRecord,
     InclusionProof,
     KeyRecord,
     MetricPoint,
     RunInfo,
     SignedTreeHead,
+    cosignature_record,
     entry_record,
     head_record,
     key_record,
     metric_point,
     run_info,
 )
+from ledger.tiles import Tile
 
 MAX_PAGE = 1000
 """Most entries one :meth:`Ledger.entries` call returns."""
@@ -201,6 +206,26 @@ class Ledger:
             row = existing or _add_key(session, public, role=role, run_id=run_id, now=self._clock())
             return key_record(row)
 
+    def add_cosignatures(
+        self, run_id: str, size: int, witness_vkey: str, lines: str
+    ) -> CosignatureRecord:
+        """Store the witness's ``cosignature/v1`` on the run's tree head of ``size``, taken
+        from ``lines`` (newline-terminated signature lines, e.g. its add-checkpoint answer;
+        lines of other keys are ignored). Raises :class:`VerificationError` unless a line of
+        ``witness_vkey`` (signature type 0x04) verifies over that tree head."""
+        witness = cosigner_key(witness_vkey)
+        for attempt in range(2):
+            try:
+                with db.write_session(self._engine) as session:
+                    _require_run(session, run_id)
+                    head = _tree_head(session, run_id, size)
+                    row = cosignature_store.add(session, head, witness, lines, self._clock())
+                    return cosignature_record(row)
+            except sa.exc.IntegrityError:
+                if attempt:  # the concurrent writer's row is there now; a retry updates it
+                    raise
+        raise AssertionError("unreachable")
+
     # -- reads --------------------------------------------------------------------------
 
     def list_runs(self) -> list[RunInfo]:
@@ -245,6 +270,29 @@ class Ledger:
             run = _require_run(session, run_id)
             return head_record(_tree_head(session, run_id, run.size))
 
+    def cosigned_tree_head(self, run_id: str, size: int | None = None) -> SignedTreeHead:
+        """The signed tree head of ``size`` (default: the latest) with every stored witness
+        cosignature of it appended to its note (C2SP tlog-cosignature)."""
+        with db.read_session(self._engine) as session:
+            run = _require_run(session, run_id)
+            head = head_record(_tree_head(session, run_id, run.size if size is None else size))
+            lines = [row.line for row in cosignature_store.for_head(session, run_id, head.size)]
+        return replace(head, note=head.note + "".join(lines))
+
+    def cosignatures(self, run_id: str, size: int | None = None) -> list[CosignatureRecord]:
+        """The stored cosignatures of the run's tree head of ``size`` (default: the latest),
+        by witness name."""
+        with db.read_session(self._engine) as session:
+            size = _tree_head(session, run_id, _require_run(session, run_id).size if size is None else size).size
+            return [cosignature_record(r) for r in cosignature_store.for_head(session, run_id, size)]
+
+    def witnessed_size(self, run_id: str, witness_vkey: str) -> int:
+        """The largest tree size of the run that the witness cosigned (0 if none): where the
+        next submission to it starts its consistency proof."""
+        with db.read_session(self._engine) as session:
+            _require_run(session, run_id)
+            return cosignature_store.witnessed_size(session, run_id, witness_vkey)
+
     def tree_head_at(self, run_id: str, size: int) -> SignedTreeHead:
         """The signed tree head of size ``size`` (one is stored for every size)."""
         with db.read_session(self._engine) as session:
@@ -288,6 +336,34 @@ class Ledger:
                 old_root=_tree_head(session, run_id, old).root_hash,
                 new_root=_tree_head(session, run_id, new).root_hash,
             )
+
+    def tile(self, run_id: str, tile: Tile) -> bytes:
+        """A C2SP tlog-tiles tile of the run's log (its concatenated hashes, read from the
+        stored tree), or, for ``tile.level`` None, its entry bundle (the entries' canonical
+        bodies, uint16-length-prefixed). Raises :class:`TileNotFoundError` for a tile the
+        log does not reach yet (layout in ``ledger/tiles.py``)."""
+        with db.read_connection(self._engine) as connection:
+            size = connection.execute(sa.select(Run.size).where(Run.id == run_id)).scalar()
+            if size is None:
+                raise RunNotFoundError(f"no run {run_id!r} in the ledger")
+            tiles.check_available(tile, size)
+            if tile.level is not None:
+                first = tile.index * tiles.TILE_WIDTH
+                hashes = tree_store.read_level(
+                    connection, run_id, tile.merkle_level, first, first + tile.width
+                )
+                return b"".join(hashes)
+            start, end = tile.entry_range()
+            bodies = connection.execute(
+                sa.select(Entry.body)
+                .where(Entry.run_id == run_id, Entry.index >= start, Entry.index < end)
+                .order_by(Entry.index)
+            ).scalars().all()
+            if len(bodies) != end - start:
+                raise VerificationError(
+                    f"run {run_id!r}: expected entries {start}..{end - 1}, got {len(bodies)} of them"
+                )
+            return tiles.entry_bundle(bodies)
 
     def receipt(self, run_id: str, index: int, size: int | None = None) -> str:
         """A C2SP tlog-proof@v1 receipt for entry ``index``: verifiable offline with the entry

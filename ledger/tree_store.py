@@ -63,6 +63,28 @@ def _point_lookups(count: int) -> sa.TextClause:
     )
 
 
+def read_level(session: Reader, run_id: str, level: int, start: int, end: int) -> list[bytes]:
+    """The stored hashes at Merkle ``level`` with indices [start, end), in order: one range
+    scan of the primary key (a tlog-tiles tile is 256 consecutive nodes of one level)."""
+    rows = session.execute(
+        sa.select(TreeNode.index, TreeNode.hash)
+        .where(
+            TreeNode.run_id == run_id,
+            TreeNode.level == level,
+            TreeNode.index >= start,
+            TreeNode.index < end,
+        )
+        .order_by(TreeNode.index)
+    ).all()
+    if [index for index, _ in rows] != list(range(start, end)):
+        found = {index for index, _ in rows}
+        missing = next(i for i in range(start, end) if i not in found)
+        raise VerificationError(
+            f"stored tree of run {run_id!r} is missing node (level, index) = ({level}, {missing})"
+        )
+    return [digest for _, digest in rows]
+
+
 def append_leaf(session: Session, run_id: str, index: int, leaf: bytes) -> bytes:
     """Store leaf ``index`` and the nodes it completes; return the new root (size index+1)."""
     root_parts = subtrees.decompose((0, index + 1))

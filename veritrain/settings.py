@@ -9,12 +9,14 @@ names the variable and says what was expected (see :func:`load_settings`).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from veritrain.errors import SettingsError
+from veritrain.witness_endpoints import WitnessEndpoint, parse_witnesses
 
 _DB_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg")
 _STORE_SCHEMES = ("file", "s3")
@@ -42,6 +44,15 @@ class Settings(BaseSettings):
 
     s3_presign_downloads: bool = True
     """When the store is S3, answer object downloads with a 302 to a presigned URL instead of proxying."""
+
+    witnesses: Annotated[tuple[WitnessEndpoint, ...], NoDecode] = ()
+    """C2SP tlog-witnesses that cosign every run's tree heads: ``VKEY@URL`` items separated by
+    spaces or commas (veritrain/witness_endpoints.py); empty: none."""
+
+    @field_validator("witnesses", mode="before")
+    @classmethod
+    def _parse_witnesses(cls, value: object) -> object:
+        return parse_witnesses(value) if isinstance(value, str) else value
 
     @field_validator("origin")
     @classmethod

@@ -21,7 +21,7 @@ from storage import open_store
 from web.audit_status import StatusCache
 from web.deps import Resources
 from web.errors import install_error_handlers
-from web.routes import checkpoints, hf, log, metrics, objects, ops, pages, runs
+from web.routes import checkpoints, hf, log, metrics, objects, ops, pages, runs, tiles
 from web.security_headers import NoSniffMiddleware
 from web.series import SeriesCache
 from web.settings import WebSettings
@@ -77,7 +77,8 @@ def create_app(settings: WebSettings) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(TelemetryMiddleware, telemetry=telemetry)
     app.add_middleware(NoSniffMiddleware)
-    for router in (runs.router, log.router, metrics.router, checkpoints.router, objects.router, ops.router, pages.router):
+    routers = (runs.router, log.router, tiles.router, metrics.router, checkpoints.router, objects.router, ops.router, pages.router)
+    for router in routers:
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.include_router(hf.router)  # last: /{run}/resolve/... must not shadow anything above

@@ -15,7 +15,10 @@ from alembic.script import ScriptDirectory
 from ledger.db import alembic_config, create_engine, current_revision, head_revisions, upgrade
 from ledger.models import Base
 
-TABLES = {"runs", "entries", "tree_nodes", "tree_heads", "enrolled_keys", "metrics"}
+TABLES = {
+    "runs", "entries", "tree_nodes", "tree_heads", "enrolled_keys", "metrics", "cosignatures",
+    "witness_checkpoints",
+}
 
 
 def test_there_is_exactly_one_head() -> None:

@@ -11,7 +11,19 @@ import sys
 
 import typer
 
-from veritrain.cli import bench, db, demo, note, plan, reproduce, runs, serve, train, verify
+from veritrain.cli import (
+    bench,
+    db,
+    demo,
+    note,
+    plan,
+    reproduce,
+    runs,
+    serve,
+    train,
+    verify,
+    witness,
+)
 
 app = typer.Typer(
     name="veritrain",
@@ -23,6 +35,7 @@ app = typer.Typer(
 app.add_typer(db.app, name="db")
 app.add_typer(note.app, name="note")
 app.add_typer(bench.app, name="bench")
+app.add_typer(witness.app, name="witness")
 app.command("demo")(demo.demo)
 app.command("train")(train.train)
 app.command("serve")(serve.serve)

@@ -37,13 +37,16 @@ ERRORS: ResponsesDoc = {404: {"description": "No such run."}, 400: {"description
     summary="Signed tree head (C2SP tlog-checkpoint)",
     description=(
         "The C2SP tlog-checkpoint of the run's log as a C2SP signed note, signed by the run's "
-        "log key (Ed25519). Without `size`: the latest. Verify with `veritrain note verify "
-        "--vkey VKEY FILE`."
+        "log key (Ed25519), followed by every witness cosignature (C2SP tlog-cosignature, "
+        "`cosignature/v1`) collected for that exact tree head. Without `size`: the latest. "
+        "Verify with `veritrain note verify --vkey VKEY FILE`."
     ),
 )
 async def get_checkpoint(run: RunPath, ledger: LedgerDep, size: SizeQuery = None) -> PlainTextResponse:
-    head = ledger.latest_tree_head(run) if size is None else ledger.tree_head_at(run, size)
-    cache = IMMUTABLE if size is not None else SHORT
+    head = ledger.cosigned_tree_head(run, size)
+    # Witnesses are only sent the newest head, so an older head's cosignatures are final;
+    # the newest may still gain some.
+    cache = IMMUTABLE if size is not None and size < ledger.get_run(run).size else SHORT
     return PlainTextResponse(head.note, headers={"Cache-Control": cache})
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from unit.ledger.ledger_helpers import StepClock
 
-from ledger.db import create_engine, upgrade
+from ledger.db import create_engine, head_revisions, upgrade
 from ledger.keyring import InMemoryLogKeys
 from ledger.note import open_note
 from ledger.service import Ledger
@@ -128,7 +128,7 @@ def test_db_upgrade_then_runs_lists_what_was_recorded(tmp_path: Path) -> None:
     # 2. An empty, migrated ledger.
     result = veritrain("db", "upgrade", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "revision 0001 (head)" in result.stdout
+    assert f"revision {head_revisions()[0]} (head)" in result.stdout
     assert "(head)" in veritrain("db", "current", cwd=tmp_path).stdout
     assert "has no runs yet" in veritrain("runs", cwd=tmp_path).stdout
 
