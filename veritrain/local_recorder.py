@@ -104,7 +104,7 @@ class LocalDirectoryRecorder:
         directory = step_directory(self.root, record.step)
         shards = {
             path.name: header_tensor_sizes(_file_range(path))
-            for path in sorted(directory.iterdir())
+            for path in sorted(directory.glob("*.safetensors"))
             if is_model_shard(path.name)
         }
         if shards:

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from records import DataManifest
 from trainer.checkpoint import (
     MODEL_INDEX,
     TRAINER_STATE,
@@ -72,17 +73,22 @@ def test_local_recorder_writes_loadable_files_with_their_digests(tmp_path: Path)
     assert state.json[TRAINER_STATE] == {"format": "x", "step": 4}
 
 
+MANIFEST = DataManifest.from_payload(
+    json.loads((Path(__file__).resolve().parents[1] / "records" / "examples.json").read_text())["data.manifest"]["manifest"]
+)
+
+
 def test_local_recorder_keeps_the_run_description_and_summary(tmp_path: Path) -> None:
     recorder = LocalDirectoryRecorder(tmp_path, PROCESS)
     recorder.begin(
         RunStart(run_id="r", config={"seed": 1}, config_digest="ab", topology={"clusters": 1}, model={},
-                 data_manifest={"format": "m"}, shard_source=DirectoryShardSource(tmp_path / "shards"),
+                 data_manifest=MANIFEST, shard_source=DirectoryShardSource(tmp_path / "shards"),
                  seed=1, resumed_from_step=None)
     )
     recorder.end(RunSummary(run_id="r", steps=2, tokens=10, final_metrics={}, wall_seconds=1.0))
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["shard_directory"] == str(tmp_path / "shards")
-    assert json.loads((tmp_path / "data-manifest.json").read_text()) == {"format": "m"}
+    assert DataManifest.from_payload(json.loads((tmp_path / "data-manifest.json").read_text())) == MANIFEST
     assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 2
 
 
