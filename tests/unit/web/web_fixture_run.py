@@ -4,7 +4,7 @@ it). Import it as ``from unit.web.web_fixture_run import record_demo_run``.
 
 It stands in for the recorder (``veritrain/recorder.py``), which is not finished: entries
 and objects have the documented shapes and every object a payload names is stored (real
-checkpoints of a tiny ``trainer.model.GPT`` in Hugging Face shards, real data shards, DSSE
+checkpoints of a tiny ``trainer.model.CausalLM`` in Hugging Face shards, real data shards, DSSE
 envelopes signed with Ed25519). What it does not do is train: weights move by seeded noise
 and the quotes are JSON stand-ins, so attestation checks of ``veritrain verify`` are not
 meaningful on it. Tests that need a trained run switch the ``demo_run`` fixture to the lead's
@@ -32,10 +32,11 @@ from ledger.keyring import InMemoryLogKeys
 from ledger.service import Ledger
 from storage import ObjectStore, open_store
 from storage.checkpoint import upload_checkpoint, write_checkpoint
-from trainer.model import GPT, ModelConfig
+from trainer.model import CausalLM, ModelConfig
 
 ORIGIN = "test.veritrain.local"
-MODEL = ModelConfig(vocab_size=256, context=32, n_layer=2, n_head=2, d_model=32)
+MODEL = ModelConfig(vocab_size=256, context=32, num_hidden_layers=2, hidden_size=32,
+                    intermediate_size=64, num_attention_heads=2, num_key_value_heads=2)
 TOKENS_PER_SHARD = 4096
 CLUSTERS = 2
 IN_TOTO = "application/vnd.in-toto+json"
@@ -115,7 +116,7 @@ def record_demo_run(
         with open_store(store_url) as store, tempfile.TemporaryDirectory() as scratch:
             work = Path(scratch)
             keys = _keys(origin, run_id)
-            model = GPT(MODEL, seed=seed)
+            model = CausalLM(MODEL, seed=seed)
             checkpoints: dict[int, CheckpointFacts] = {}
             shards, data_object, data_manifest = _data(store, rng)
             ledger.create_run(run_id, _genesis(ledger, run_id, keys, seed))
@@ -179,7 +180,7 @@ def _genesis(ledger: Ledger, run_id: str, keys: dict[str, Any], seed: int) -> di
         "schema": "veritrain/run.genesis/v1",
         "run_id": run_id,
         "method": "dilocox",
-        "model": {**MODEL.__dict__, "parameter_count": sum(p.numel() for p in GPT(MODEL).parameters()), "stage_blocks": [[0, 1]]},
+        "model": {**MODEL.__dict__, "parameter_count": sum(p.numel() for p in CausalLM(MODEL).parameters()), "stage_blocks": [[0, 1]]},
         "hyperparameters": config,
         "config_digest": config_digest,
         "topology": {"clusters": CLUSTERS, "stages": 1, "world_size": CLUSTERS, "backend": "gloo"},
@@ -226,7 +227,7 @@ def _data(store: ObjectStore, rng: random.Random) -> tuple[list[str], str, dict[
     return shards, store.put_bytes(canonical_json(manifest)), manifest
 
 
-def _checkpoint(store: ObjectStore, work: Path, model: GPT, *, step: int) -> CheckpointFacts:
+def _checkpoint(store: ObjectStore, work: Path, model: CausalLM, *, step: int) -> CheckpointFacts:
     directory = work / f"step-{step:06d}"
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     optimizer = {f"{k}.exp_avg": torch.zeros_like(v) for k, v in list(state.items())[:4]}
@@ -242,7 +243,7 @@ def _checkpoint(store: ObjectStore, work: Path, model: GPT, *, step: int) -> Che
     return CheckpointFacts(step=step, manifest_object=manifest_object, manifest_root=manifest.root, files=manifest.digests)
 
 
-def _perturb(model: GPT, step: int) -> None:
+def _perturb(model: CausalLM, step: int) -> None:
     generator = torch.Generator().manual_seed(step)
     with torch.no_grad():
         for param in model.parameters():
