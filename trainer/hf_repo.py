@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 
-from storage.checkpoint import load_model
+from trainer.checkpoint import MODEL_INDEX
 from trainer.errors import CheckpointError, ConfigError
 from trainer.model import FAMILIES, ModelConfig
 
@@ -182,15 +183,36 @@ def model_config_from_hf(document: Mapping[str, Any]) -> ModelConfig:
 
 def load_pretrained(directory: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     """The model of a checkpoint folder (or any transformers-style Qwen2/Llama repo folder with
-    sharded safetensors): its config.json and every weight its index names, checked against the
-    index (storage.checkpoint.load_model)."""
-    path = Path(directory) / HF_CONFIG
+    sharded safetensors): its config.json and every weight its index names, each shard holding
+    exactly the tensors the index maps to it."""
+    root = Path(directory)
+    config = model_config_from_hf(_json_object(root / HF_CONFIG))
+    weight_map = _json_object(root / MODEL_INDEX).get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise CheckpointError(
+            f"expected a weight_map of tensor name -> shard in {root / MODEL_INDEX}"
+        )
+    state: dict[str, torch.Tensor] = {}
+    for shard in sorted(set(weight_map.values())):
+        if Path(shard).name != shard or not shard.endswith(".safetensors"):
+            raise CheckpointError(
+                f"expected safetensors shard names in {MODEL_INDEX}, got {shard!r}"
+            )
+        tensors = load_file(root / shard)
+        expected = sorted(name for name, file in weight_map.items() if file == shard)
+        if sorted(tensors) != expected:
+            raise CheckpointError(f"expected {shard} to hold {expected}, got {sorted(tensors)}")
+        state.update(tensors)
+    return config, state
+
+
+def _json_object(path: Path) -> dict[str, Any]:
     try:
         document = json.loads(path.read_bytes())
     except FileNotFoundError as exc:
-        raise CheckpointError(f"expected {HF_CONFIG} in {directory}, found none") from exc
+        raise CheckpointError(f"expected {path.name} in {path.parent}, found none") from exc
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"expected JSON in {path}: {exc}") from exc
     if not isinstance(document, dict):
         raise CheckpointError(f"expected an object in {path}, got {type(document).__name__}")
-    return model_config_from_hf(document), load_model(directory)
+    return document

@@ -209,3 +209,15 @@ def test_greedy_generation_refuses_to_run_past_the_context() -> None:
     assert [len(t) for t in greedy_generate(config, state, [[1] * 30], max_new_tokens=10)] == [10]
     with pytest.raises(CheckpointError, match=re.escape("missing ['lm_head.weight']")):
         greedy_generate(CONFIGS["qwen2-untied"], state, [[1]], max_new_tokens=1)
+
+
+def test_a_folder_whose_index_disagrees_with_its_shards_is_refused(tmp_path: Path) -> None:
+    config = CONFIGS["llama-tied"]
+    state = {n: p.detach() for n, p in CausalLM(config).named_parameters()}
+    folder = write_step(config, state, tmp_path, TokenizerExport())
+    assert load_pretrained(folder)[1].keys() == state.keys()
+    index = json.loads((folder / MODEL_INDEX).read_text())
+    index["weight_map"]["model.norm.weight"] = model_file(0, 2)  # it is in the last stage's file
+    (folder / MODEL_INDEX).write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match=re.escape(f"expected {model_file(0, 2)} to hold")):
+        load_pretrained(folder)
