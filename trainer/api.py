@@ -21,6 +21,7 @@ from trainer.data.assignment import AssignmentRule
 from trainer.data.build import PreparedData, prepare_data
 from trainer.data.manifest import DataManifest
 from trainer.errors import CheckpointError, ConfigError, DataError
+from trainer.hf_repo import TokenizerExport
 from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
 from trainer.recorder import OuterStepRecord, RecorderFactory, RunSummary
 from trainer.runtime.launch import spawn, under_torchrun
@@ -162,6 +163,7 @@ def _spec(
         stop_step=stop_step,
         mode=mode,
         quiet=quiet,
+        tokenizer=_tokenizer_export(prepared),
     )
 
 
@@ -177,6 +179,14 @@ def assignment_rule(config: TrainConfig, manifest: DataManifest) -> AssignmentRu
         train_shards=manifest.train_shards,
         eval_shards=tuple(manifest.eval_shards),
     )
+
+
+def _tokenizer_export(prepared: PreparedData) -> TokenizerExport:
+    """The tokenizer files and special ids every checkpoint carries. The byte-level tokenizer
+    has neither (256 ids, no end-of-text token); a tokenizer with files hands them over here,
+    so that a run and its re-execution write the same files."""
+    del prepared
+    return TokenizerExport()
 
 
 def _next_step(state: CheckpointFiles, config: TrainConfig) -> int:

@@ -4,8 +4,9 @@ A checkpoint at outer step t is a set of files (DESIGN.md §4), each handed to t
 the process that owns it -- nothing gathers the whole model in one process:
 
 * ``model-00001-of-0000S.safetensors`` .. one per pipeline stage, Hugging Face style, holding
-  full parameter names (``blocks.3.attn.qkv.weight``); the tied embedding is stored once, as
-  ``embed.wte.weight`` in stage 0's file. Written by cluster 0's process of that stage.
+  transformers' parameter names (``model.layers.3.self_attn.q_proj.weight``); a tied embedding
+  is stored once, as ``model.embed_tokens.weight`` in stage 0's file, with no
+  ``lm_head.weight`` (transformers re-ties it). Written by cluster 0's process of that stage.
 * ``inner-cluster0000C-stage0000S.safetensors``: that process's AdamW state
   (``<param>.exp_avg``, ``<param>.exp_avg_sq``, ``<param>.step``), its torch RNG state
   (``rng.torch``) and, when the outer algorithm overlaps, its local parameters
@@ -15,6 +16,9 @@ the process that owns it -- nothing gathers the whole model in one process:
   AllReduce baseline.
 * ``trainer_state.json``: step, data cursor, the next round's H, the pending exchange's round
   and signals, the configuration digest. Written by the coordinator (global rank 0).
+* ``config.json``, ``generation_config.json`` and the tokenizer's files (trainer/hf_repo.py):
+  with the model files and their index they make the folder a Hugging Face model repo.
+  Written by the coordinator.
 
 Tensors are handed over contiguous and on CPU; serialising them (safetensors bytes, the HF
 index, the manifest) is the recorder's job.
@@ -92,13 +96,19 @@ class CheckpointFiles:
 
 
 def load_checkpoint_directory(directory: Path) -> CheckpointFiles:
-    """Every state file of a checkpoint folder (what ``LocalDirectoryRecorder`` writes)."""
+    """Every state file of a checkpoint folder (what ``LocalDirectoryRecorder`` writes): each
+    ``.safetensors`` file and each JSON file but the model index, which is derived from the
+    model files."""
     from safetensors.torch import load_file
 
     if not (directory / TRAINER_STATE).is_file():
         raise CheckpointError(f"expected {TRAINER_STATE} in {directory}, it is missing (not a checkpoint?)")
     tensors = {p.name: load_file(p) for p in sorted(directory.glob("*.safetensors"))}
-    documents = {TRAINER_STATE: json.loads((directory / TRAINER_STATE).read_text())}
+    documents = {
+        p.name: json.loads(p.read_text())
+        for p in sorted(directory.glob("*.json"))
+        if p.name != MODEL_INDEX
+    }
     return CheckpointFiles(tensors, documents)
 
 

@@ -124,7 +124,7 @@ class TrainConfig:
         _check(self, "eval_batches", self.eval_batches >= 1, ">= 1")
         _check(self, "schedule", self.schedule in ("1f1b", "gpipe"), "'1f1b' or 'gpipe'")
         _check(self, "device", self.device in ("auto", "cpu", "cuda"), "'auto', 'cpu' or 'cuda'")
-        stage_layout(self.model.n_layer, self.stages)  # raises when S does not fit the depth
+        stage_layout(self.model.num_hidden_layers, self.stages)  # raises when S exceeds the depth
         if self.schedule == "1f1b" and self.micro_batches < self.stages:
             raise ConfigError(
                 f"TrainConfig.micro_batches must be >= stages ({self.stages}) for the 1F1B schedule, "

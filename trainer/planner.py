@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from trainer.errors import ConfigError
-from trainer.model import ModelConfig, stage_layout
+from trainer.model import TIED_EMBEDDING, TIED_HEAD, ModelConfig, stage_layout
 from trainer.outer.accounting import allgather_bytes_per_outer_step, allreduce_bytes_per_outer_step
 from trainer.outer.config import OuterConfig
 from trainer.outer.quantize import encoded_length
@@ -307,32 +307,30 @@ class Plan:
 def stage_parameter_shapes(model: ModelConfig, *, stage: int, stages: int) -> list[tuple[str, tuple[int, ...]]]:
     """(name, shape) of every parameter stage ``stage`` holds, in ``trainer.model.StageModel``'s
     order and names (a unit test checks them against a built stage)."""
-    d, f, kv = model.d_model, model.hidden, model.kv_heads * model.head_dim
-    layernorm = model.norm == "layernorm"
-
-    def norm(prefix: str) -> list[tuple[str, tuple[int, ...]]]:
-        gains: list[tuple[str, tuple[int, ...]]] = [(f"{prefix}.weight", (d,))]
-        return [*gains, (f"{prefix}.bias", (d,))] if layernorm else gains
-
+    d, f, kv = model.hidden_size, model.intermediate_size, model.kv_dim
     shapes: list[tuple[str, tuple[int, ...]]] = []
     first, last = stage == 0, stage == stages - 1
     if first:
-        shapes.append(("embed.wte.weight", (model.vocab_size, d)))
-        if model.positions == "learned":
-            shapes.append(("embed.wpe.weight", (model.context, d)))
-    fc_out = 2 * f if model.mlp == "swiglu" else f
-    for i in stage_layout(model.n_layer, stages)[stage]:
-        p = f"blocks.{i}"
-        shapes += norm(f"{p}.ln_1")
-        shapes += [(f"{p}.attn.qkv.weight", (d + 2 * kv, d)), (f"{p}.attn.qkv.bias", (d + 2 * kv,)),
-                   (f"{p}.attn.proj.weight", (d, d)), (f"{p}.attn.proj.bias", (d,))]
-        shapes += norm(f"{p}.ln_2")
-        shapes += [(f"{p}.mlp.fc.weight", (fc_out, d)), (f"{p}.mlp.fc.bias", (fc_out,)),
-                   (f"{p}.mlp.proj.weight", (d, f)), (f"{p}.mlp.proj.bias", (d,))]
+        shapes.append((TIED_EMBEDDING, (model.vocab_size, d)))
+    for i in stage_layout(model.num_hidden_layers, stages)[stage]:
+        p = f"model.layers.{i}"
+        for proj, rows in (("q_proj", d), ("k_proj", kv), ("v_proj", kv)):
+            shapes.append((f"{p}.self_attn.{proj}.weight", (rows, d)))
+            if model.attention_bias:
+                shapes.append((f"{p}.self_attn.{proj}.bias", (rows,)))
+        shapes += [
+            (f"{p}.self_attn.o_proj.weight", (d, d)),
+            (f"{p}.mlp.gate_proj.weight", (f, d)),
+            (f"{p}.mlp.up_proj.weight", (f, d)),
+            (f"{p}.mlp.down_proj.weight", (d, f)),
+            (f"{p}.input_layernorm.weight", (d,)),
+            (f"{p}.post_attention_layernorm.weight", (d,)),
+        ]
     if last:
-        shapes += norm("head.ln_f")
-        if not (model.tie_embeddings and first):  # tied on one stage: the head reuses embed.wte
-            shapes.append(("head.wte.weight", (model.vocab_size, d)))
+        shapes.append(("model.norm.weight", (d,)))
+        # Tied on one stage, the head is the embedding matrix itself.
+        if not (model.tie_word_embeddings and first):
+            shapes.append((TIED_HEAD, (model.vocab_size, d)))
     return shapes
 
 
@@ -387,7 +385,7 @@ def plan(
         raise ConfigError(f"expected a link bandwidth > 0 Mbit/s, got {link_mbit}")
     if inner_steps < 1:
         raise ConfigError(f"expected inner_steps >= 1, got {inner_steps}")
-    stage_layout(model.n_layer, placement.stages)  # raises when S does not fit the depth
+    stage_layout(model.num_hidden_layers, placement.stages)  # raises when S does not fit the depth
     micro_batches = workload.micro_batches or placement.stages
     shapes = [stage_parameter_shapes(model, stage=s, stages=placement.stages) for s in range(placement.stages)]
     workload = replace(workload, micro_batches=micro_batches)
@@ -396,7 +394,8 @@ def plan(
         for s in range(placement.stages)
     )
     # Only the outer algorithm's tensors travel: a tied copy on the last stage is not exchanged.
-    exchanged = [shape for stage in shapes for name, shape in stage if name != "head.wte.weight" or not model.tie_embeddings]
+    tied = model.tie_word_embeddings
+    exchanged = [s for stage in shapes for name, s in stage if name != TIED_HEAD or not tied]
     payload = payload_bytes(exchanged, outer)
     parameters = model.parameter_count()
     tokens = workload.micro_batch_size * workload.sequence_length * micro_batches * placement.data_parallel
@@ -459,7 +458,7 @@ def fitting_alternatives(model: ModelConfig, *, placement: Placement, limit: int
     outer state on the GPU or in host memory (one line each; "none" past ``limit``)."""
     out = []
     for stages in (placement.stages, 2 * placement.stages, 4 * placement.stages):
-        if stages > model.n_layer:
+        if stages > model.num_hidden_layers:
             break
         for offload in (False, True):
             candidate = Placement(clusters=placement.clusters, stages=stages, data_parallel=placement.data_parallel)
@@ -477,11 +476,10 @@ def block_activation_bytes(model: ModelConfig, *, tokens: int, bytes_per_element
     """Activations one block saves for its backward pass for ``tokens`` tokens, summing the
     tensors it keeps (the method of Korthikanti et al. 2022 §4.1) with a fused attention kernel
     that stores no T×T scores: the norm inputs and outputs (4d), q, k, v (d + 2kv), the
-    attention output (d) and the MLP's hidden tensors (SwiGLU: gate, up, their product and the
-    activation, 4f; GELU: 2f)."""
-    d, f, kv = model.d_model, model.hidden, model.kv_heads * model.head_dim
-    mlp = 4 * f if model.mlp == "swiglu" else 2 * f
-    return tokens * bytes_per_element * (4 * d + (d + 2 * kv) + d + mlp)
+    attention output (d) and the SwiGLU MLP's hidden tensors (gate, up, their product and the
+    activation, 4f)."""
+    d, f, kv = model.hidden_size, model.intermediate_size, model.kv_dim
+    return tokens * bytes_per_element * (4 * d + (d + 2 * kv) + d + 4 * f)
 
 
 def _stage_memory(
@@ -500,15 +498,18 @@ def _stage_memory(
     # The last stage's copy of a tied embedding trains (weights, gradients, AdamW) but the outer
     # algorithm leaves it out (docs/trainer.md, "Tied embeddings across stages").
     outer_params = sum(
-        math.prod(shape) for name, shape in shapes if not (name == "head.wte.weight" and model.tie_embeddings)
+        math.prod(shape)
+        for name, shape in shapes
+        if not (name == TIED_HEAD and model.tie_word_embeddings)
     )
-    layers = len(stage_layout(model.n_layer, S)[stage])
+    layers = len(stage_layout(model.num_hidden_layers, S)[stage])
     tokens = workload.micro_batch_size * workload.sequence_length
     # 1F1B (Narayanan et al. 2021): stage s holds up to S - s micro-batches between forward and backward.
     in_flight = min(S - stage, workload.micro_batches)
     full_block = block_activation_bytes(model, tokens=tokens, bytes_per_element=precision.activations)
     if workload.recompute:
-        kept = layers * in_flight * tokens * model.d_model * precision.activations + (full_block if layers else 0.0)
+        inputs = layers * in_flight * tokens * model.hidden_size * precision.activations
+        kept = inputs + (full_block if layers else 0.0)
         activation_note = f"{layers} block inputs x {in_flight} micro-batches in flight + one block recomputed"
     else:
         kept = layers * in_flight * full_block

@@ -1,16 +1,19 @@
 """Named model shapes and run presets.
 
-Model presets run from "tiny" (a few outer steps on 2 CPU cores in about a minute) up to
-shapes of the 100B class that the planner (``veritrain plan``) reasons about and nothing here
-ever instantiates.
+Every shape is a Qwen2-architecture decoder (trainer/model.py), so every checkpoint loads in
+transformers as ``Qwen2ForCausalLM``. Model presets run from "tiny" (a few outer steps on 2 CPU
+cores in about a minute) up to shapes of the 100B class that the planner (``veritrain plan``)
+reasons about and nothing here ever instantiates. The small shapes use grouped-query attention
+(2 key/value heads for 4 query heads) and an MLP 3x the width, about the parameter count of a
+GPT-2-style block of the same width.
 
 ``qwen1.5-107b``: the DiLoCoX paper (Qi et al. 2025, arXiv:2506.21263) pre-trains "a modified
 Qwen1.5-107B" over 1 Gbps. Its base, Qwen1.5-110B, is published with hidden size 8192, 80
 layers, 64 query heads and 8 key/value heads, SwiGLU intermediate size 49152, vocabulary
-152064, untied embeddings, RoPE theta 1e6, 32768 positions (huggingface.co/Qwen/Qwen1.5-110B,
-config.json). The paper's exact modification is not restated here; removing three of the 80
-layers gives 107.1B parameters in this model's parameter count, the closest whole-layer match,
-and that is the shape we use.
+152064, untied embeddings, RoPE theta 1e6, 32768 positions, RMSNorm eps 1e-6
+(huggingface.co/Qwen/Qwen1.5-110B, config.json); at 80 layers this model counts 111.2B
+parameters, the published size. The paper's exact modification is not restated here; removing
+three of the 80 layers gives 107.1B, the closest whole-layer match, and that is the shape we use.
 """
 
 from __future__ import annotations
@@ -24,29 +27,30 @@ from trainer.model import ModelConfig
 from trainer.outer.config import OuterConfig
 
 MODEL_PRESETS: dict[str, ModelConfig] = {
-    # ~0.22M parameters: 2 clusters x 2 stages train a few outer steps on 2 CPU cores in a minute.
-    "tiny": ModelConfig(vocab_size=256, context=64, n_layer=4, n_head=4, d_model=64),
-    # ~0.8M parameters: still CPU-sized, enough capacity for visibly better byte-level loss.
-    "small": ModelConfig(vocab_size=256, context=128, n_layer=4, n_head=4, d_model=128),
-    # ~0.67M parameters: tiny made wider and shallower (about 1.5x its time per inner step on 2
+    # ~0.21M parameters: 2 clusters x 2 stages train a few outer steps on 2 CPU cores in a
+    # minute.
+    "tiny": ModelConfig(vocab_size=256, context=64, num_hidden_layers=4, hidden_size=64,
+                        intermediate_size=192, num_attention_heads=4, num_key_value_heads=2),
+    # ~0.82M parameters: still CPU-sized, enough capacity for visibly better byte-level loss.
+    "small": ModelConfig(vocab_size=256, context=128, num_hidden_layers=4, hidden_size=128,
+                         intermediate_size=384, num_attention_heads=4, num_key_value_heads=2),
+    # ~0.66M parameters: tiny made wider and shallower (about 1.5x its time per inner step on 2
     # cores) so the compressed matrices are 160 wide, where a rank-28 pseudo-gradient is a much
     # smaller share of the matrix than at width 64 (the bytes/loss trade-off in docs/benchmarks.md).
-    "tiny-wide": ModelConfig(vocab_size=256, context=64, n_layer=2, n_head=4, d_model=160),
-    # GPT-2 small's shape (Radford et al. 2019) on bytes: 85M parameters.
-    "gpt2-124m": ModelConfig(vocab_size=256, context=1024, n_layer=12, n_head=12, d_model=768),
+    "tiny-wide": ModelConfig(vocab_size=256, context=64, num_hidden_layers=2, hidden_size=160,
+                             intermediate_size=480, num_attention_heads=4, num_key_value_heads=2),
     "qwen1.5-107b": ModelConfig(
+        family="qwen2",
         vocab_size=152_064,
         context=32_768,
-        n_layer=77,
-        n_head=64,
-        n_kv_head=8,
-        d_model=8192,
-        d_ff=49_152,
-        mlp="swiglu",
-        norm="rmsnorm",
-        positions="rope",
+        num_hidden_layers=77,
+        hidden_size=8192,
+        intermediate_size=49_152,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        rms_norm_eps=1e-6,
         rope_theta=1e6,
-        tie_embeddings=False,
+        tie_word_embeddings=False,
     ),
 }
 
@@ -56,7 +60,8 @@ _TINY_RUN = TrainConfig(
     # DiLoCoX's rank is capped at half a matrix's smaller side, and tiny's matrices are 64 wide:
     # a rank-28 factor is almost the matrix, so its bytes come from bits instead -- int2
     # factors and int8 norms/biases, 1,028x fewer bytes than AllReduce at 0.4 % more loss than
-    # the int4 default (docs/trainer.md, "Convergence on the tiny preset").
+    # the int4 default (docs/trainer.md, "Convergence on the tiny preset"; measured on the
+    # GPT-2-style block this preset had before it became a Qwen2 shape of about the same size).
     outer=OuterConfig(bits=2, dense_bits=8),
     data=DataConfig(stdlib_max_bytes=1_000_000, shard_tokens=16_384, eval_shards=2),
     clusters=2,

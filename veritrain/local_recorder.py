@@ -10,6 +10,7 @@ Layout under ``root``::
     steps/step-000003/
         model-00001-of-00002.safetensors ...   every process's files (save_state)
         model.safetensors.index.json           Hugging Face index of the model files
+        config.json, generation_config.json    with the files above: a Hugging Face model repo
         trainer_state.json
         record.json                            written last: the step is complete
 
@@ -32,7 +33,7 @@ import torch
 
 from storage.checkpoint import write_files, write_model_index
 from storage.checkpoint.sharding import header_tensor_sizes, is_model_shard
-from trainer.checkpoint import load_checkpoint_directory
+from trainer.checkpoint import CheckpointFiles, load_checkpoint_directory
 from trainer.data.shards import DirectoryShardSource
 from trainer.errors import CheckpointError
 from trainer.recorder import OuterStepRecord, ProcessInfo, RunStart, RunSummary
@@ -145,8 +146,12 @@ def read_records(root: Path) -> list[dict[str, Any]]:
     return [by_step[s] for s in sorted(by_step)]
 
 
-load_step = load_checkpoint_directory
-"""The state files of one step folder (``load_step(step_directory(root, t))``)."""
+def load_step(directory: Path) -> CheckpointFiles:
+    """The state files of one step folder (``load_step(step_directory(root, t))``): everything
+    but the folder's record.json, which says the step is complete and is not part of it."""
+    files = load_checkpoint_directory(directory)
+    documents = {name: doc for name, doc in files.json.items() if name != RECORD}
+    return CheckpointFiles(files.tensors, documents)
 
 
 def _file_range(path: Path) -> Callable[[int, int], bytes]:

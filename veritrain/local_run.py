@@ -9,11 +9,10 @@ import json
 from pathlib import Path
 
 from trainer.api import train
-from trainer.checkpoint import load_checkpoint_directory
 from trainer.config import TrainConfig
 from trainer.errors import CheckpointError
 from trainer.recorder import RunSummary
-from veritrain.local_recorder import LocalDirectoryRecorder, resume_directory
+from veritrain.local_recorder import LocalDirectoryRecorder, load_step, resume_directory
 
 
 def recorded_config(run_directory: Path) -> TrainConfig:
@@ -40,5 +39,5 @@ def train_into_directory(
 ) -> RunSummary | None:
     """Train ``config``, recording every outer step under ``out``; with ``resume`` (a run
     folder or a step folder) continue from that recorded step."""
-    state = load_checkpoint_directory(resume_directory(resume)) if resume is not None else None
+    state = load_step(resume_directory(resume)) if resume is not None else None
     return train(config, LocalDirectoryRecorder.factory(out), state, data_dir=data_dir, quiet=quiet)

@@ -23,7 +23,7 @@ from trainer.data.assignment import AssignmentRule
 from trainer.data.build import prepare_data
 from trainer.data.reader import BatchReader
 from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
-from trainer.model import GPT, TIED_EMBEDDING, TIED_HEAD, language_model_loss
+from trainer.model import TIED_EMBEDDING, TIED_HEAD, CausalLM, language_model_loss
 from trainer.presets import run_preset
 from trainer.runtime.inner import learning_rate
 
@@ -50,7 +50,7 @@ def single_process_reference(config: TrainConfig, data_dir: Path) -> dict[str, t
         eval_shards=tuple(manifest.eval_shards),
     )
     reader = BatchReader(manifest, rule, prepared.source)
-    model = GPT(config.model, seed=config.seed)
+    model = CausalLM(config.model, seed=config.seed)
     params = list(model.parameters())
     inner = config.inner
     optimizer = torch.optim.AdamW(
@@ -91,7 +91,7 @@ def test_pipelined_allreduce_matches_single_process_training(clusters: int, stag
     for name, tensor in expected.items():
         torch.testing.assert_close(weights[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
     # Training moved the weights by far more than the tolerance above.
-    initial = {n: p.detach() for n, p in GPT(config.model, seed=config.seed).named_parameters()}
+    initial = {n: p.detach() for n, p in CausalLM(config.model, seed=config.seed).named_parameters()}
     assert max(float((expected[n] - initial[n]).abs().max()) for n in expected) > 100 * 1e-5
 
 

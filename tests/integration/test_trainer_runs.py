@@ -19,10 +19,13 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 
 from trainer.api import reexecute_outer_step, train
 from trainer.checkpoint import TRAINER_STATE, CheckpointFiles
 from trainer.config import PoisonForTesting, TrainConfig, with_overrides
+from trainer.generate import greedy_generate, model_from_state
+from trainer.hf_repo import GENERATION_CONFIG, HF_CONFIG, load_pretrained
 from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
 from trainer.presets import run_preset
 from veritrain.local_recorder import LocalDirectoryRecorder, load_step, read_records, step_directory
@@ -71,7 +74,28 @@ def test_held_out_loss_decreases_over_outer_steps(reference: Path) -> None:
     assert len(last["contribution_digests"]) == 4  # 2 clusters x 2 stages
     assert {r["cluster"] for r in last["data_ranges"]} == {0, 1}
     saved = sorted(p.name for p in step_directory(reference, STEPS - 1).glob("*.safetensors"))
-    assert sorted(last["files"]) == sorted([*saved, TRAINER_STATE])
+    assert sorted(last["files"]) == sorted([*saved, TRAINER_STATE, HF_CONFIG, GENERATION_CONFIG])
+
+
+def test_a_recorded_step_loads_in_transformers_with_our_logits_and_generations(reference: Path) -> None:
+    """The step folder of a real 2 x 2 run (tied embedding split across the stages) is a model
+    repo: transformers loads it with no extra code and agrees with our model and decoding."""
+    folder = step_directory(reference, STEPS - 1)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    config, state = load_pretrained(folder)
+    assert config == reference_config().model
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, config.vocab_size, (2, config.context), generator=generator)
+    with torch.no_grad():
+        difference = (hf(tokens).logits - model_from_state(config, state)(tokens)).abs().max()
+    assert float(difference) <= 1e-5
+    prompts = [list(b"def "), list(b"import os\n")]
+    generations = greedy_generate(config, state, prompts, max_new_tokens=12)
+    for prompt, ours in zip(prompts, generations, strict=True):
+        ids = torch.tensor([prompt])
+        out = hf.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                          max_new_tokens=12)
+        assert out[0, len(prompt):].tolist() == ours
 
 
 def test_two_runs_with_the_same_seed_are_bitwise_identical(reference: Path, workspace: Path) -> None:

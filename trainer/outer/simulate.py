@@ -26,7 +26,7 @@ from typing import Literal
 import torch
 
 from trainer.errors import ConfigError
-from trainer.model import GPT, ModelConfig, language_model_loss
+from trainer.model import CausalLM, ModelConfig, language_model_loss
 from trainer.outer import OuterConfig, OuterLoop, RoundSignals, build_outer_algorithm
 from trainer.outer.accounting import allgather_bytes_per_outer_step, allreduce_bytes_per_outer_step
 
@@ -114,7 +114,7 @@ def simulate(
     torch.use_deterministic_algorithms(True)
     started = time.perf_counter()
     torch.manual_seed(config.seed)
-    reference = GPT(config.model)
+    reference = CausalLM(config.model)
     parameters = sum(p.numel() for p in reference.parameters())
     replicas = 1 if config.method == "allreduce" else config.n_clusters
     models = [_clone(reference) for _ in range(replicas)]
@@ -193,7 +193,7 @@ def simulate(
 
 def evaluate(model_config: ModelConfig, weights: Sequence[torch.Tensor], eval_batches: Sequence[Batch]) -> float:
     """Mean held-out loss of a model holding ``weights`` (in ``parameters()`` order)."""
-    model = GPT(model_config)
+    model = CausalLM(model_config)
     with torch.no_grad():
         for p, w in zip(model.parameters(), weights, strict=True):
             p.copy_(w)
@@ -215,13 +215,13 @@ def _apply_all(
     result.anomalies += len(updates[0].anomalies)
 
 
-def _clone(reference: GPT) -> GPT:
-    model = GPT(reference.config)
+def _clone(reference: CausalLM) -> CausalLM:
+    model = CausalLM(reference.config)
     model.load_state_dict(reference.state_dict())
     return model
 
 
-def _inner_optimizer(model: GPT, config: SimulationConfig) -> torch.optim.AdamW:
+def _inner_optimizer(model: CausalLM, config: SimulationConfig) -> torch.optim.AdamW:
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [
@@ -243,7 +243,7 @@ def _lr_schedule(config: SimulationConfig) -> Callable[[int], float]:
 
 
 def _inner_step(
-    model: GPT, optimizer: torch.optim.Optimizer, batch: Batch, lr: float, config: SimulationConfig
+    model: CausalLM, optimizer: torch.optim.Optimizer, batch: Batch, lr: float, config: SimulationConfig
 ) -> float:
     for group in optimizer.param_groups:
         group["lr"] = lr

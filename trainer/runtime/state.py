@@ -90,12 +90,7 @@ def stage_files(
     weights to publish (the outer algorithm's global parameters); default: the local ones."""
     files: dict[str, dict[str, torch.Tensor]] = {}
     if cluster == 0:
-        published = weights if weights is not None else dict(module.named_parameters())
-        files[model_file(stage, stages)] = {
-            name: _cpu(p)
-            for name, p in published.items()
-            if not (name == TIED_HEAD and module.holds_tied_copy)  # the tied matrix is stored once
-        }
+        files[model_file(stage, stages)] = model_file_tensors(module, weights)
     state = inner.state_tensors()
     state["rng.torch"] = torch.get_rng_state()
     if save_local:
@@ -104,6 +99,18 @@ def stage_files(
     if outer is not None:
         files[outer_file(cluster, stage)] = {k: _cpu(v) for k, v in outer.state_dict().items()}
     return files
+
+
+def model_file_tensors(
+    module: StageModel, weights: Mapping[str, torch.Tensor] | None = None
+) -> dict[str, torch.Tensor]:
+    """The tensors of a stage's model file: ``weights`` (default: the module's own), under
+    transformers' names, without the last stage's copy of a tied embedding -- the matrix is
+    stored once, as stage 0's ``model.embed_tokens.weight``, and transformers re-ties
+    ``lm_head.weight`` to it."""
+    published = weights if weights is not None else dict(module.named_parameters())
+    skip = TIED_HEAD if module.holds_tied_copy else None
+    return {name: _cpu(p) for name, p in published.items() if name != skip}
 
 
 def restore_stage(

@@ -14,8 +14,10 @@ Per outer step t (H inner steps), in every process:
    the last stage does not own it, so the matrix is exchanged once);
 4. cluster 0 evaluates the held-out batches;
 5. adaptive H (when enabled) picks the next round's H from timings every rank agrees on;
-6. every process hands its own files to ``recorder.save_state``; the coordinator gathers the
-   small per-process reports and calls ``recorder.record_outer_step``.
+6. every process hands its own files to ``recorder.save_state`` (the coordinator's include
+   trainer_state.json and the model-repo files: config.json, generation_config.json, the
+   tokenizer's); the coordinator gathers the small per-process reports and calls
+   ``recorder.record_outer_step``.
 
 Modes: ``train`` (a run or its resumption), ``reexecute`` (one step again, same processes, no
 begin/end), ``contribute`` (one cluster alone, up to its contribution: no exchange, no eval,
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,6 +42,7 @@ from trainer.data.manifest import DataManifest
 from trainer.data.reader import BatchReader
 from trainer.data.shards import ShardSource
 from trainer.errors import CheckpointError, DataError
+from trainer.hf_repo import TokenizerExport, repo_json_files
 from trainer.model import TIED_HEAD, build_stage, stage_layout
 from trainer.outer import build_outer_algorithm, next_inner_steps
 from trainer.outer.protocol import OuterAlgorithm, RoundSignals
@@ -83,6 +86,8 @@ class WorkerSpec:
     """Exclusive: the process stops before this outer step."""
     mode: Mode
     quiet: bool
+    tokenizer: TokenizerExport = field(default_factory=TokenizerExport)
+    """The tokenizer files and special ids every checkpoint carries (trainer/hf_repo.py)."""
 
 
 def spawned_entry(rank: int, spec: WorkerSpec, rendezvous: Rendezvous, results: Any) -> None:
@@ -122,7 +127,8 @@ class _Process:
             stages=config.stages,
         )
         self._check_same_data()
-        self.groups = create_groups(self.topology, rank, tied_embeddings=config.model.tie_embeddings)
+        tied = config.model.tie_word_embeddings
+        self.groups = create_groups(self.topology, rank, tied_embeddings=tied)
         self.module = build_stage(config.model, stage=self.stage, n_stages=config.stages, seed=config.seed).to(device)
         self.runner = PipelineRunner(
             self.module,
@@ -163,6 +169,7 @@ class _Process:
             self.reader.eval_batches(config.eval_batches) if self.cluster == 0 and spec.mode != "contribute" else []
         )
         self.recorder = spec.recorder_factory(self.info)
+        self.repo_files = repo_json_files(config.model, spec.tokenizer) if rank == 0 else {}
         self.sync = (
             OuterSync(
                 self.outer,
@@ -365,8 +372,10 @@ class _Process:
             save_local=self.outer is not None and self.outer.overlapped,
             weights=dict(zip(self.outer_names, global_params, strict=True)) if global_params is not None else None,
         )
-        json_files = {}
+        json_files: dict[str, Any] = {}
         if self.rank == 0:
+            # The coordinator makes the step's folder a Hugging Face model repo (DESIGN.md §6).
+            json_files.update(self.repo_files)
             json_files[TRAINER_STATE] = trainer_state_document(
                 cursor,
                 step=step,
@@ -398,7 +407,7 @@ class _Process:
 
     def _run_start(self, cursor: Cursor) -> RunStart:
         config = self.config
-        layout = [list(r) for r in stage_layout(config.model.n_layer, config.stages)]
+        layout = [list(r) for r in stage_layout(config.model.num_hidden_layers, config.stages)]
         return RunStart(
             run_id=config.run_id,
             config=config.to_dict(),

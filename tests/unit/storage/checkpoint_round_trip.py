@@ -20,16 +20,17 @@ from storage.checkpoint import (
     upload_checkpoint,
     write_checkpoint,
 )
-from trainer.model import GPT, ModelConfig, language_model_loss
+from trainer.model import CausalLM, ModelConfig, language_model_loss
 
-CONFIG = ModelConfig(vocab_size=64, context=16, n_layer=2, n_head=2, d_model=32)
+CONFIG = ModelConfig(vocab_size=64, context=16, num_hidden_layers=2, hidden_size=32,
+                     intermediate_size=64, num_attention_heads=2, num_key_value_heads=2)
 OPTIMIZER_FILE = "optimizer-inner.safetensors"
 ERROR_FEEDBACK_FILE = "error-feedback.safetensors"
 
 
 @dataclass
 class TrainedState:
-    model: GPT
+    model: CausalLM
     optimizer: torch.optim.AdamW
     error_feedback: dict[str, torch.Tensor]
     trainer_state: dict[str, Any]
@@ -37,9 +38,9 @@ class TrainedState:
 
 
 def trained_state() -> TrainedState:
-    """A tiny GPT after one AdamW step, bfloat16 error-feedback buffers, and trainer state."""
+    """A tiny CausalLM after one AdamW step, bfloat16 error-feedback buffers, and trainer state."""
     torch.manual_seed(0)
-    model = GPT(CONFIG)
+    model = CausalLM(CONFIG)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     tokens = torch.randint(0, CONFIG.vocab_size, (2, CONFIG.context + 1))
     language_model_loss(model(tokens[:, :-1]), tokens[:, 1:]).backward()
@@ -102,7 +103,7 @@ def assert_checkpoint_round_trip(store: ObjectStore, tmp_path: Path) -> Checkpoi
     assert loaded.trainer_state == state.trainer_state
 
     # The loaded weights compute exactly what the original model computes.
-    fresh = GPT(CONFIG)
+    fresh = CausalLM(CONFIG)
     fresh.load_state_dict(loaded.model, strict=True)
     with torch.no_grad():
         assert torch.equal(fresh(state.tokens[:, :-1]), state.model(state.tokens[:, :-1]))

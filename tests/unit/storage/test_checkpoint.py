@@ -38,7 +38,7 @@ from storage.checkpoint import (
     write_model_index,
 )
 from storage.errors import CheckpointError, IntegrityError, ObjectNotFoundError
-from trainer.model import GPT
+from trainer.model import CausalLM
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def test_the_optimizer_resumes_from_its_flattened_state(tmp_path: Path) -> None:
     loaded = load_checkpoint(tmp_path)
 
     nested = unflatten_tensors(loaded.tensor_files[OPTIMIZER_FILE])
-    resumed = torch.optim.AdamW(GPT(CONFIG).parameters(), lr=1e-3)
+    resumed = torch.optim.AdamW(CausalLM(CONFIG).parameters(), lr=1e-3)
     resumed.load_state_dict(
         {
             "state": {int(index): value for index, value in nested.items()},
@@ -100,7 +100,7 @@ def test_the_shards_and_index_follow_the_hugging_face_format(tmp_path: Path) -> 
 def test_huggingface_hub_loads_the_sharded_weights_strictly(tmp_path: Path) -> None:
     state = trained_state()
     write_trained_checkpoint(state, tmp_path)
-    fresh = GPT(CONFIG)
+    fresh = CausalLM(CONFIG)
 
     result = load_torch_model(fresh, tmp_path, strict=True)
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from trainer.errors import ConfigError
-from trainer.model import ModelConfig, build_stage
+from trainer.model import TIED_HEAD, ModelConfig, build_stage
 from trainer.outer.accounting import allreduce_bytes_per_outer_step
 from trainer.outer.config import OuterConfig
 from trainer.outer.lowrank_codec import LowRankCodec
@@ -29,12 +29,13 @@ from trainer.planner import (
 )
 from trainer.presets import MODEL_PRESETS, RUN_PRESETS
 
-# 2 blocks, d 64, 2 heads, vocabulary 256, context 64, GPT-2 style (tied, learned positions).
-# By hand: wte 256·64 = 16,384; wpe 64·64 = 4,096; per block: ln_1 128, qkv 192·64 + 192 =
-# 12,480, proj 64·64 + 64 = 4,160, ln_2 128, fc 256·64 + 256 = 16,640, proj 64·256 + 64 =
-# 16,448 -> 49,984; ln_f 128. Total 16,384 + 4,096 + 2·49,984 + 128 = 120,576.
-SMALL = ModelConfig(vocab_size=256, context=64, n_layer=2, n_head=2, d_model=64)
-SMALL_PARAMETERS = 120_576
+# 2 layers, hidden 64, MLP 128, 2 query heads of 32 sharing 1 key/value head, vocabulary 256,
+# Qwen2 (biases on q/k/v), tied. By hand: embed_tokens 256·64 = 16,384; per layer: q 64·64 + 64
+# = 4,160, k and v 32·64 + 32 = 2,080 each, o 64·64 = 4,096, gate, up and down 128·64 = 8,192
+# each, two norms 128 -> 37,120; final norm 64. Total 16,384 + 2·37,120 + 64 = 90,688.
+SMALL = ModelConfig(vocab_size=256, context=64, num_hidden_layers=2, hidden_size=64,
+                    intermediate_size=128, num_attention_heads=2, num_key_value_heads=1)
+SMALL_PARAMETERS = 90_688
 
 
 def test_small_model_parameters_match_the_hand_count() -> None:
@@ -48,8 +49,11 @@ def test_small_model_parameters_match_the_hand_count() -> None:
     [
         (MODEL_PRESETS["tiny"], 1),
         (MODEL_PRESETS["tiny"], 2),
-        (ModelConfig(vocab_size=96, context=16, n_layer=3, n_head=4, n_kv_head=2, d_model=32, d_ff=48,
-                     mlp="swiglu", norm="rmsnorm", positions="rope", tie_embeddings=False), 3),
+        (ModelConfig(family="llama", vocab_size=96, context=16, num_hidden_layers=3, hidden_size=32,
+                     intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
+                     tie_word_embeddings=False), 3),
+        (ModelConfig(vocab_size=96, context=16, num_hidden_layers=3, hidden_size=32, intermediate_size=48,
+                     num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False), 2),
     ],
 )
 def test_shapes_are_exactly_those_of_the_built_stages(model: ModelConfig, stages: int) -> None:
@@ -75,7 +79,7 @@ def test_payload_bytes_equal_the_codec_payload_length(two_sided: bool, bits: int
     right basis when one-sided)."""
     model, outer = MODEL_PRESETS["tiny"], dilocox(two_sided=two_sided, bits=bits, dense_bits=dense_bits)
     for stage in range(2):
-        shapes = [s for name, s in stage_parameter_shapes(model, stage=stage, stages=2) if name != "head.wte.weight"]
+        shapes = [s for name, s in stage_parameter_shapes(model, stage=stage, stages=2) if name != TIED_HEAD]
         codec = LowRankCodec(outer, shapes=[torch.Size(s) for s in shapes], seed=0, lag=2)
         assert payload_bytes(shapes, outer, side="right") == codec.payload_length(0)
 
@@ -113,10 +117,10 @@ def test_memory_items_by_hand_for_one_stage() -> None:
     assert items["outer global copy"] == items["outer momentum"] == items["error feedback"] == 4 * P
     assert items["one-step-delay references"] == 8 * P
     # Recomputation: 2 block inputs (64 tokens x 64 x 2 B) + one block's full activations
-    # (64 tokens x 2 B x (4·64 + 192 + 64 + 2·256) = 131,072) + fp32 logits 64 x 256 x 4.
-    assert items["activations"] == 2 * 64 * 64 * 2 + 131_072 + 64 * 256 * 4
-    assert block_activation_bytes(SMALL, tokens=64, bytes_per_element=2) == 131_072
-    assert result.stages[0].total_bytes == pytest.approx(36 * P + 212_992)
+    # (64 tokens x 2 B x (4·64 + (64 + 2·32) + 64 + 4·128) = 122,880) + fp32 logits 64 x 256 x 4.
+    assert items["activations"] == 2 * 64 * 64 * 2 + 122_880 + 64 * 256 * 4
+    assert block_activation_bytes(SMALL, tokens=64, bytes_per_element=2) == 122_880
+    assert result.stages[0].total_bytes == pytest.approx(36 * P + 204_800)
     assert result.fits
 
 
@@ -190,9 +194,9 @@ def test_bandwidth_for_a_communication_fraction() -> None:
 def test_the_107b_preset_at_the_papers_topology() -> None:
     model = MODEL_PRESETS["qwen1.5-107b"]
     result = plan(model, placement=Placement(clusters=2, stages=8, data_parallel=2), link_mbit=1000.0, outer=dilocox())
-    assert result.parameters == 107_141_801_984
+    assert result.parameters == 107_132_971_008
     # fp32 gradients, C = 2: 4 x 107.1e9 bytes per inner step, 125 MB/s at 1 Gbps.
-    assert result.comm.allreduce_comm_seconds_per_inner_step == pytest.approx(4 * 107_141_801_984 / 125e6)
+    assert result.comm.allreduce_comm_seconds_per_inner_step == pytest.approx(4 * 107_132_971_008 / 125e6)
     # Stage 0: 10 blocks + the embedding; bf16 weights alone are 29.7 GB of the 80.
     stage0 = result.stages[0]
     assert stage0.parameters == 10 * model.block_parameter_count() + 152_064 * 8192

@@ -32,7 +32,7 @@ PROCESS = ProcessInfo(rank=0, world_size=2, cluster=0, stage=0, clusters=1, stag
 
 def files_of_stage(stage: int) -> dict[str, dict[str, torch.Tensor]]:
     return {
-        f"model-{stage + 1:05d}-of-00002.safetensors": {f"blocks.{stage}.mlp.fc.weight": torch.full((2, 3), float(stage))},
+        f"model-{stage + 1:05d}-of-00002.safetensors": {f"model.layers.{stage}.mlp.up_proj.weight": torch.full((2, 3), float(stage))},
         f"inner-cluster00000-stage{stage:05d}.safetensors": {"rng.torch": torch.arange(4, dtype=torch.uint8)},
     }
 
@@ -54,7 +54,7 @@ def test_local_recorder_writes_loadable_files_with_their_digests(tmp_path: Path)
     for name, digest in digests.items():
         assert hashlib.sha256((directory / name).read_bytes()).hexdigest() == digest
     loaded = load_file(directory / "model-00002-of-00002.safetensors")
-    assert torch.equal(loaded["blocks.1.mlp.fc.weight"], torch.ones(2, 3))
+    assert torch.equal(loaded["model.layers.1.mlp.up_proj.weight"], torch.ones(2, 3))
 
     assert latest_recorded_step(tmp_path) is None  # files alone do not make a recorded step
     recorder.record_outer_step(record(4, digests))
@@ -62,8 +62,8 @@ def test_local_recorder_writes_loadable_files_with_their_digests(tmp_path: Path)
     assert resume_directory(tmp_path) == directory
     index = json.loads((directory / MODEL_INDEX).read_text())
     assert index["weight_map"] == {
-        "blocks.0.mlp.fc.weight": "model-00001-of-00002.safetensors",
-        "blocks.1.mlp.fc.weight": "model-00002-of-00002.safetensors",
+        "model.layers.0.mlp.up_proj.weight": "model-00001-of-00002.safetensors",
+        "model.layers.1.mlp.up_proj.weight": "model-00002-of-00002.safetensors",
     }
     assert index["metadata"]["total_size"] == 2 * 6 * 4
     assert read_records(tmp_path)[0]["files"] == digests
@@ -109,7 +109,7 @@ def test_memory_recorder_returns_what_each_process_saved() -> None:
     InMemoryRecorder(sink, PROCESS).record_outer_step(record(2, {}))
     recording = MemoryRecording(sink)
     state = recording.state(2)
-    assert torch.equal(state.tensors["model-00001-of-00002.safetensors"]["blocks.0.mlp.fc.weight"], torch.zeros(2, 3))
+    assert torch.equal(state.tensors["model-00001-of-00002.safetensors"]["model.layers.0.mlp.up_proj.weight"], torch.zeros(2, 3))
     assert [r.step for r in recording.records] == [2]
 
 

@@ -32,7 +32,7 @@ from trainer.api import assignment_rule, config_digest
 from trainer.checkpoint import TRAINER_STATE, inner_file
 from trainer.config import TrainConfig
 from trainer.data.shards import DirectoryShardSource, shard_file_name
-from trainer.model import GPT, ModelConfig
+from trainer.model import CausalLM, ModelConfig
 from trainer.outer.config import OuterConfig
 from trainer.recorder import (
     AnomalyFlag,
@@ -46,7 +46,8 @@ from trainer.recorder import (
 from veritrain.recorder import LedgerRecorderFactory
 
 ORIGIN = "test.veritrain.local"
-MODEL = ModelConfig(vocab_size=256, context=32, n_layer=2, n_head=2, d_model=32)
+MODEL = ModelConfig(vocab_size=256, context=32, num_hidden_layers=2, hidden_size=32,
+                    intermediate_size=64, num_attention_heads=2, num_key_value_heads=2)
 TOKENS_PER_SHARD = 4096
 CLUSTERS = 2
 INNER_STEPS = 8
@@ -137,7 +138,7 @@ def record_demo_run(
                 resumed_from_step=None,
             )
         )
-        model = GPT(MODEL, seed=seed)
+        model = CausalLM(MODEL, seed=seed)
         rule = assignment_rule(config, manifest)
         loss = 5.6
         for step in range(steps):
@@ -185,7 +186,7 @@ def _data(config: TrainConfig, directory: Path, rng: random.Random) -> tuple[Dat
     return manifest.with_assignment(assignment_rule(config, manifest).to_dict()), directory
 
 
-def _state_files(model: GPT, step: int) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any]]:
+def _state_files(model: CausalLM, step: int) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any]]:
     """The model in two Hugging Face shards (so the index has several files), one optimizer
     file and the trainer state."""
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -213,7 +214,7 @@ def _applied(run_id: str, step: int) -> AppliedRound:
     return AppliedRound(round=step, contribution_digests=_contributions(run_id, step), anomalies=flags, payload_bytes=4096 * rank, rank=rank, bits=8)
 
 
-def _perturb(model: GPT, step: int) -> None:
+def _perturb(model: CausalLM, step: int) -> None:
     generator = torch.Generator().manual_seed(step)
     with torch.no_grad():
         for param in model.parameters():

@@ -12,7 +12,10 @@ from trainer.outer.accounting import allgather_bytes_per_outer_step, allreduce_b
 from trainer.outer.research import make_batches, make_eval_batches
 from trainer.outer.simulate import SimulationConfig, simulate
 
-TINY = ModelConfig(vocab_size=256, context=16, n_layer=1, n_head=2, d_model=32)
+TINY = ModelConfig(
+    vocab_size=256, context=16, num_hidden_layers=1, hidden_size=32, intermediate_size=96,
+    num_attention_heads=2, num_key_value_heads=2,
+)
 
 
 def corpus() -> torch.Tensor:
