@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from ledger.db import create_engine
+from ledger.errors import RunNotFoundError, SchemaMissingError
 from ledger.service import Ledger
 from veritrain.settings import load_settings
 from veritrain.sources import DirectSource
@@ -40,9 +41,12 @@ def _env(data_dir: Path, **extra: str) -> dict[str, str]:
 
 
 def _steps(data_dir: Path) -> list[int]:
+    """The outer steps recorded so far (none while the run is still creating its ledger)."""
     engine = create_engine(f"sqlite:///{data_dir / 'ledger.db'}")
     try:
         return [e.step for e in Ledger(engine).entries("crash", 0, 1000) if e.kind == "outer_step"]
+    except (SchemaMissingError, RunNotFoundError):
+        return []
     finally:
         engine.dispose()
 
