@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from trainer.local_recorder import LocalDirectoryRecorder, step_directory
 
 from trainer.checkpoint import MODEL_INDEX, TRAINER_STATE, model_file
 from trainer.errors import CheckpointError, ConfigError
@@ -34,6 +33,7 @@ from trainer.hf_repo import (
 from trainer.model import TIED_EMBEDDING, TIED_HEAD, CausalLM, ModelConfig, build_stage
 from trainer.recorder import OuterStepRecord, ProcessInfo
 from trainer.runtime.state import model_file_tensors
+from veritrain.local_recorder import LocalDirectoryRecorder, step_directory
 
 
 def shape(family: str, *, tied: bool) -> ModelConfig:
