@@ -144,27 +144,65 @@ class Topology:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ClusterKeys:
+    """What one cluster enrolled at genesis: keys created on its own host, in its own key
+    folder, with proofs of possession made in its own process (attestation/enrolment.py)."""
+
+    cluster: int
+    contribution: str
+    """Verifier key of the cluster's contribution-signing key."""
+    contribution_proof: str
+    """Base64 signature by that key over the enrolment (run id, config digest, role)."""
+    attestation: str
+    """Verifier key of the cluster's attestation (quote) key."""
+    attestation_proof: str
+    platform_root: str
+    """The cluster's platform key, which endorses its attestation key (the software TEE's
+    "vendor"; a hardware TEE's vendor chain takes its place)."""
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "contribution": self.contribution,
+            "contribution_proof": self.contribution_proof,
+            "attestation": self.attestation,
+            "attestation_proof": self.attestation_proof,
+            "platform_root": self.platform_root,
+        }
+
+    @classmethod
+    def read(cls, f: Fields) -> ClusterKeys:
+        value = cls(
+            cluster=f.integer("cluster", minimum=0),
+            contribution=f.string("contribution", nonempty=True),
+            contribution_proof=f.string("contribution_proof", nonempty=True),
+            attestation=f.string("attestation", nonempty=True),
+            attestation_proof=f.string("attestation_proof", nonempty=True),
+            platform_root=f.string("platform_root", nonempty=True),
+        )
+        f.exactly()
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunKeys:
     """Verifier keys (C2SP ``name+keyid+base64``) of every signer of the run."""
 
     log: str
     """Signs the run's tree heads; its name is the log origin."""
     statement: str
-    """Signs the DSSE provenance statements."""
-    platform_root: str
-    """Endorses the attestation keys (the software TEE's "vendor")."""
-    attesters: tuple[str, ...]
-    """Cluster j's attestation (quote) key at position j."""
-    clusters: tuple[str, ...]
-    """Cluster j's contribution-signing key at position j."""
+    """Signs the DSSE provenance statements (the coordinator's)."""
+    clusters: tuple[ClusterKeys, ...]
+    """Cluster j's enrolled keys at position j."""
+
+    def cluster(self, index: int) -> ClusterKeys:
+        return self.clusters[index]
 
     def to_payload(self) -> dict[str, Any]:
         return {
             "log": self.log,
             "statement": self.statement,
-            "platform_root": self.platform_root,
-            "attesters": list(self.attesters),
-            "clusters": list(self.clusters),
+            "clusters": [c.to_payload() for c in self.clusters],
         }
 
     @classmethod
@@ -172,11 +210,12 @@ class RunKeys:
         value = cls(
             log=f.string("log", nonempty=True),
             statement=f.string("statement", nonempty=True),
-            platform_root=f.string("platform_root", nonempty=True),
-            attesters=f.strings("attesters"),
-            clusters=f.strings("clusters"),
+            clusters=f.items("clusters", ClusterKeys.read),
         )
         f.exactly()
+        for position, keys in enumerate(value.clusters):
+            if keys.cluster != position:
+                raise f.fail(f"clusters[{position}].cluster", f"{position} (clusters in order)", keys.cluster)
         return value
 
 
@@ -360,7 +399,6 @@ class Genesis:
             verification_policy=VerificationPolicy.read(f.obj("verification_policy")),
         )
         f.exactly()
-        for name, keys in (("keys.attesters", value.keys.attesters), ("keys.clusters", value.keys.clusters)):
-            if len(keys) != value.topology.clusters:
-                raise f.fail(name, f"one key per cluster ({value.topology.clusters})", len(keys))
+        if len(value.keys.clusters) != value.topology.clusters:
+            raise f.fail("keys.clusters", f"the keys of every cluster ({value.topology.clusters})", len(value.keys.clusters))
         return value

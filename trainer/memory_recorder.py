@@ -21,10 +21,10 @@ import torch
 
 from trainer.checkpoint import CheckpointFiles
 from trainer.errors import CheckpointError
-from trainer.recorder import OuterStepRecord, ProcessInfo, RunStart, RunSummary
+from trainer.recorder import OuterStepRecord, ProcessInfo, RunStart, RunSummary, SignsNothing
 
 
-class InMemoryRecorder:
+class InMemoryRecorder(SignsNothing):
     def __init__(self, sink: MutableSequence[Any], process: ProcessInfo) -> None:
         self.sink = sink
         self.process = process

@@ -4,19 +4,25 @@ The trainer knows nothing of ledgers or object stores; it calls a ``Recorder`` t
 composition root (``veritrain/``) implements with ledger + storage + attestation. Call order::
 
     every process:        recorder = factory(ProcessInfo(...))   # a picklable factory
-    coordinator (rank 0): recorder.begin(RunStart)               # once per launch
+    every process:        keys = recorder.enrol(RunIdentity)     # a cluster's keys, or None
+    coordinator (rank 0): recorder.begin(RunStart)               # once per launch, with every
+                                                                 # cluster's enrolment
     for each outer step t:
         every process:    digests = recorder.save_state(t, files, json_files)
                           # its OWN files only (its stage's weights, its optimiser states), so on
                           # a multi-host run each host uploads its shard and nothing gathers the
                           # model in one process; returns file name -> sha256
-        coordinator:      recorder.record_outer_step(OuterStepRecord)
+        coordinator:      request = recorder.prepare_outer_step(OuterStepRecord)
                           # after every process's save_state; .files holds all their digests
+        every process:    evidence = recorder.attest(request, own contribution)
+                          # what the process signs for its own cluster, in its own process
+        coordinator:      recorder.record_outer_step(OuterStepRecord with .evidence)
     coordinator:          recorder.end(RunSummary)               # after the last step
     every process:        recorder.close()                       # always, also after an error
 
-A step's record is made only after all of its files were saved, so "step t is recorded" means
-"step t can be resumed from".
+The trainer moves the enrolments, the request and the evidence between processes; it never
+sees a key. A step's record is made only after all of its files were saved, so "step t is
+recorded" means "step t can be resumed from".
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ from typing import Any, Protocol
 import torch
 
 from records.data_manifest import DataManifest
-from records.outer_step import Anomaly, ContributionRef, DataRange
+from records.genesis import ClusterKeys
+from records.outer_step import Anomaly, ContributionRef, DataRange, QuoteRef, StageContribution
 from trainer.data.shards import ShardSource
 
 
@@ -67,6 +74,45 @@ class RunStart:
     seed: int
     resumed_from_step: int | None
     """The last recorded step this launch continues from, or None for a fresh run."""
+    enrollments: Sequence[ClusterKeys] = ()
+    """Every cluster's enrolment, made in that cluster's own process (``Recorder.enrol``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunIdentity:
+    """What a cluster's process needs to enrol its keys in a run."""
+
+    run_id: str
+    config_digest: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttestationRequest:
+    """What the coordinator asks of every cluster at the end of an outer step: the quote's
+    freshness and binding (DESIGN.md §5), and the statements attested so far, so an
+    attester that restarted can replay its register."""
+
+    step: int
+    nonce: str
+    """Hex root hash of the log just before the step's entry."""
+    prev_leaf: str
+    """Hex leaf hash of the entry before it."""
+    statement_digest: str
+    """Hex SHA-256 of the step's provenance statement."""
+    statements: tuple[str, ...]
+    """Every outer step's statement digest, this one last."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterEvidence:
+    """What one process signed, in its own process, for one outer step."""
+
+    cluster: int
+    stage: int
+    contribution: StageContribution | None
+    """Its own contribution digest, signed with its cluster's contribution key."""
+    quote: QuoteRef | None
+    """Its cluster's quote (one process per cluster makes it)."""
 
 
 ContributionDigest = ContributionRef
@@ -118,6 +164,8 @@ class OuterStepRecord:
     """Every anomaly of ``applied``, flattened."""
     files: Mapping[str, str]
     """Checkpoint file name -> sha256, from every process's ``save_state``."""
+    evidence: Sequence[ClusterEvidence] = ()
+    """What every process signed for this step (``Recorder.attest``)."""
 
     @property
     def flagged_clusters(self) -> list[int]:
@@ -142,6 +190,11 @@ class RunSummary:
 
 
 class Recorder(Protocol):
+    def enrol(self, run: RunIdentity) -> ClusterKeys | None:
+        """Every process, once per launch: the process that speaks for its cluster returns the
+        cluster's enrolled keys; the others None."""
+        ...
+
     def begin(self, run: RunStart) -> None:
         """Coordinator only, once per launch, before the first step."""
         ...
@@ -155,8 +208,18 @@ class Recorder(Protocol):
         """Every process: keep this process's state files for ``step``; return name -> sha256."""
         ...
 
+    def prepare_outer_step(self, record: OuterStepRecord) -> AttestationRequest | None:
+        """Coordinator only, after every process saved its files for ``record.step``: store
+        what the entry will name and say what the clusters must attest (None: nothing)."""
+        ...
+
+    def attest(self, request: AttestationRequest, own: ContributionDigest | None) -> ClusterEvidence | None:
+        """Every process: sign ``own`` (this process's contribution) and, for the process that
+        speaks for its cluster, quote ``request``."""
+        ...
+
     def record_outer_step(self, record: OuterStepRecord) -> None:
-        """Coordinator only, after every process saved its files for ``record.step``."""
+        """Coordinator only: append the step, with every process's ``record.evidence``."""
         ...
 
     def end(self, summary: RunSummary) -> None:
@@ -166,6 +229,20 @@ class Recorder(Protocol):
     def close(self) -> None:
         """Every process, at exit (also after an error)."""
         ...
+
+
+class SignsNothing:
+    """The enrolment and attestation phases of a recorder that signs nothing (plain files,
+    memory, benchmarks): no keys, no request, no evidence."""
+
+    def enrol(self, run: RunIdentity) -> ClusterKeys | None:
+        return None
+
+    def prepare_outer_step(self, record: OuterStepRecord) -> AttestationRequest | None:
+        return None
+
+    def attest(self, request: AttestationRequest, own: ContributionDigest | None) -> ClusterEvidence | None:
+        return None
 
 
 RecorderFactory = Callable[[ProcessInfo], Recorder]

@@ -56,8 +56,13 @@ def run_demo(settings: Settings, *, console: Console | None = None, reproduce_st
         f"{config.stages} pipeline stages, {config.outer_steps} outer steps of H={config.inner_steps}, method {config.method}"
     )
 
+    cluster_keys = settings.data_dir / "cluster-keys"
+    console.print(
+        f"keys: the coordinator's (log, statement) in {settings.keys_path}; each cluster's own, as on its own host, in "
+        + ", ".join(f"{cluster_keys / f'cluster-{j}'}" for j in range(config.clusters))
+    )
     console.rule("1-2. build the corpus and train (every outer step is recorded, signed and attested)")
-    train_recorded(settings, config)
+    train_recorded(settings, config, cluster_keys=cluster_keys)
 
     console.rule("3. verify the run from its ledger and objects")
     with console.status("verifying…"), DirectSource(settings) as source:

@@ -14,6 +14,7 @@ from attestation.measurement import launch_measurement
 from attestation.software import SOFTWARE_SVN
 from records.fields import Fields
 from records.genesis import (
+    ClusterKeys,
     CodeIdentity,
     DependencyIdentity,
     Genesis,
@@ -39,6 +40,7 @@ def run_genesis(
     run: RunStart,
     *,
     keys: KeyRing,
+    clusters: tuple[ClusterKeys, ...],
     code: CodeIdentity,
     dependencies: DependencyIdentity,
     policy: PolicyChoice,
@@ -49,7 +51,6 @@ def run_genesis(
         )
     where = f"run {run.run_id!r} genesis"
     topology = Topology.read(Fields(run.topology, where=where, path="topology"))
-    clusters = range(topology.clusters)
     return Genesis(
         run_id=run.run_id,
         method=str(run.config.get("method")),
@@ -63,9 +64,7 @@ def run_genesis(
         keys=RunKeys(
             log=keys.log_key(run.run_id).public.vkey,
             statement=keys.statement_key(run.run_id).public.vkey,
-            platform_root=keys.platform_root().public.vkey,
-            attesters=tuple(keys.attester_key(run.run_id, j).public.vkey for j in clusters),
-            clusters=tuple(keys.cluster_key(run.run_id, j).public.vkey for j in clusters),
+            clusters=clusters,
         ),
         tee=TeeReference(
             type=SOFTWARE_TEE_TYPE,

@@ -1,15 +1,14 @@
-"""The private keys of a deployment and its runs, kept as C2SP signer-key files (mode 0600)
-under ``VERITRAIN_KEY_DIR``::
+"""The coordinator's private keys, kept as C2SP signer-key files (mode 0600) under
+``VERITRAIN_KEY_DIR``::
 
-    <key_dir>/platform-root.key            endorses every attestation key (the "platform")
     <key_dir>/runs/<run_id>/log.key        signs the run's tree heads; named by the run's origin
     <key_dir>/runs/<run_id>/statement.key  signs the run's DSSE provenance statements
-    <key_dir>/runs/<run_id>/attester-<j>.key   cluster j's attestation key (quotes)
-    <key_dir>/runs/<run_id>/cluster-<j>.key    cluster j's contribution-signing key
 
 Keys are created on first use and never replaced (``attestation.keys.load_or_create``), so a
-resumed run signs with the keys its genesis committed to. Only public keys leave this folder:
-the genesis entry and the ledger's enrolled-keys table carry their C2SP verifier strings.
+resumed run signs with the keys its genesis committed to. No cluster key is ever here: each
+cluster keeps its own in its own folder on its own host (veritrain/cluster_identity.py). Only
+public keys leave this folder: the genesis entry and the ledger's enrolled-keys table carry
+their C2SP verifier strings.
 """
 
 from __future__ import annotations
@@ -31,20 +30,11 @@ class KeyRing:
     def run_origin(self, run_id: str) -> str:
         return f"{self.origin}/runs/{run_id}"
 
-    def platform_root(self) -> SigningKey:
-        return load_or_create(self.root / "platform-root.key", f"{self.origin}/platform-root")
-
     def log_key(self, run_id: str) -> SigningKey:
         return self._run_key(run_id, "log", self.run_origin(run_id))
 
     def statement_key(self, run_id: str) -> SigningKey:
         return self._run_key(run_id, "statement", f"{self.run_origin(run_id)}/statement")
-
-    def attester_key(self, run_id: str, cluster: int) -> SigningKey:
-        return self._run_key(run_id, f"attester-{cluster}", f"{self.run_origin(run_id)}/attester-{cluster}")
-
-    def cluster_key(self, run_id: str, cluster: int) -> SigningKey:
-        return self._run_key(run_id, f"cluster-{cluster}", f"{self.run_origin(run_id)}/cluster-{cluster}")
 
     def __call__(self, origin: str) -> SigningKey:
         """The ledger's ``LogKeys``: the log key of the run whose origin is ``origin``."""

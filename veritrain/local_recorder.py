@@ -36,7 +36,7 @@ from storage.checkpoint.sharding import header_tensor_sizes, is_model_shard
 from trainer.checkpoint import CheckpointFiles, load_checkpoint_directory
 from trainer.data.shards import DirectoryShardSource
 from trainer.errors import CheckpointError
-from trainer.recorder import OuterStepRecord, ProcessInfo, RunStart, RunSummary
+from trainer.recorder import OuterStepRecord, ProcessInfo, RunStart, RunSummary, SignsNothing
 
 RECORD = "record.json"
 
@@ -61,7 +61,7 @@ def resume_directory(path: Path) -> Path:
     return step_directory(path, step)
 
 
-class LocalDirectoryRecorder:
+class LocalDirectoryRecorder(SignsNothing):
     """See the module docstring. Build one per process with :meth:`factory`."""
 
     def __init__(self, root: Path, process: ProcessInfo) -> None:

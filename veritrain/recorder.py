@@ -28,13 +28,15 @@ import math
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from attestation.canonical import canonical_digest, canonical_json
+from attestation.enrolment import Enrolment, verify_possession
+from attestation.errors import AttestationError
+from attestation.keys import PublicKey
 from attestation.statement import CodeDigest
 from ledger.db import create_engine, upgrade
 from ledger.errors import NotFoundError
@@ -48,11 +50,16 @@ from records import (
     OuterStep,
     RunFinal,
 )
+from records.genesis import ClusterKeys
 from records.outer_step import (
     UNCOMPRESSED_BITS,
     AppliedExchange,
     CheckpointRef,
+    ClusterContributions,
     Compression,
+    QuoteRef,
+    StageContribution,
+    StepAttestation,
     Tokens,
     aggregate_digest,
     shards_read,
@@ -67,14 +74,24 @@ from storage.checkpoint import (
     write_model_index,
 )
 from storage.checkpoint.sharding import header_tensor_sizes, is_model_shard
-from trainer.recorder import OuterStepRecord, ProcessInfo, RunStart, RunSummary
+from trainer.recorder import (
+    AttestationRequest,
+    ClusterEvidence,
+    ContributionDigest,
+    OuterStepRecord,
+    ProcessInfo,
+    RunIdentity,
+    RunStart,
+    RunSummary,
+)
+from veritrain.cluster_identity import SPEAKER_STAGE, ClusterKeyFolder, ClusterSigner
 from veritrain.errors import RecorderError
 from veritrain.genesis import reference_launch_measurement, run_genesis
 from veritrain.keyring import KeyRing
 from veritrain.policy import PolicyChoice
 from veritrain.provenance import code_identity, dependency_identity
 from veritrain.recorded_run import RecordedRun
-from veritrain.step_attestation import StepAttestor, shard_dependency, statement_parameters
+from veritrain.step_attestation import StatementSigner, shard_dependency, statement_parameters
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,8 +101,16 @@ class LedgerRecorderFactory:
     database_url: str
     store_url: str
     key_dir: Path
+    """The coordinator's key folder (log and statement keys; never a cluster's)."""
+    cluster_key_root: Path
+    """Where a one-host launch keeps each cluster's own key folder: ``<root>/cluster-<j>``."""
+    cluster_key_dirs: Mapping[int, Path] = field(default_factory=dict)
+    """Cluster -> its key folder, where given explicitly (``veritrain train --key-dir``)."""
     origin: str
     policy: PolicyChoice = field(default_factory=PolicyChoice)
+
+    def cluster_key_dir(self, cluster: int) -> Path:
+        return self.cluster_key_dirs.get(cluster, self.cluster_key_root / f"cluster-{cluster}")
 
     def __call__(self, process: ProcessInfo) -> LedgerRecorder:
         return LedgerRecorder(self, process)
@@ -99,8 +124,24 @@ class LedgerRecorder:
         self._keys = KeyRing(settings.key_dir, settings.origin)
         self._ledger: Ledger | None = None
         self._run: _RunContext | None = None
+        self._signer: ClusterSigner | None = None
 
     # -- every process ------------------------------------------------------------------
+
+    def enrol(self, run: RunIdentity) -> ClusterKeys | None:
+        cluster = self._process.cluster
+        folder = ClusterKeyFolder(self._settings.cluster_key_dir(cluster), self._settings.origin)
+        self._signer = ClusterSigner(
+            keys=folder,
+            run_id=run.run_id,
+            cluster=cluster,
+            stage=self._process.stage,
+            store=self._store,
+            launch_measurement=reference_launch_measurement(code_identity(), dependency_identity(), run.config_digest),
+        )
+        if self._process.stage != SPEAKER_STAGE:
+            return None
+        return folder.enrol(run.run_id, run.config_digest, cluster)
 
     def save_state(
         self,
@@ -112,6 +153,11 @@ class LedgerRecorder:
             digests = write_files(folder, tensor_files=files, json_files=json_files)
             upload_files(self._store, folder, digests)
         return digests
+
+    def attest(self, request: AttestationRequest, own: ContributionDigest | None) -> ClusterEvidence | None:
+        if self._signer is None:
+            raise RecorderError("the recorder was asked to attest before enrol()")
+        return self._signer.attest(request, own)
 
     def close(self) -> None:
         self._store.close()
@@ -127,6 +173,7 @@ class LedgerRecorder:
         )
         self._ledger = ledger
         code, dependencies = code_identity(), dependency_identity()
+        enrollments = _checked_enrollments(run)
         try:
             ledger.get_run(run.run_id)
             exists = True
@@ -137,41 +184,81 @@ class LedgerRecorder:
                 raise RecorderError(
                     f"cannot resume run {run.run_id!r} from step {run.resumed_from_step}: the ledger has no such run"
                 )
-            genesis = run_genesis(run, keys=self._keys, code=code, dependencies=dependencies, policy=self._settings.policy)
+            genesis = run_genesis(
+                run, keys=self._keys, clusters=enrollments, code=code, dependencies=dependencies, policy=self._settings.policy
+            )
             ledger.create_run(run.run_id, genesis.to_payload())
             self._enroll_keys(run.run_id, genesis)
         recorded = _recorded(ledger, run.run_id)
         if exists:
-            _check_continuation(recorded, run)
+            _check_continuation(recorded, run, enrollments)
         if recorded.data_manifest_entry is None:
             self._record_data(run)
         steps = [step for _, step in recorded.outer_steps]
         self._run = _RunContext(
             run_id=run.run_id,
             config_digest=run.config_digest,
+            clusters=tuple(k.cluster for k in enrollments),
             shard_digests=run.data_manifest.shard_digests,
             previous_manifest_root=steps[-1].checkpoint.manifest_root if steps else None,
-            attestor=StepAttestor(
+            statements=[s.attestation.statement_digest for s in steps],
+            signer=StatementSigner(
                 run_id=run.run_id,
-                keys=self._keys,
+                key=self._keys.statement_key(run.run_id),
                 store=self._store,
-                clusters=int(run.topology["clusters"]),
-                launch_measurement=reference_launch_measurement(code, dependencies, run.config_digest),
                 code=CodeDigest(source_sha256=code.source_sha256, git_commit=code.git_commit),
-                previous_statements=[s.attestation.statement_digest for s in steps],
-                now=datetime.now(UTC),
             ),
         )
 
-    def record_outer_step(self, record: OuterStepRecord) -> None:
+    def prepare_outer_step(self, record: OuterStepRecord) -> AttestationRequest:
+        """Store the checkpoint manifest and the signed statement; ask the clusters to attest."""
         ledger, run = self._coordinator()
         files = dict(record.files)
         files.update(self._store_model_index(files))
         manifest = Manifest.from_digests(files)
         manifest_object = upload_manifest(self._store, manifest)
+        metrics, _ = _finite_metrics(record.metrics)
+        statement_object, statement_digest = run.signer.sign(
+            step=record.step,
+            manifest_root=manifest.root,
+            previous_manifest_root=run.previous_manifest_root,
+            hyperparameters=statement_parameters(
+                method=record.method,
+                inner_steps=record.inner_steps,
+                compression=_compression(record),
+                config_digest=run.config_digest,
+            ),
+            data_shards=[shard_dependency(i, run.shard_digests[i]) for i in shards_read(record.data_ranges)],
+            metrics_digest=canonical_digest(metrics),
+        )
+        head = ledger.latest_tree_head(run.run_id)
+        run.pending = _PendingStep(
+            step=record.step,
+            checkpoint=CheckpointRef(
+                manifest_root=manifest.root,
+                manifest_object=manifest_object,
+                files=len(files),
+                previous_manifest_root=run.previous_manifest_root,
+            ),
+            statement_object=statement_object,
+            statement_digest=statement_digest,
+            nonce=head.root_hash.hex(),
+        )
+        return AttestationRequest(
+            step=record.step,
+            nonce=head.root_hash.hex(),
+            prev_leaf=ledger.entry(run.run_id, head.size - 1).leaf_hash.hex(),
+            statement_digest=statement_digest,
+            statements=(*run.statements, statement_digest),
+        )
 
+    def record_outer_step(self, record: OuterStepRecord) -> None:
+        """Append the step with what every cluster signed in its own processes."""
+        ledger, run = self._coordinator()
+        pending = run.pending
+        if pending is None or pending.step != record.step:
+            raise RecorderError(f"outer step {record.step} was recorded without being prepared first")
         metrics, nonfinite = _finite_metrics(record.metrics)
-        data_ranges = tuple(record.data_ranges)
         applied = tuple(
             AppliedExchange(
                 round=a.round,
@@ -182,52 +269,34 @@ class LedgerRecorder:
             )
             for a in record.applied
         )
-        last = applied[-1] if applied else None
-        compression = Compression(
-            rank=last.rank if last else 0, bits=last.bits if last else UNCOMPRESSED_BITS
-        )
-        head = ledger.latest_tree_head(run.run_id)
-        attestation, contributions = run.attestor.attest(
-            step=record.step,
-            manifest_root=manifest.root,
-            previous_manifest_root=run.previous_manifest_root,
-            hyperparameters=statement_parameters(
-                method=record.method,
-                inner_steps=record.inner_steps,
-                compression=compression,
-                config_digest=run.config_digest,
-            ),
-            data_shards=[shard_dependency(i, run.shard_digests[i]) for i in shards_read(data_ranges)],
-            metrics_digest=canonical_digest(metrics),
-            nonce=head.root_hash,
-            prev_leaf_hash=ledger.entry(run.run_id, head.size - 1).leaf_hash,
-            contributions=record.contribution_digests,
-        )
+        contributions, quotes = _collect_evidence(record, run.clusters)
         step = OuterStep(
             step=record.step,
             inner_steps=record.inner_steps,
             method=record.method,
-            compression=compression,
+            compression=_compression(record),
             tokens=Tokens(step=int(record.metrics.get("step_tokens", 0)), total=int(record.metrics.get("tokens", 0))),
             metrics=metrics,
             nonfinite_metrics=tuple(nonfinite),
             metrics_digest=canonical_digest(metrics),
-            data_ranges=data_ranges,
+            data_ranges=tuple(record.data_ranges),
             contributions=contributions,
             applied=applied,
             anomalies=tuple(record.anomalies),
             aggregate_digest=aggregate_digest(applied),
-            checkpoint=CheckpointRef(
-                manifest_root=manifest.root,
-                manifest_object=manifest_object,
-                files=len(files),
-                previous_manifest_root=run.previous_manifest_root,
+            checkpoint=pending.checkpoint,
+            attestation=StepAttestation(
+                statement_object=pending.statement_object,
+                statement_digest=pending.statement_digest,
+                nonce=pending.nonce,
+                quotes=quotes,
             ),
-            attestation=attestation,
         )
         ledger.append(run.run_id, KIND_OUTER_STEP, step.to_payload(), step=record.step, metrics=metrics)
-        run.previous_manifest_root = manifest.root
+        run.previous_manifest_root = pending.checkpoint.manifest_root
+        run.statements.append(pending.statement_digest)
         run.last_step = step
+        run.pending = None
 
     def end(self, summary: RunSummary) -> None:
         ledger, run = self._coordinator()
@@ -245,11 +314,11 @@ class LedgerRecorder:
         assert self._ledger is not None
         keys = genesis.keys
         self._ledger.enroll_key(keys.statement, role="statement", run_id=run_id)
-        self._ledger.enroll_key(keys.platform_root, role="platform-root", run_id=run_id)
-        for cluster, vkey in enumerate(keys.attesters):
-            self._ledger.enroll_key(vkey, role=f"attester-{cluster}", run_id=run_id)
-        for cluster, vkey in enumerate(keys.clusters):
-            self._ledger.enroll_key(vkey, role=f"cluster-{cluster}", run_id=run_id)
+        for cluster in keys.clusters:
+            j = cluster.cluster
+            self._ledger.enroll_key(cluster.contribution, role=f"cluster-{j}-contribution", run_id=run_id)
+            self._ledger.enroll_key(cluster.attestation, role=f"cluster-{j}-attestation", run_id=run_id)
+            self._ledger.enroll_key(cluster.platform_root, role=f"cluster-{j}-platform-root", run_id=run_id)
 
     def _record_data(self, run: RunStart) -> None:
         """Upload every shard, then the full manifest, then append the ``data.manifest`` entry."""
@@ -276,13 +345,81 @@ class LedgerRecorder:
 
 
 @dataclass
+class _PendingStep:
+    """A step whose objects are stored and whose clusters are attesting."""
+
+    step: int
+    checkpoint: CheckpointRef
+    statement_object: str
+    statement_digest: str
+    nonce: str
+
+
+@dataclass
 class _RunContext:
     run_id: str
     config_digest: str
+    clusters: tuple[int, ...]
     shard_digests: dict[int, str]
     previous_manifest_root: str | None
-    attestor: StepAttestor
+    statements: list[str]
+    """Every recorded step's statement digest, in order (the attesters' event history)."""
+    signer: StatementSigner
+    pending: _PendingStep | None = None
     last_step: OuterStep | None = None
+
+
+def _compression(record: OuterStepRecord) -> Compression:
+    last = record.applied[-1] if record.applied else None
+    return Compression(rank=last.rank, bits=last.bits) if last else Compression(rank=0, bits=UNCOMPRESSED_BITS)
+
+
+def _checked_enrollments(run: RunStart) -> tuple[ClusterKeys, ...]:
+    """Every cluster's enrolment, each proof of possession checked before it is recorded."""
+    clusters = int(run.topology["clusters"])
+    enrollments = tuple(sorted(run.enrollments, key=lambda k: k.cluster))
+    if [k.cluster for k in enrollments] != list(range(clusters)):
+        raise RecorderError(
+            f"expected the enrolment of every cluster 0..{clusters - 1}, got clusters {[k.cluster for k in enrollments]}"
+        )
+    for keys in enrollments:
+        for role, vkey, proof in (
+            ("contribution", keys.contribution, keys.contribution_proof),
+            ("attestation", keys.attestation, keys.attestation_proof),
+        ):
+            enrolment = Enrolment(run_id=run.run_id, config_digest=run.config_digest, cluster=keys.cluster, role=role)
+            try:
+                verify_possession(enrolment, PublicKey.from_vkey(vkey), proof)
+            except AttestationError as exc:
+                raise RecorderError(f"cluster {keys.cluster} enrolled a {role} key it does not hold: {exc}") from None
+    return enrollments
+
+
+def _collect_evidence(
+    record: OuterStepRecord, clusters: tuple[int, ...]
+) -> tuple[tuple[ClusterContributions, ...], tuple[QuoteRef, ...]]:
+    """The step's signed contributions and quotes, as the clusters' processes made them: every
+    contribution the step reports, signed over the digest it reports, and a quote per cluster."""
+    signed = {(e.cluster, e.contribution.stage): e.contribution for e in record.evidence if e.contribution is not None}
+    wanted = {(c.cluster, c.stage): c.digest for c in record.contribution_digests}
+    for key, digest in wanted.items():
+        got = signed.get(key)
+        if got is None or got.digest != digest:
+            raise RecorderError(
+                f"outer step {record.step}: cluster {key[0]} stage {key[1]} did not sign its contribution {digest[:16]}…"
+            )
+    by_cluster: dict[int, list[StageContribution]] = {}
+    for (cluster, _), contribution in sorted(signed.items()):
+        if (cluster, contribution.stage) in wanted:
+            by_cluster.setdefault(cluster, []).append(contribution)
+    quotes = {e.quote.cluster: e.quote for e in record.evidence if e.quote is not None}
+    missing = [c for c in clusters if c not in quotes]
+    if missing:
+        raise RecorderError(f"outer step {record.step}: no quote from cluster(s) {missing}")
+    return (
+        tuple(ClusterContributions(cluster=c, stages=tuple(s)) for c, s in sorted(by_cluster.items())),
+        tuple(quotes[c] for c in clusters),
+    )
 
 
 def append_final(ledger: Ledger, run_id: str, last: OuterStep) -> RunFinal:
@@ -301,9 +438,16 @@ def _recorded(ledger: Ledger, run_id: str) -> RecordedRun:
     return RecordedRun.from_bodies(run_id, bodies)
 
 
-def _check_continuation(recorded: RecordedRun, run: RunStart) -> None:
-    """A launch may only continue the ledger's run: same configuration, right step."""
+def _check_continuation(recorded: RecordedRun, run: RunStart, enrollments: tuple[ClusterKeys, ...]) -> None:
+    """A launch may only continue the ledger's run: same configuration, same cluster keys,
+    right step."""
     genesis = recorded.genesis
+    for keys in enrollments:
+        if keys.cluster < len(genesis.keys.clusters) and genesis.keys.cluster(keys.cluster) != keys:
+            raise RecorderError(
+                f"cluster {keys.cluster}'s key folder holds other keys than run {run.run_id!r} enrolled at genesis: "
+                "resume each cluster with the key folder it started with"
+            )
     if genesis.config_digest != run.config_digest:
         raise RecorderError(
             f"run {run.run_id!r} exists with configuration {genesis.config_digest}, "

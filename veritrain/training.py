@@ -21,11 +21,17 @@ from veritrain.settings import Settings
 from veritrain.sources import DirectSource
 
 
-def recorder_factory(settings: Settings, policy: PolicyChoice | None = None) -> LedgerRecorderFactory:
+def recorder_factory(
+    settings: Settings, policy: PolicyChoice | None = None, *, cluster_keys: Path | None = None
+) -> LedgerRecorderFactory:
+    """The recorder of a launch on this host. Each cluster keeps its keys in its own folder,
+    ``<cluster_keys>/cluster-<j>`` (default ``<data dir>/cluster-keys``), never in the
+    coordinator's ``VERITRAIN_KEY_DIR``, as separate hosts would."""
     return LedgerRecorderFactory(
         database_url=settings.database_url,
         store_url=settings.store_url,
         key_dir=settings.keys_path,
+        cluster_key_root=cluster_keys or settings.data_dir / "cluster-keys",
         origin=settings.origin,
         policy=policy or PolicyChoice(),
     )
@@ -36,13 +42,21 @@ def default_run_id() -> str:
 
 
 def train_recorded(
-    settings: Settings, config: TrainConfig, *, policy: PolicyChoice | None = None, quiet: bool = False
+    settings: Settings,
+    config: TrainConfig,
+    *,
+    policy: PolicyChoice | None = None,
+    cluster_keys: Path | None = None,
+    quiet: bool = False,
 ) -> RunSummary | None:
     """Train ``config`` as a new run, recording every outer step in the ledger and the store."""
-    return train(config, recorder_factory(settings, policy), data_dir=settings.data_dir / "corpus", quiet=quiet)
+    factory = recorder_factory(settings, policy, cluster_keys=cluster_keys)
+    return train(config, factory, data_dir=settings.data_dir / "corpus", quiet=quiet)
 
 
-def resume_recorded(settings: Settings, run_id: str, *, quiet: bool = False) -> RunSummary | None:
+def resume_recorded(
+    settings: Settings, run_id: str, *, cluster_keys: Path | None = None, quiet: bool = False
+) -> RunSummary | None:
     """Continue ``run_id`` from its last recorded outer step, with its recorded configuration,
     policy and data; the chain continues with nothing lost and nothing recorded twice."""
     try:
@@ -63,7 +77,8 @@ def resume_recorded(settings: Settings, run_id: str, *, quiet: bool = False) -> 
         data = download_data(source, manifest, settings.data_dir / "corpus" / "recorded" / run_id)
         state = download_checkpoint(source, run.step(last).checkpoint, Path(folder)) if last is not None else None
         choice = PolicyChoice(mode=policy.mode, metric=policy.fallback.metric, delta=policy.fallback.delta)
-        return train(config, recorder_factory(settings, choice), state, data=data, quiet=quiet)
+        factory = recorder_factory(settings, choice, cluster_keys=cluster_keys)
+        return train(config, factory, state, data=data, quiet=quiet)
 
 
 def _finish(settings: Settings, run: RecordedRun) -> None:

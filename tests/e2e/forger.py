@@ -5,9 +5,10 @@ The operator of an embedded deployment holds the key folder: the log key, the st
 the platform root, and every cluster's attestation and contribution keys. A :class:`Forger`
 reads a run's entries, lets a test edit their payloads, and rebuilds the whole log from
 scratch: every entry re-appended through ``ledger.service.Ledger`` (new hash chain, new tree
-heads signed with the log key), and every outer step re-attested with those keys through
-``veritrain.step_attestation.StepAttestor`` (a fresh statement over the edited parameters,
-fresh quotes bound to the new log, fresh contribution signatures). The result is as
+heads signed with the log key), and every outer step re-attested with those keys through the
+project's own signers (a fresh statement over the edited parameters, fresh quotes bound to the
+new log, fresh contribution signatures by every cluster's key). This models an operator who
+also holds every cluster's key folder, as on a one-host deployment. The result is as
 self-consistent as the operator can make it; ``tests/e2e/test_forger.py`` shows which
 rewrites ``veritrain verify`` still catches and which only witnesses or independent cluster
 keys could.
@@ -30,12 +31,13 @@ from ledger.db import create_engine
 from ledger.service import Ledger
 from records import KIND_OUTER_STEP, Genesis, OuterStep, parse_record
 from records.genesis import RunKeys
-from records.outer_step import aggregate_digest
+from records.outer_step import ClusterContributions, StepAttestation, aggregate_digest
 from storage import open_store
-from trainer.recorder import ContributionDigest
+from trainer.recorder import AttestationRequest, ContributionDigest
+from veritrain.cluster_identity import ClusterKeyFolder, ClusterSigner
 from veritrain.keyring import KeyRing
 from veritrain.settings import Settings
-from veritrain.step_attestation import StepAttestor, shard_dependency, statement_parameters
+from veritrain.step_attestation import StatementSigner, shard_dependency, statement_parameters
 
 Payloads = list[tuple[str, dict[str, Any]]]
 """(kind, payload) of every entry, in log order."""
@@ -62,56 +64,75 @@ class Forger:
         key_dir: Path | None = None,
         origin: str | None = None,
         clock: Callable[[], datetime] | None = None,
+        reattest: bool = True,
     ) -> None:
         """Rebuild the run's log from ``edit(payloads)``, re-signing and re-attesting every
-        step. ``key_dir``/``origin``: rebuild under other keys or another origin prefix;
-        ``clock``: the times the entries are recorded at."""
+        step with the coordinator's and every cluster's keys. ``key_dir``/``origin``: rebuild
+        under new keys (``<key_dir>`` and ``<key_dir>/cluster-keys``) and another origin prefix;
+        ``clock``: the times the entries are recorded at. ``reattest=False``: an operator who
+        holds only the coordinator's keys (the log and statement keys): payloads are kept as
+        edited, quotes and cluster signatures are not remade."""
         payloads = edit(self.payloads())
         origin = origin or self.settings.origin
         keys = KeyRing(key_dir or self.settings.keys_path, origin)
+        cluster_root = (key_dir / "cluster-keys") if key_dir else self.settings.data_dir / "cluster-keys"
+        genesis = Genesis.from_payload(payloads[0][1])
+        folders = [ClusterKeyFolder(cluster_root / f"cluster-{c}", origin) for c in range(genesis.topology.clusters)]
+        if reattest:
+            genesis = replace(
+            genesis,
+                keys=RunKeys(
+                    log=keys.log_key(self.run_id).public.vkey,
+                    statement=keys.statement_key(self.run_id).public.vkey,
+                    clusters=tuple(f.enrol(self.run_id, genesis.config_digest, c) for c, f in enumerate(folders)),
+                ),
+            )
         self._drop_run()
         engine = create_engine(self.settings.database_url)
         try:
             ledger = Ledger(engine, origin=origin, log_keys=keys, **({"clock": clock} if clock else {}))
-            genesis = Genesis.from_payload(payloads[0][1])
-            clusters = range(genesis.topology.clusters)
-            genesis = replace(
-                genesis,
-                keys=RunKeys(
-                    log=keys.log_key(self.run_id).public.vkey,
-                    statement=keys.statement_key(self.run_id).public.vkey,
-                    platform_root=keys.platform_root().public.vkey,
-                    attesters=tuple(keys.attester_key(self.run_id, j).public.vkey for j in clusters),
-                    clusters=tuple(keys.cluster_key(self.run_id, j).public.vkey for j in clusters),
-                ),
-            )
             ledger.create_run(self.run_id, genesis.to_payload())
             with open_store(self.settings.store_url) as store:
-                attestor = StepAttestor(
+                now = datetime.now(UTC)  # endorsements are made now, whatever times the entries claim
+                signers = [
+                    ClusterSigner(
+                        keys=folder, run_id=self.run_id, cluster=c, stage=s, store=store,
+                        launch_measurement=bytes.fromhex(genesis.tee.launch_measurement), now=now,
+                    )
+                    for c, folder in enumerate(folders)
+                    for s in range(genesis.topology.stages)
+                ]
+                statements = StatementSigner(
                     run_id=self.run_id,
-                    keys=keys,
+                    key=keys.statement_key(self.run_id),
                     store=store,
-                    clusters=genesis.topology.clusters,
-                    launch_measurement=bytes.fromhex(genesis.tee.launch_measurement),
                     code=CodeDigest(source_sha256=genesis.code.source_sha256, git_commit=genesis.code.git_commit),
-                    previous_statements=[],
-                    now=datetime.now(UTC),
                 )
                 shards = self._shard_digests(payloads)
+                history: list[str] = []
                 for kind, payload in payloads[1:]:
-                    if kind == KIND_OUTER_STEP:
-                        step = self._reattest(ledger, attestor, genesis, OuterStep.from_payload(payload), shards)
+                    if kind == KIND_OUTER_STEP and reattest:
+                        step = self._reattest(ledger, statements, signers, history, genesis, OuterStep.from_payload(payload), shards)
                         ledger.append(self.run_id, kind, step.to_payload(), step=step.step, metrics=dict(step.metrics))
+                    elif kind == KIND_OUTER_STEP:
+                        metrics = payload.get("metrics")
+                        ledger.append(self.run_id, kind, payload, step=payload["step"], metrics=metrics)
                     else:
                         ledger.append(self.run_id, kind, payload)
         finally:
             engine.dispose()
 
     def _reattest(
-        self, ledger: Ledger, attestor: StepAttestor, genesis: Genesis, step: OuterStep, shards: dict[int, str]
+        self,
+        ledger: Ledger,
+        statements: StatementSigner,
+        signers: list[ClusterSigner],
+        history: list[str],
+        genesis: Genesis,
+        step: OuterStep,
+        shards: dict[int, str],
     ) -> OuterStep:
-        head = ledger.latest_tree_head(self.run_id)
-        attestation, contributions = attestor.attest(
+        statement_object, statement_digest = statements.sign(
             step=step.step,
             manifest_root=step.checkpoint.manifest_root,
             previous_manifest_root=step.checkpoint.previous_manifest_root,
@@ -123,18 +144,37 @@ class Forger:
             ),
             data_shards=[shard_dependency(i, shards[i]) for i in step.shards_read() if i in shards],
             metrics_digest=canonical_digest(dict(step.metrics)),
-            nonce=head.root_hash,
-            prev_leaf_hash=ledger.entry(self.run_id, head.size - 1).leaf_hash,
-            contributions=[
-                ContributionDigest(cluster=c, stage=s, digest=d) for (c, s), d in sorted(step.signed_contributions().items())
-            ],
         )
+        history.append(statement_digest)
+        head = ledger.latest_tree_head(self.run_id)
+        request = AttestationRequest(
+            step=step.step,
+            nonce=head.root_hash.hex(),
+            prev_leaf=ledger.entry(self.run_id, head.size - 1).leaf_hash.hex(),
+            statement_digest=statement_digest,
+            statements=tuple(history),
+        )
+        own = step.signed_contributions()
+        evidence = [
+            e
+            for signer, (c, s) in zip(signers, [(c, s) for c in range(genesis.topology.clusters) for s in range(genesis.topology.stages)], strict=True)
+            if (e := signer.attest(request, ContributionDigest(cluster=c, stage=s, digest=own[(c, s)]) if (c, s) in own else None))
+        ]
+        contributions = tuple(
+            ClusterContributions(
+                cluster=c, stages=tuple(e.contribution for e in evidence if e.cluster == c and e.contribution is not None)
+            )
+            for c in sorted({c for c, _ in own})
+        )
+        quotes = tuple(e.quote for e in evidence if e.quote is not None)
         return replace(
             step,
             metrics_digest=canonical_digest(dict(step.metrics)),
             aggregate_digest=aggregate_digest(step.applied),
-            attestation=attestation,
             contributions=contributions,
+            attestation=StepAttestation(
+                statement_object=statement_object, statement_digest=statement_digest, nonce=head.root_hash.hex(), quotes=quotes
+            ),
         )
 
     def _shard_digests(self, payloads: Payloads) -> dict[int, str]:

@@ -45,5 +45,5 @@ def copy_run(settings: Settings, target: Path) -> Settings:
     shutil.copytree(settings.data_dir, target, symlinks=False)
     for path in target.rglob("*"):
         if path.is_file():
-            path.chmod(0o600 if "keys" in path.parts else 0o644)  # objects are stored read-only
+            path.chmod(0o600 if path.suffix == ".key" else 0o644)  # objects are stored read-only
     return load_settings(data_dir=target)

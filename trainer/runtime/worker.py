@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
 
+from records.genesis import ClusterKeys
 from trainer.checkpoint import TRAINER_STATE, CheckpointFiles, load_checkpoint_directory
 from trainer.config import TrainConfig
 from trainer.data.assignment import AssignmentRule
@@ -46,7 +47,16 @@ from trainer.hf_repo import TokenizerExport, repo_json_files
 from trainer.model import TIED_HEAD, build_stage, stage_layout
 from trainer.outer import build_outer_algorithm, next_inner_steps
 from trainer.outer.protocol import OuterAlgorithm, RoundSignals
-from trainer.recorder import ProcessInfo, RecorderFactory, RunStart, RunSummary
+from trainer.recorder import (
+    AttestationRequest,
+    ClusterEvidence,
+    ContributionDigest,
+    ProcessInfo,
+    RecorderFactory,
+    RunIdentity,
+    RunStart,
+    RunSummary,
+)
 from trainer.runtime.collectives import broadcast_tensors, gather_floats, ordered_sum
 from trainer.runtime.determinism import make_deterministic, pick_device
 from trainer.runtime.inner import InnerOptimizer, InnerStepStats
@@ -193,8 +203,10 @@ class _Process:
         started = time.perf_counter()
         try:
             cursor = self._start()
-            if self.spec.mode == "train" and self.rank == 0:
-                self.recorder.begin(self._run_start(cursor))
+            if self.spec.mode == "train":
+                enrollments = self._enrol()
+                if self.rank == 0:
+                    self.recorder.begin(replace(self._run_start(cursor), enrollments=enrollments))
             metrics: dict[str, float] = {}
             for step in range(cursor.next_step, self.spec.stop_step):
                 cursor, metrics = self._outer_step(step, cursor)
@@ -386,10 +398,33 @@ class _Process:
             )
         return dict(self.recorder.save_state(step, files, json_files))
 
+    def _enrol(self) -> tuple[ClusterKeys, ...]:
+        """Every process offers its cluster's enrolment (made in its own process, with keys
+        from its own key folder); the coordinator receives them all."""
+        mine = self.recorder.enrol(RunIdentity(run_id=self.config.run_id, config_digest=self.spec.config_digest))
+        offered: list[ClusterKeys | None] = [None] * self.topology.world_size if self.rank == 0 else []
+        dist.gather_object(mine, offered if self.rank == 0 else None, dst=0)
+        return tuple(sorted((k for k in offered if k is not None), key=lambda k: k.cluster))
+
+    def _attest(self, request: AttestationRequest | None, report: RankReport) -> list[ClusterEvidence]:
+        """Every process signs what is its own (its contribution; its cluster's quote) in its own
+        process and hands the signed objects to the coordinator, which cannot make them."""
+        box: list[AttestationRequest | None] = [request]
+        dist.broadcast_object_list(box, src=0)
+        if box[0] is None:
+            return []
+        digest = report.contribution_digest
+        own = ContributionDigest(cluster=self.cluster, stage=self.stage, digest=digest) if digest else None
+        evidence = self.recorder.attest(box[0], own)
+        gathered: list[ClusterEvidence | None] = [None] * self.topology.world_size if self.rank == 0 else []
+        dist.gather_object(evidence, gathered if self.rank == 0 else None, dst=0)
+        return [e for e in gathered if e is not None]
+
     def _report(self, step: int, H: int, cursor: Cursor, report: RankReport, started: float) -> dict[str, float]:
         reports: list[RankReport | None] = [None] * self.topology.world_size if self.rank == 0 else []
         dist.gather_object(report, reports if self.rank == 0 else None, dst=0)
         if self.rank != 0:
+            self._attest(None, report)
             return {}
         record = build_record(
             step=step,
@@ -401,6 +436,8 @@ class _Process:
             reports=[r for r in reports if r is not None],
             wall_seconds=time.perf_counter() - started,
         )
+        evidence = self._attest(self.recorder.prepare_outer_step(record), report)
+        record = replace(record, evidence=tuple(evidence))
         self.recorder.record_outer_step(record)
         self.progress.finish_step(record)
         return dict(record.metrics)

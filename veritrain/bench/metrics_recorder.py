@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from trainer.recorder import OuterStepRecord, ProcessInfo, RunStart, RunSummary
+from trainer.recorder import OuterStepRecord, ProcessInfo, RunStart, RunSummary, SignsNothing
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class MetricsRecorderFactory:
         return MetricsRecorder(self.path, process)
 
 
-class MetricsRecorder:
+class MetricsRecorder(SignsNothing):
     def __init__(self, path: Path, process: ProcessInfo) -> None:
         self.path = path
         self.process = process

@@ -27,6 +27,7 @@ from records import (
     Shard,
 )
 from records.genesis import (
+    ClusterKeys,
     CodeIdentity,
     DependencyIdentity,
     HardwareClass,
@@ -201,7 +202,15 @@ def _genesis(run_id: str, vkey: str, *, clusters: int, stages: int) -> Genesis:
         seed=0,
         code=CodeIdentity(source_sha256=made_up, git_commit=None, git_dirty=False, files=0),
         dependencies=DependencyIdentity(sha256=made_up, python="synthetic", torch="synthetic", distributions=0),
-        keys=RunKeys(log=vkey, statement=vkey, platform_root=vkey, attesters=(vkey,) * clusters, clusters=(vkey,) * clusters),
+        keys=RunKeys(
+            log=vkey,
+            statement=vkey,
+            clusters=tuple(
+                ClusterKeys(cluster=j, contribution=vkey, contribution_proof="AA==", attestation=vkey,
+                            attestation_proof="AA==", platform_root=vkey)
+                for j in range(clusters)
+            ),
+        ),
         tee=TeeReference(
             type="software",
             svn=1,

@@ -38,6 +38,13 @@ def train(
         str | None,
         typer.Option(help="Continue a run after its last recorded step: a run id (ledger) or a --workdir folder."),
     ] = None,
+    key_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where the clusters keep their own keys (created there; only public keys leave): cluster j uses "
+            "DIR/cluster-<j>. Default: <VERITRAIN_DATA_DIR>/cluster-keys. The coordinator's keys stay in VERITRAIN_KEY_DIR."
+        ),
+    ] = None,
     verification: Annotated[
         str,
         typer.Option(
@@ -63,7 +70,7 @@ def train(
         # A run id: the ledger holds its configuration, data and state.
         if config or preset or any(v is not None for v in (clusters, stages, outer_steps, inner_steps, method, seed, run_id)) or data:
             raise typer.BadParameter("--resume RUN_ID continues the run as recorded; drop the other options")
-        summary = resume_recorded(settings, resume, quiet=quiet)
+        summary = resume_recorded(settings, resume, cluster_keys=key_dir, quiet=quiet)
         if summary is not None and not quiet:
             typer.echo(f"run {summary.run_id!r}: {summary.steps} outer steps recorded in the ledger")
         return
@@ -88,7 +95,9 @@ def train(
     if workdir is None and folder_resume is None:
         if run_id is None and config is None:
             chosen = with_overrides(chosen, run_id=default_run_id())
-        summary = train_recorded(settings, chosen, policy=PolicyChoice(mode=verification), quiet=quiet)
+        summary = train_recorded(
+            settings, chosen, policy=PolicyChoice(mode=verification), cluster_keys=key_dir, quiet=quiet
+        )
         if summary is not None and not quiet:
             typer.echo(
                 f"run {summary.run_id!r}: {summary.steps} outer steps recorded in the ledger; "

@@ -4,7 +4,8 @@ recomputed from the last outer step.
 10. The genesis reads as a configuration the trainer accepts exactly (``TrainConfig``), its
     config digest is the SHA-256 of that configuration's canonical JSON, its method, seed,
     topology and model agree with the configuration, its TEE reference digests are the
-    recorded code, dependency and config digests, and its verification policy lies within the
+    recorded code, dependency and config digests, every cluster's enrolled keys carry proofs of
+    possession for this run and configuration, and its verification policy lies within the
     published bounds (veritrain/policy.py, docs/auditing.md).
 11. A ``run.final`` entry, if the run has one, is exactly what its last outer step implies
     (last checkpoint, steps, tokens, final metrics) and comes after the configuration's last
@@ -14,6 +15,9 @@ recomputed from the last outer step.
 from __future__ import annotations
 
 from attestation.canonical import canonical_digest, canonical_json
+from attestation.enrolment import Enrolment, verify_possession
+from attestation.errors import AttestationError
+from attestation.keys import PublicKey
 from attestation.measurement import launch_measurement
 from records import Genesis, RunFinal
 from trainer.config import TrainConfig
@@ -88,7 +92,19 @@ def check_genesis(report: Report, run: RecordedRun) -> TrainConfig | None:
             index=0,
         )
 
-    # 10d. The policy: within the published bounds, or it is no check at all.
+    # 10d. Every cluster's enrolled keys: its proofs of possession, for this run and configuration.
+    for keys in genesis.keys.clusters:
+        for role, vkey, proof in (
+            ("contribution", keys.contribution, keys.contribution_proof),
+            ("attestation", keys.attestation, keys.attestation_proof),
+        ):
+            enrolment = Enrolment(run_id=genesis.run_id, config_digest=genesis.config_digest, cluster=keys.cluster, role=role)
+            try:
+                verify_possession(enrolment, PublicKey.from_vkey(vkey), proof)
+            except AttestationError as exc:
+                result.fail(f"keys.clusters[{keys.cluster}]: {exc}", index=0)
+
+    # 10e. The policy: within the published bounds, or it is no check at all.
     for problem in policy_problems(genesis.verification_policy):
         result.fail(f"verification policy: {problem}", index=0)
     policy = genesis.verification_policy

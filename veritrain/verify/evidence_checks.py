@@ -109,8 +109,8 @@ def _key(shard: DataShard) -> tuple[str, str]:
 
 
 def check_quotes(report: Report, run: RecordedRun, genesis: Genesis | None, source: RunSource) -> None:
-    """5. Every cluster's quote for every step: endorsed by the genesis platform root for the
-    genesis attester key, valid at the time the entry was recorded, with the reference launch
+    """5. Every cluster's quote for every step: endorsed by that cluster's enrolled platform
+    root for that cluster's enrolled attestation key, valid at the time the entry was recorded, with the reference launch
     measurement, registers that replay from the recorded statements, a nonce equal to the log
     root just before the entry (freshness), and report_data binding nonce, previous leaf and
     statement."""
@@ -123,12 +123,15 @@ def check_quotes(report: Report, run: RecordedRun, genesis: Genesis | None, sour
         result.fail(f"this verifier checks software-TEE runs only, the genesis says {tee.type!r}", index=0)
         return
     try:
-        attesters = [PublicKey.from_vkey(v) for v in genesis.keys.attesters]
-        policy = SoftwarePolicy(
-            platform_roots=(PublicKey.from_vkey(genesis.keys.platform_root),),
-            launch_measurement=bytes.fromhex(tee.launch_measurement),
-            minimum_svn=tee.minimum_svn,
-        )
+        attesters = [PublicKey.from_vkey(k.attestation) for k in genesis.keys.clusters]
+        policies = [
+            SoftwarePolicy(
+                platform_roots=(PublicKey.from_vkey(k.platform_root),),
+                launch_measurement=bytes.fromhex(tee.launch_measurement),
+                minimum_svn=tee.minimum_svn,
+            )
+            for k in genesis.keys.clusters
+        ]
     except AttestationError as exc:
         result.fail(f"the genesis attestation keys are unusable: {exc}", index=0)
         return
@@ -159,7 +162,7 @@ def check_quotes(report: Report, run: RecordedRun, genesis: Genesis | None, sour
             try:
                 quote = Quote.from_json(read_verified(source, digest))
                 expect(f"cluster {cluster} attestation key", attesters[cluster].vkey, quote.endorsement.body.attestation_key.vkey)
-                verify_quote(quote, policy=policy, expected=expected)
+                verify_quote(quote, policy=policies[cluster], expected=expected)
             except _FETCH_ERRORS as exc:
                 result.fail(f"cluster {cluster} quote: {exc}", index=entry.index, step=step.step)
 
@@ -174,7 +177,7 @@ def check_contributions(report: Report, run: RecordedRun, genesis: Genesis | Non
         result.fail("not checked: no readable genesis")
         return
     try:
-        keys = [PublicKey.from_vkey(v) for v in genesis.keys.clusters]
+        keys = [PublicKey.from_vkey(k.contribution) for k in genesis.keys.clusters]
     except AttestationError as exc:
         result.fail(f"the genesis names no valid cluster keys: {exc}", index=0)
         return

@@ -17,7 +17,7 @@ import hashlib
 import math
 import random
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from trainer.recorder import (
     ContributionDigest,
     OuterStepRecord,
     ProcessInfo,
+    RunIdentity,
     RunStart,
     RunSummary,
 )
@@ -120,9 +121,17 @@ def record_demo_run(
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
         keys = key_dir or work / "keys"
-        factory = LedgerRecorderFactory(database_url=database_url, store_url=store_url, key_dir=keys, origin=origin)
-        process = ProcessInfo(rank=0, world_size=CLUSTERS, cluster=0, stage=0, clusters=CLUSTERS, stages=1)
-        recorder = factory(process)
+        factory = LedgerRecorderFactory(
+            database_url=database_url, store_url=store_url, key_dir=keys, cluster_key_root=work / "cluster-keys", origin=origin
+        )
+        # One recorder per cluster, as each cluster's own process has (cluster 0's also coordinates).
+        recorders = [
+            factory(ProcessInfo(rank=c, world_size=CLUSTERS, cluster=c, stage=0, clusters=CLUSTERS, stages=1))
+            for c in range(CLUSTERS)
+        ]
+        recorder = recorders[0]
+        identity = RunIdentity(run_id=run_id, config_digest=config_digest(config))
+        enrollments = tuple(k for k in (r.enrol(identity) for r in recorders) if k is not None)
         manifest, shard_dir = _data(config, work / "shards", rng)
         recorder.begin(
             RunStart(
@@ -136,6 +145,7 @@ def record_demo_run(
                 shard_source=DirectoryShardSource(shard_dir),
                 seed=seed,
                 resumed_from_step=None,
+                enrollments=enrollments,
             )
         )
         model = CausalLM(MODEL, seed=seed)
@@ -145,22 +155,24 @@ def record_demo_run(
             _perturb(model, step)
             loss = loss * 0.93 + rng.uniform(-0.02, 0.02)
             files = recorder.save_state(step, *_state_files(model, step))
-            recorder.record_outer_step(
-                OuterStepRecord(
-                    step=step,
-                    inner_steps=INNER_STEPS,
-                    method="dilocox",
-                    metrics=_metrics(loss, step, rng),
-                    data_ranges=[rule.data_range(c, step * INNER_STEPS, INNER_STEPS) for c in range(CLUSTERS)],
-                    contribution_digests=_contributions(run_id, step),
-                    applied=[_applied(run_id, step)],
-                    anomalies=list(_applied(run_id, step).anomalies),
-                    files=files,
-                )
+            record = OuterStepRecord(
+                step=step,
+                inner_steps=INNER_STEPS,
+                method="dilocox",
+                metrics=_metrics(loss, step, rng),
+                data_ranges=[rule.data_range(c, step * INNER_STEPS, INNER_STEPS) for c in range(CLUSTERS)],
+                contribution_digests=_contributions(run_id, step),
+                applied=[_applied(run_id, step)],
+                anomalies=list(_applied(run_id, step).anomalies),
+                files=files,
             )
+            request = recorder.prepare_outer_step(record)
+            evidence = [r.attest(request, own) for r, own in zip(recorders, _contributions(run_id, step), strict=True)]
+            recorder.record_outer_step(replace(record, evidence=tuple(e for e in evidence if e is not None)))
         if finish:
             recorder.end(RunSummary(run_id=run_id, steps=steps, tokens=0, final_metrics={}, wall_seconds=1.0))
-        recorder.close()
+        for each in recorders:
+            each.close()
     return _facts(run_id, database_url, store_url, origin, keys, steps=steps, finished=finish, manifest=manifest)
 
 

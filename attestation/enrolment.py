@@ -1,0 +1,74 @@
+"""Proofs of possession: a cluster enrols a key in a run by signing, with that key, a
+statement naming the run, its configuration and the key's role.
+
+A genesis lists each cluster's contribution and attestation keys with these proofs, so a
+verifier knows that whoever enrolled a key held its private half when the run was created,
+for this run and this configuration (a proof cannot be replayed into another run). The
+statement is small and fixed::
+
+    the canonical JSON (RFC 8785) of
+    {"cluster": j, "config_digest": "<hex>", "purpose": "veritrain/enrolment/v1",
+     "role": "contribution" | "attestation", "run_id": "<run>"}
+
+and the proof is the key's Ed25519 signature over those bytes, base64 encoded.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+
+from attestation.canonical import canonical_json
+from attestation.errors import AttestationError
+from attestation.keys import PublicKey, SigningKey
+
+PURPOSE = "veritrain/enrolment/v1"
+ROLES = ("contribution", "attestation")
+
+
+class EnrolmentError(AttestationError):
+    """A proof of possession does not verify for the key, run, configuration and role."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Enrolment:
+    run_id: str
+    config_digest: str
+    cluster: int
+    role: str
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role: expected one of {ROLES}, got {self.role!r}")
+
+    def message(self) -> bytes:
+        return canonical_json(
+            {
+                "cluster": self.cluster,
+                "config_digest": self.config_digest,
+                "purpose": PURPOSE,
+                "role": self.role,
+                "run_id": self.run_id,
+            }
+        )
+
+
+def prove_possession(enrolment: Enrolment, key: SigningKey) -> str:
+    """The base64 proof that ``key``'s holder enrols it for ``enrolment``."""
+    return base64.b64encode(key.sign(enrolment.message())).decode("ascii")
+
+
+def verify_possession(enrolment: Enrolment, key: PublicKey, proof: str) -> None:
+    """Return None if ``proof`` is ``key``'s signature over ``enrolment``, else raise."""
+    try:
+        signature = base64.b64decode(proof, validate=True)
+    except (binascii.Error, ValueError):
+        raise EnrolmentError(f"cluster {enrolment.cluster} {enrolment.role} key: the proof is not base64") from None
+    try:
+        key.verify(signature, enrolment.message())
+    except AttestationError as exc:
+        raise EnrolmentError(
+            f"cluster {enrolment.cluster} {enrolment.role} key {key.vkey}: the proof of possession does not verify "
+            f"for run {enrolment.run_id!r} and configuration {enrolment.config_digest[:16]}…: {exc}"
+        ) from None

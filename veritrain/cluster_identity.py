@@ -1,0 +1,156 @@
+"""A cluster's own identity: its key folder, its enrolment, and what it signs each step.
+
+Each cluster keeps its keys in its own folder on its own host (``veritrain train --key-dir``,
+or ``VERITRAIN_KEY_DIR`` of that cluster's processes), created there, never copied::
+
+    <cluster key dir>/runs/<run_id>/contribution.key   signs the cluster's own contribution digests
+    <cluster key dir>/runs/<run_id>/attestation.key    signs the cluster's quotes
+    <cluster key dir>/runs/<run_id>/platform.key       the software TEE's platform root: endorses
+                                                       the attestation key (a hardware TEE's
+                                                       vendor chain takes its place)
+
+At genesis the cluster enrols the contribution and attestation keys with proofs of possession
+made in its own process (attestation/enrolment.py). At every outer step each of the cluster's
+processes signs its own contribution digest -- the one it computed, not one it is told -- and
+the process that speaks for the cluster (pipeline stage 0) extends its attester's register with
+the step's statement and quotes the coordinator's nonce. The signed objects are stored by the
+cluster itself; the coordinator only collects their digests and cannot make them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from attestation.attester import SOFTWARE_TEE_TYPE
+from attestation.contribution import Contribution, sign_contribution
+from attestation.endorsement import endorse
+from attestation.enrolment import Enrolment, prove_possession
+from attestation.keys import SigningKey, load_or_create
+from attestation.measurement import OUTER_STEP_EVENT, OUTER_STEP_REGISTER
+from attestation.quote import report_data
+from attestation.software import DEFAULT_VALIDITY, SOFTWARE_SVN, SoftwareAttester
+from ledger.envelope import check_run_id
+from records.genesis import ClusterKeys
+from records.outer_step import QuoteRef, StageContribution
+from storage import ObjectStore
+from trainer.recorder import AttestationRequest, ClusterEvidence, ContributionDigest
+from veritrain.errors import RecorderError
+
+SPEAKER_STAGE = 0
+"""The pipeline stage whose process quotes for its cluster and enrols its keys."""
+
+
+@dataclass(frozen=True)
+class ClusterKeyFolder:
+    """One cluster's key folder."""
+
+    root: Path
+    origin: str
+
+    def _key(self, run_id: str, cluster: int, role: str) -> SigningKey:
+        check_run_id(run_id)  # the run id becomes a folder name: no '/', no '..'
+        return load_or_create(self.root / "runs" / run_id / f"{role}.key", f"{self.origin}/runs/{run_id}/cluster-{cluster}/{role}")
+
+    def contribution_key(self, run_id: str, cluster: int) -> SigningKey:
+        return self._key(run_id, cluster, "contribution")
+
+    def attestation_key(self, run_id: str, cluster: int) -> SigningKey:
+        return self._key(run_id, cluster, "attestation")
+
+    def platform_root(self, run_id: str, cluster: int) -> SigningKey:
+        return self._key(run_id, cluster, "platform")
+
+    def enrol(self, run_id: str, config_digest: str, cluster: int) -> ClusterKeys:
+        """The cluster's public keys with proofs of possession for this run and configuration
+        (deterministic: Ed25519 signatures are, so a resumed cluster enrols identically)."""
+        contribution = self.contribution_key(run_id, cluster)
+        attestation = self.attestation_key(run_id, cluster)
+
+        def proof(role: str, key: SigningKey) -> str:
+            return prove_possession(Enrolment(run_id=run_id, config_digest=config_digest, cluster=cluster, role=role), key)
+
+        return ClusterKeys(
+            cluster=cluster,
+            contribution=contribution.public.vkey,
+            contribution_proof=proof("contribution", contribution),
+            attestation=attestation.public.vkey,
+            attestation_proof=proof("attestation", attestation),
+            platform_root=self.platform_root(run_id, cluster).public.vkey,
+        )
+
+
+class ClusterSigner:
+    """What one process signs for its cluster, in its own process."""
+
+    def __init__(
+        self,
+        *,
+        keys: ClusterKeyFolder,
+        run_id: str,
+        cluster: int,
+        stage: int,
+        store: ObjectStore,
+        launch_measurement: bytes,
+        now: datetime | None = None,
+    ) -> None:
+        self._run_id = run_id
+        self._cluster = cluster
+        self._stage = stage
+        self._store = store
+        self._contribution_key = keys.contribution_key(run_id, cluster)
+        self._attester: SoftwareAttester | None = None
+        self._attested: list[str] = []
+        if stage == SPEAKER_STAGE:
+            key = keys.attestation_key(run_id, cluster)
+            start = now or datetime.now(UTC)
+            endorsement = endorse(
+                platform_root=keys.platform_root(run_id, cluster),
+                attestation_key=key.public,
+                tee_type=SOFTWARE_TEE_TYPE,
+                svn=SOFTWARE_SVN,
+                not_before=start,
+                not_after=start + DEFAULT_VALIDITY,
+            )
+            self._attester = SoftwareAttester(
+                attestation_key=key, endorsement=endorsement, launch_measurement=launch_measurement
+            )
+
+    def attest(self, request: AttestationRequest, own: ContributionDigest | None) -> ClusterEvidence | None:
+        contribution = self._sign(request.step, own) if own is not None else None
+        quote = self._quote(request) if self._attester is not None else None
+        if contribution is None and quote is None:
+            return None
+        return ClusterEvidence(cluster=self._cluster, stage=self._stage, contribution=contribution, quote=quote)
+
+    def _sign(self, step: int, own: ContributionDigest) -> StageContribution:
+        if (own.cluster, own.stage) != (self._cluster, self._stage):
+            raise RecorderError(
+                f"cluster {self._cluster} stage {self._stage} was asked to sign cluster {own.cluster} stage {own.stage}'s "
+                "contribution: a process signs only its own"
+            )
+        signed = sign_contribution(
+            Contribution(run_id=self._run_id, step=step, cluster=own.cluster, stage=own.stage, payload_digest=own.digest),
+            self._contribution_key,
+        )
+        return StageContribution(stage=own.stage, digest=own.digest, signature_object=self._store.put_bytes(signed.to_json()))
+
+    def _quote(self, request: AttestationRequest) -> QuoteRef:
+        assert self._attester is not None
+        # The register holds one event per outer step, in order: a restarted attester replays the
+        # recorded history first (its fresh register would otherwise start over).
+        if request.statements[: len(self._attested)] != tuple(self._attested):
+            raise RecorderError(
+                f"cluster {self._cluster}: the coordinator's statement history no longer extends the one this "
+                "cluster attested (a rewritten log?); refusing to quote"
+            )
+        for digest in request.statements[len(self._attested) :]:
+            self._attester.extend(register=OUTER_STEP_REGISTER, digest=bytes.fromhex(digest), event_type=OUTER_STEP_EVENT)
+            self._attested.append(digest)
+        if self._attested[-1] != request.statement_digest:
+            raise RecorderError(f"cluster {self._cluster}: the request's statement is not the last of its history")
+        nonce = bytes.fromhex(request.nonce)
+        binding = report_data(nonce, bytes.fromhex(request.prev_leaf), bytes.fromhex(request.statement_digest))
+        quote = self._attester.quote(report_data=binding, nonce=nonce)
+        return QuoteRef(cluster=self._cluster, object=self._store.put_bytes(quote))
