@@ -86,7 +86,8 @@ def test_reexecuting_the_last_step_which_also_applies_its_own_round_reproduces_i
     # The last step is the one `veritrain reproduce --step T` users try first: it restarts the
     # exchange in flight from the saved state and applies two rounds, its predecessor's and its own.
     last = STEPS - 1
-    again = reexecute_outer_step(overlapped_config(), uninterrupted.state(last - 1), last, data_dir=data_dir)
+    before = uninterrupted.state(last - 1)
+    again = reexecute_outer_step(overlapped_config(), before, last, data_dir=data_dir)
     assert [a.round for a in again.record.applied] == [last - 1, last]
     assert_same_state(again.files, uninterrupted.state(last))
     assert again.record.contribution_digests == uninterrupted.records[last].contribution_digests
