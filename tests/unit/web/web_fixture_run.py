@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from unit.storage.checkpoint_round_trip import upload_checkpoint, write_checkpoint
 
 from attestation.canonical import canonical_json
 from attestation.dsse import sign_envelope
@@ -31,7 +32,6 @@ from ledger.db import create_engine, upgrade
 from ledger.keyring import InMemoryLogKeys
 from ledger.service import Ledger
 from storage import ObjectStore, open_store
-from storage.checkpoint import upload_checkpoint, write_checkpoint
 from trainer.model import GPT, ModelConfig
 
 ORIGIN = "test.veritrain.local"
