@@ -103,12 +103,6 @@ def append_leaf(session: Session, run_id: str, index: int, leaf: bytes) -> bytes
     return subtrees.range_hash((0, index + 1), known | new_nodes)
 
 
-def root_at(session: Session, run_id: str, size: int) -> bytes:
-    """The root hash of the run's tree at ``size`` (≥ 1) entries."""
-    leaves = (0, size)
-    return subtrees.range_hash(leaves, read_nodes(session, run_id, subtrees.decompose(leaves)))
-
-
 def inclusion_proof(session: Reader, run_id: str, index: int, size: int) -> tuple[bytes, list[bytes]]:
     """The leaf hash of entry ``index`` and its inclusion proof in the tree of ``size``."""
     path = merkle.inclusion_path(index, size)

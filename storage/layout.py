@@ -18,8 +18,6 @@ from storage.errors import InvalidDigestError, StoreURLError
 DIGEST_ALGORITHM = "sha256"
 """The only digest algorithm objects are addressed by."""
 
-DIGEST_HEX_LENGTH = 64
-
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 

@@ -66,12 +66,6 @@ class CheckpointFiles:
     def names(self) -> list[str]:
         return sorted([*self.tensors, *self.json])
 
-    def merged(self, other: CheckpointFiles) -> CheckpointFiles:
-        clash = (set(self.tensors) | set(self.json)) & (set(other.tensors) | set(other.json))
-        if clash:
-            raise CheckpointError(f"expected each checkpoint file from one process, got {sorted(clash)} twice")
-        return CheckpointFiles({**self.tensors, **other.tensors}, {**self.json, **other.json})
-
     def tensor_file(self, name: str) -> TensorFile:
         if name not in self.tensors:
             raise CheckpointError(f"expected checkpoint file {name}, it is missing (have {self.names()})")

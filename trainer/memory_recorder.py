@@ -71,18 +71,10 @@ class MemoryRecording:
         self.items = list(items)
 
     @property
-    def starts(self) -> list[RunStart]:
-        return [item[1] for item in self.items if item[0] == "begin"]
-
-    @property
     def records(self) -> list[OuterStepRecord]:
         """Recorded steps in order (the last record of a step wins after a resume)."""
         by_step = {item[1].step: item[1] for item in self.items if item[0] == "record"}
         return [by_step[s] for s in sorted(by_step)]
-
-    @property
-    def summaries(self) -> list[RunSummary]:
-        return [item[1] for item in self.items if item[0] == "end"]
 
     def state(self, step: int) -> CheckpointFiles:
         """Every process's files of ``step`` (the last save wins after a resume)."""

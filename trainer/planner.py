@@ -244,10 +244,6 @@ class Plan:
     def fits(self) -> bool:
         return all(stage.fits for stage in self.stages)
 
-    @property
-    def largest(self) -> StageMemory:
-        return max(self.stages, key=lambda s: s.total_bytes)
-
     def lines(self) -> list[str]:
         """The plan for a person: memory per GPU by stage, then the link."""
         p, c, gb = self.placement, self.comm, self.accelerator.memory_gb

@@ -50,10 +50,6 @@ class ProcessInfo:
     clusters: int
     stages: int
 
-    @property
-    def is_coordinator(self) -> bool:
-        return self.rank == 0
-
 
 @dataclass(frozen=True, kw_only=True)
 class RunStart:

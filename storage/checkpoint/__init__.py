@@ -16,47 +16,31 @@ from storage.checkpoint.manifest import Manifest, ManifestEntry, manifest_root, 
 from storage.checkpoint.transfer import (
     download_checkpoint,
     read_manifest,
-    upload_checkpoint,
     upload_files,
     upload_manifest,
 )
 
 if TYPE_CHECKING:
-    from storage.checkpoint.files import (
-        TRAINER_STATE_FILE,
-        Checkpoint,
-        load_checkpoint,
-        write_checkpoint,
-        write_files,
-    )
+    from storage.checkpoint.files import write_files
     from storage.checkpoint.sharding import (
         INDEX_FILE,
-        load_model,
+        is_model_shard,
         model_index,
-        shard_file_name,
         tensor_nbytes,
-        write_model,
         write_model_index,
     )
-    from storage.checkpoint.tensors import (
-        flatten_tensors,
-        load_tensors,
-        save_tensors,
-        unflatten_tensors,
-    )
+    from storage.checkpoint.tensors import save_tensors
 
 _LAZY = {
-    "storage.checkpoint.files": ("TRAINER_STATE_FILE", "Checkpoint", "load_checkpoint", "write_checkpoint", "write_files"),
+    "storage.checkpoint.files": ("write_files",),
     "storage.checkpoint.sharding": (
         "INDEX_FILE",
-        "load_model",
+        "is_model_shard",
         "model_index",
-        "shard_file_name",
         "tensor_nbytes",
-        "write_model",
         "write_model_index",
     ),
-    "storage.checkpoint.tensors": ("flatten_tensors", "load_tensors", "save_tensors", "unflatten_tensors"),
+    "storage.checkpoint.tensors": ("save_tensors",),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
@@ -72,28 +56,18 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "INDEX_FILE",
-    "TRAINER_STATE_FILE",
-    "Checkpoint",
     "Manifest",
     "ManifestEntry",
     "download_checkpoint",
-    "flatten_tensors",
-    "load_checkpoint",
-    "load_model",
-    "load_tensors",
+    "is_model_shard",
     "manifest_root",
     "model_index",
     "read_manifest",
     "save_tensors",
-    "shard_file_name",
     "tensor_nbytes",
-    "unflatten_tensors",
-    "upload_checkpoint",
     "upload_files",
     "upload_manifest",
     "validate_file_name",
-    "write_checkpoint",
     "write_files",
-    "write_model",
     "write_model_index",
 ]

@@ -51,17 +51,6 @@ def upload_manifest(store: ObjectStore, manifest: Manifest) -> str:
     return store.put_bytes(manifest.to_json())
 
 
-def upload_checkpoint(store: ObjectStore, directory: str | Path, manifest: Manifest | None = None) -> str:
-    """Upload a checkpoint directory's files, then its manifest; return the manifest
-    object's digest. With ``manifest``, the directory must match it exactly."""
-    if manifest is None:
-        manifest = Manifest.from_directory(directory)
-    else:
-        manifest.verify_directory(directory)
-    upload_files(store, directory, manifest.digests)
-    return upload_manifest(store, manifest)
-
-
 def read_manifest(store: ObjectStore, manifest_digest: str) -> Manifest:
     """The manifest stored under ``manifest_digest``, verified and parsed."""
     return Manifest.from_json(store.read_bytes(manifest_digest, max_size=MAX_MANIFEST_BYTES))

@@ -80,6 +80,19 @@ def test_reexecuting_an_overlapped_step_reproduces_it_bitwise(uninterrupted: Mem
     assert again.record.contribution_digests == uninterrupted.records[2].contribution_digests
 
 
+def test_reexecuting_the_last_step_which_also_applies_its_own_round_reproduces_it_bitwise(
+    uninterrupted: MemoryRecording, data_dir: Path
+) -> None:
+    # The last step is the one `veritrain reproduce --step T` users try first: it restarts the
+    # exchange in flight from the saved state and applies two rounds, its predecessor's and its own.
+    last = STEPS - 1
+    before = uninterrupted.state(last - 1)
+    again = reexecute_outer_step(overlapped_config(), before, last, data_dir=data_dir)
+    assert [a.round for a in again.record.applied] == [last - 1, last]
+    assert_same_state(again.files, uninterrupted.state(last))
+    assert again.record.contribution_digests == uninterrupted.records[last].contribution_digests
+
+
 def test_adaptive_inner_steps_stay_in_bounds_and_agree_on_every_rank(data_dir: Path) -> None:
     base = overlapped_config()
     config = replace(base, outer=replace(base.outer, adaptive_inner_steps=True, min_inner_steps=2, max_inner_steps=6))

@@ -15,13 +15,17 @@ One inner step after the pipeline's backward pass:
 The schedule is a function of the global inner step i: linear warm-up to ``lr`` over
 ``warmup_steps``, then cosine decay to ``lr * min_lr_ratio`` at the planned last step
 (T * H); beyond it (adaptive H can run longer) it stays at the floor.
+
+The schedule (``learning_rate``), the optimiser (``inner_adamw``) and the clipping rule
+(``clip_to_norm``) are plain functions so that research/simulate.py, where the outer defaults
+were measured, runs this very inner loop.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +47,40 @@ def learning_rate(config: InnerConfig, step: int, planned_steps: int) -> float:
     return floor + 0.5 * (config.lr - floor) * (1.0 + math.cos(math.pi * progress))
 
 
+def inner_adamw(parameters: Iterable[torch.nn.Parameter], config: InnerConfig) -> torch.optim.AdamW:
+    """AdamW over ``parameters`` with decoupled weight decay on 2-D weights only (matrices and
+    embeddings; nanoGPT's convention). ``foreach=False``: one kernel per tensor, the same
+    arithmetic on every run."""
+    params = list(parameters)
+    return torch.optim.AdamW(
+        [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=config.lr,
+        betas=(config.beta1, config.beta2),
+        eps=config.eps,
+        foreach=False,
+    )
+
+
+def sum_of_squares(tensors: Iterable[torch.Tensor]) -> float:
+    """Σ x² over every element, accumulated in float64 tensor by tensor (in the given order)."""
+    total = 0.0
+    for t in tensors:
+        total += float(t.detach().double().pow(2).sum())
+    return total
+
+
+def clip_to_norm(grads: Sequence[torch.Tensor], norm: float, max_norm: float) -> None:
+    """Scale ``grads`` in place so that their global L2 norm ``norm`` is at most ``max_norm``
+    (0 disables clipping)."""
+    if max_norm > 0 and norm > max_norm:
+        scale = max_norm / (norm + 1e-6)
+        for g in grads:
+            g.mul_(scale)
+
+
 class InnerOptimizer:
     def __init__(
         self,
@@ -61,18 +99,7 @@ class InnerOptimizer:
         self.embedding = embedding
         self.device = device
         self.named = list(module.named_parameters())
-        decay = [p for n, p in self.named if p.dim() >= 2]
-        no_decay = [p for n, p in self.named if p.dim() < 2]
-        self.optimizer = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": config.weight_decay},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            lr=config.lr,
-            betas=(config.beta1, config.beta2),
-            eps=config.eps,
-            foreach=False,  # one kernel per tensor: the same arithmetic on every run
-        )
+        self.optimizer = inner_adamw((p for _, p in self.named), config)
         self._index = {id(p): n for n, p in self.named}
 
     def zero_grad(self) -> None:
@@ -101,10 +128,7 @@ class InnerOptimizer:
                 offset += g.numel()
             comm_seconds = time.perf_counter() - before
         norm = self._global_norm()
-        if self.config.grad_clip > 0 and norm > self.config.grad_clip:
-            scale = self.config.grad_clip / (norm + 1e-6)
-            for g in grads:
-                g.mul_(scale)
+        clip_to_norm(grads, norm, self.config.grad_clip)
         lr = learning_rate(self.config, inner_step, self.planned_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -114,12 +138,11 @@ class InnerOptimizer:
 
     def _global_norm(self) -> float:
         """L2 norm of the cluster's whole gradient, reduced in stage order on every stage."""
-        squares = 0.0
-        for name, p in self.named:
-            if name == TIED_HEAD and self.module.holds_tied_copy:
-                continue  # the tied matrix is counted once, on stage 0
-            assert p.grad is not None
-            squares += float(p.grad.detach().double().pow(2).sum())
+        # The tied matrix is counted once, on stage 0 (zero_grad gave every parameter a .grad).
+        squares = sum_of_squares(
+            p.grad for name, p in self.named
+            if p.grad is not None and not (name == TIED_HEAD and self.module.holds_tied_copy)
+        )
         per_stage = gather_floats([squares], self.pipeline, self.device)
         return math.sqrt(ordered_sum([v[0] for v in per_stage]))
 

@@ -43,11 +43,6 @@ class Topology:
     def world_size(self) -> int:
         return len(self.present) * self.stages
 
-    @property
-    def complete(self) -> bool:
-        """Every cluster has its processes (the exchange can run)."""
-        return len(self.present) == self.clusters
-
     def place(self, rank: int) -> tuple[int, int]:
         """(cluster, stage) of a rank."""
         if not 0 <= rank < self.world_size:

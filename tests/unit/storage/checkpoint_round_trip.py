@@ -1,24 +1,30 @@
-"""A small transformer's checkpoint through a store and back, shared by the local-store
-unit test and the S3 integration test."""
+"""Checkpoints written the way the recorder writes them (every rank's files with
+``write_files``, the coordinator's index and trainer state, the manifest from the digests, the
+manifest stored last), and a small transformer's checkpoint through a store and back; shared by
+the local-store unit test, the S3 integration test and the web tests' fixture run."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub import load_torch_model
+from safetensors.torch import load_file
 
 from storage import ObjectStore
 from storage.checkpoint import (
-    Checkpoint,
+    INDEX_FILE,
     Manifest,
     download_checkpoint,
-    flatten_tensors,
-    load_checkpoint,
     tensor_nbytes,
-    upload_checkpoint,
-    write_checkpoint,
+    upload_files,
+    upload_manifest,
+    write_files,
+    write_model_index,
 )
 from trainer.model import CausalLM, ModelConfig, language_model_loss
 
@@ -26,6 +32,51 @@ CONFIG = ModelConfig(vocab_size=64, context=16, num_hidden_layers=2, hidden_size
                      intermediate_size=64, num_attention_heads=2, num_key_value_heads=2)
 OPTIMIZER_FILE = "optimizer-inner.safetensors"
 ERROR_FEEDBACK_FILE = "error-feedback.safetensors"
+TRAINER_STATE = "trainer_state.json"
+
+
+def model_shards(weights: Mapping[str, torch.Tensor], max_shard_bytes: int) -> dict[str, dict[str, torch.Tensor]]:
+    """``weights`` cut, in order, into Hugging Face shards of at most ``max_shard_bytes`` tensor
+    bytes (a larger tensor gets a shard of its own), as pipeline stages each hold a part."""
+    parts: list[dict[str, torch.Tensor]] = [{}]
+    used = 0
+    for name, size in tensor_nbytes(weights).items():
+        if parts[-1] and used + size > max_shard_bytes:
+            parts.append({})
+            used = 0
+        parts[-1][name] = weights[name]
+        used += size
+    return {f"model-{i:05d}-of-{len(parts):05d}.safetensors": part for i, part in enumerate(parts, start=1)}
+
+
+def write_checkpoint(
+    directory: Path,
+    *,
+    model: Mapping[str, torch.Tensor],
+    trainer_state: Mapping[str, Any],
+    tensor_files: Mapping[str, Mapping[str, torch.Tensor]],
+    max_shard_bytes: int,
+) -> Manifest:
+    """A whole checkpoint in one directory, written with the calls the recorder makes."""
+    shards = model_shards(model, max_shard_bytes)
+    digests = write_files(directory, tensor_files={**shards, **tensor_files}, json_files={TRAINER_STATE: trainer_state})
+    digests |= write_model_index(directory, {name: tensor_nbytes(part) for name, part in shards.items()})
+    return Manifest.from_digests(digests)
+
+
+def upload_checkpoint(store: ObjectStore, directory: Path, manifest: Manifest) -> str:
+    """Every file, then the manifest (the recorder's order); the manifest object's digest."""
+    upload_files(store, directory, manifest.digests)
+    return upload_manifest(store, manifest)
+
+
+def read_tensor_files(directory: Path) -> dict[str, dict[str, torch.Tensor]]:
+    """Every safetensors file of a checkpoint directory except the model shards."""
+    return {
+        path.name: load_file(path)
+        for path in sorted(directory.glob("*.safetensors"))
+        if not path.name.startswith("model-")
+    }
 
 
 @dataclass
@@ -35,6 +86,11 @@ class TrainedState:
     error_feedback: dict[str, torch.Tensor]
     trainer_state: dict[str, Any]
     tokens: torch.Tensor
+
+    def optimizer_tensors(self) -> dict[str, torch.Tensor]:
+        """AdamW state as ``<param index>.<key>``: the flat names a safetensors file holds."""
+        state = self.optimizer.state_dict()["state"]
+        return {f"{index}.{key}": value for index, entry in state.items() for key, value in entry.items()}
 
 
 def trained_state() -> TrainedState:
@@ -64,15 +120,12 @@ def write_trained_checkpoint(state: TrainedState, directory: Path, shards: int =
         directory,
         model=weights,
         trainer_state=state.trainer_state,
-        tensor_files={
-            OPTIMIZER_FILE: flatten_tensors(state.optimizer.state_dict()["state"]),
-            ERROR_FEEDBACK_FILE: state.error_feedback,
-        },
+        tensor_files={OPTIMIZER_FILE: state.optimizer_tensors(), ERROR_FEEDBACK_FILE: state.error_feedback},
         max_shard_bytes=sum(tensor_nbytes(weights).values()) // shards + 1,
     )
 
 
-def assert_bit_identical(actual: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
+def assert_bit_identical(actual: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]) -> None:
     assert sorted(actual) == sorted(expected)
     for name, want in expected.items():
         got = actual[name]
@@ -83,28 +136,27 @@ def assert_bit_identical(actual: dict[str, torch.Tensor], expected: dict[str, to
         assert torch.equal(raw_got, raw_want), name
 
 
-def assert_checkpoint_round_trip(store: ObjectStore, tmp_path: Path) -> Checkpoint:
+def assert_checkpoint_round_trip(store: ObjectStore, tmp_path: Path) -> None:
     """Write, upload, download and load a checkpoint; everything must come back bit-exact."""
     state = trained_state()
     manifest = write_trained_checkpoint(state, tmp_path / "written")
 
-    manifest_digest = upload_checkpoint(store, tmp_path / "written")
+    manifest_digest = upload_checkpoint(store, tmp_path / "written", manifest)
     downloaded = download_checkpoint(store, manifest_digest, tmp_path / "downloaded")
 
     assert downloaded == manifest
     assert Manifest.from_directory(tmp_path / "downloaded").root == manifest.root
-    loaded = load_checkpoint(tmp_path / "downloaded", manifest=manifest)
+    assert (tmp_path / "downloaded" / INDEX_FILE).exists()
+    files = read_tensor_files(tmp_path / "downloaded")
+    assert_bit_identical(files[OPTIMIZER_FILE], state.optimizer_tensors())
+    assert_bit_identical(files[ERROR_FEEDBACK_FILE], state.error_feedback)
+    assert json.loads((tmp_path / "downloaded" / TRAINER_STATE).read_text()) == state.trainer_state
+    manifest.verify_directory(tmp_path / "downloaded")
 
-    assert_bit_identical(loaded.model, state.model.state_dict())
-    assert_bit_identical(
-        loaded.tensor_files[OPTIMIZER_FILE], flatten_tensors(state.optimizer.state_dict()["state"])
-    )
-    assert_bit_identical(loaded.tensor_files[ERROR_FEEDBACK_FILE], state.error_feedback)
-    assert loaded.trainer_state == state.trainer_state
-
-    # The loaded weights compute exactly what the original model computes.
+    # Hugging Face's reader loads the shards through the index, and the loaded weights compute
+    # exactly what the original model computes.
     fresh = CausalLM(CONFIG)
-    fresh.load_state_dict(loaded.model, strict=True)
+    load_torch_model(fresh, tmp_path / "downloaded", strict=True)
+    assert_bit_identical(fresh.state_dict(), state.model.state_dict())
     with torch.no_grad():
         assert torch.equal(fresh(state.tokens[:, :-1]), state.model(state.tokens[:, :-1]))
-    return loaded

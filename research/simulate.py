@@ -1,6 +1,9 @@
 """Single-process simulation of C clusters (one pipeline stage each) for convergence research.
 
-Three methods on the same model, data order and token budget:
+Three methods on the same model, data order and token budget, all with the trainer's own inner
+loop: ``trainer.config.InnerConfig`` and the schedule, AdamW and clipping rule of
+trainer/runtime/inner.py (so what the sweeps measure is the inner loop ``veritrain train`` runs;
+only the pipeline split and the processes are simulated away):
 
 * ``allreduce``: one model; every inner step averages the gradients of the C clusters' batches
   (one step on the union of their batches) -- synchronous data parallelism.
@@ -8,6 +11,10 @@ Three methods on the same model, data order and token budget:
   per cluster built by ``build_outer_algorithm`` -- exactly the objects the distributed runtime
   uses; the all-gather is a list in cluster order, and the overlapped call order of protocol.py
   is followed to the letter (round t's payloads are applied after round t+1 computed).
+
+The whole model runs as one stage (``trainer.model.CausalLM``), so a tied embedding is one matrix
+and the gradient norm is the model's; the trainer's pipeline computes the same quantities over
+its stages, up to floating-point summation order.
 
 Data come from a ``batches(cluster, step) -> (inputs, targets)`` callable; evaluation is the
 mean loss of the global parameters on fixed held-out batches. Bytes are counted with
@@ -25,10 +32,12 @@ from typing import Literal
 
 import torch
 
+from trainer.config import InnerConfig
 from trainer.errors import ConfigError
 from trainer.model import CausalLM, ModelConfig, language_model_loss
 from trainer.outer import OuterConfig, OuterLoop, RoundSignals, build_outer_algorithm
 from trainer.outer.accounting import allgather_bytes_per_outer_step, allreduce_bytes_per_outer_step
+from trainer.runtime.inner import clip_to_norm, inner_adamw, learning_rate, sum_of_squares
 
 Method = Literal["allreduce", "diloco", "dilocox"]
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -52,28 +61,25 @@ class SimulationConfig:
     inner_steps: int = 25
     """Inner steps per outer round H."""
     total_steps: int = 1500
-    """Inner steps per cluster for the whole run (a multiple of ``inner_steps``)."""
-    inner_lr: float = 3e-3
-    """Peak AdamW learning rate (linear warm-up, cosine decay to ``min_lr_ratio``)."""
-    warmup_steps: int = 75
-    """Linear warm-up of the inner learning rate."""
-    min_lr_ratio: float = 0.1
-    """Final inner learning rate as a fraction of the peak."""
-    weight_decay: float = 0.1
-    """AdamW decoupled weight decay on matrices (none on vectors)."""
-    grad_clip: float = 1.0
-    """Global gradient-norm clip of each inner step."""
+    """Inner steps per cluster for the whole run (a multiple of ``inner_steps``); the inner
+    learning rate's cosine reaches its floor here, as the trainer's does at T·H."""
+    inner: InnerConfig = field(default_factory=InnerConfig)
+    """The inner optimiser, exactly as ``TrainConfig.inner`` configures the trainer's."""
     seed: int = 0
-    """Model initialisation and basis seed."""
+    """Model initialisation (``CausalLM(..., seed=seed)``, as the trainer's ``build_stage``), data
+    order and basis seed."""
     eval_points: int = 10
     """Held-out evaluations spread over the run (the last is always at the end)."""
 
     def __post_init__(self) -> None:
         if self.method not in ("allreduce", "diloco", "dilocox"):
-            raise ConfigError(f"SimulationConfig.method must be allreduce|diloco|dilocox, got {self.method!r}")
+            raise ConfigError(
+                f"SimulationConfig.method must be allreduce|diloco|dilocox, got {self.method!r}"
+            )
         if self.method != "allreduce" and self.outer.kind != self.method:
             raise ConfigError(
-                f"SimulationConfig.outer.kind must match method {self.method!r}, got {self.outer.kind!r}"
+                f"SimulationConfig.outer.kind must match method {self.method!r}, "
+                f"got {self.outer.kind!r}"
             )
         if self.n_clusters < 1 or self.inner_steps < 1:
             raise ConfigError("SimulationConfig.n_clusters and inner_steps must be >= 1")
@@ -114,27 +120,34 @@ def simulate(
     torch.use_deterministic_algorithms(True)
     started = time.perf_counter()
     torch.manual_seed(config.seed)
-    reference = CausalLM(config.model)
+    reference = CausalLM(config.model, seed=config.seed)
     parameters = sum(p.numel() for p in reference.parameters())
     replicas = 1 if config.method == "allreduce" else config.n_clusters
     models = [_clone(reference) for _ in range(replicas)]
-    optimizers = [_inner_optimizer(m, config) for m in models]
-    schedule = _lr_schedule(config)
+    optimizers = [inner_adamw(m.parameters(), config.inner) for m in models]
     rounds = config.total_steps // config.inner_steps
-    eval_rounds = {max(1, round(rounds * (k + 1) / config.eval_points)) - 1 for k in range(config.eval_points)}
+    eval_rounds = {
+        max(1, round(rounds * (k + 1) / config.eval_points)) - 1 for k in range(config.eval_points)
+    }
     allreduce_bytes = rounds * allreduce_bytes_per_outer_step(
         parameters=parameters, n_clusters=config.n_clusters, inner_steps=config.inner_steps
     )
     result = SimulationResult(
-        final_eval_loss=math.nan, curve=[], bytes_per_cluster=0.0,
-        allreduce_bytes_per_cluster=allreduce_bytes, parameters=parameters,
+        final_eval_loss=math.nan,
+        curve=[],
+        bytes_per_cluster=0.0,
+        allreduce_bytes_per_cluster=allreduce_bytes,
+        parameters=parameters,
     )
     algos: list[OuterLoop] = []
     if config.method != "allreduce":
         for c, model in enumerate(models):
             algo = build_outer_algorithm(
-                config.outer, named_params=list(model.named_parameters()), cluster=c,
-                n_clusters=config.n_clusters, seed=config.seed,
+                config.outer,
+                named_params=list(model.named_parameters()),
+                cluster=c,
+                n_clusters=config.n_clusters,
+                seed=config.seed,
             )
             assert isinstance(algo, OuterLoop)
             algos.append(algo)
@@ -143,15 +156,17 @@ def simulate(
     for t in range(rounds):
         losses = []
         for _ in range(config.inner_steps):
-            lr = schedule(step)
+            lr = learning_rate(config.inner, step, config.total_steps)
             if config.method == "allreduce":
                 union = [batches(c, step) for c in range(config.n_clusters)]
                 inputs = torch.cat([b[0] for b in union])
                 targets = torch.cat([b[1] for b in union])
-                losses.append(_inner_step(models[0], optimizers[0], (inputs, targets), lr, config))
+                losses.append(
+                    _inner_step(models[0], optimizers[0], (inputs, targets), lr, config.inner)
+                )
             else:
                 for c, (model, opt) in enumerate(zip(models, optimizers, strict=True)):
-                    losses.append(_inner_step(model, opt, batches(c, step), lr, config))
+                    losses.append(_inner_step(model, opt, batches(c, step), lr, config.inner))
             step += 1
         mean_loss = sum(losses) / len(losses)
         if not math.isfinite(mean_loss):
@@ -160,7 +175,9 @@ def simulate(
         if algos:
             signals = RoundSignals(mean_train_loss=mean_loss)
             locals_ = [[p.data for p in m.parameters()] for m in models]
-            payloads = [a.contribution(t, loc).payload for a, loc in zip(algos, locals_, strict=True)]
+            payloads = [
+                a.contribution(t, loc).payload for a, loc in zip(algos, locals_, strict=True)
+            ]
             result.bytes_per_cluster += allgather_bytes_per_outer_step(
                 payload_bytes=payloads[0].numel(), n_clusters=config.n_clusters
             )
@@ -177,7 +194,9 @@ def simulate(
                 parameters=parameters, n_clusters=config.n_clusters, inner_steps=config.inner_steps
             )
         if t in eval_rounds:
-            weights = algos[0].global_parameters() if algos else [p.data for p in models[0].parameters()]
+            weights = (
+                algos[0].global_parameters() if algos else [p.data for p in models[0].parameters()]
+            )
             loss = evaluate(config.model, weights, eval_batches)
             result.curve.append((step, loss))
             if progress:
@@ -191,7 +210,9 @@ def simulate(
     return result
 
 
-def evaluate(model_config: ModelConfig, weights: Sequence[torch.Tensor], eval_batches: Sequence[Batch]) -> float:
+def evaluate(
+    model_config: ModelConfig, weights: Sequence[torch.Tensor], eval_batches: Sequence[Batch]
+) -> float:
     """Mean held-out loss of a model holding ``weights`` (in ``parameters()`` order)."""
     model = CausalLM(model_config)
     with torch.no_grad():
@@ -209,7 +230,9 @@ def _apply_all(
     signals: RoundSignals,
     result: SimulationResult,
 ) -> None:
-    updates = [a.apply(round, gathered, loc, signals) for a, loc in zip(algos, locals_, strict=True)]
+    updates = [
+        a.apply(round, gathered, loc, signals) for a, loc in zip(algos, locals_, strict=True)
+    ]
     result.ranks.append(updates[0].rank)
     result.payload_bytes.append(updates[0].payload_bytes)
     result.anomalies += len(updates[0].anomalies)
@@ -221,36 +244,18 @@ def _clone(reference: CausalLM) -> CausalLM:
     return model
 
 
-def _inner_optimizer(model: CausalLM, config: SimulationConfig) -> torch.optim.AdamW:
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [
-        {"params": decay, "weight_decay": config.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=config.inner_lr, betas=(0.9, 0.95), foreach=False)
-
-
-def _lr_schedule(config: SimulationConfig) -> Callable[[int], float]:
-    def lr(step: int) -> float:
-        if step < config.warmup_steps:
-            return config.inner_lr * (step + 1) / config.warmup_steps
-        progress = (step - config.warmup_steps) / max(1, config.total_steps - config.warmup_steps)
-        cosine = 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-        return config.inner_lr * (config.min_lr_ratio + (1.0 - config.min_lr_ratio) * cosine)
-
-    return lr
-
-
 def _inner_step(
-    model: CausalLM, optimizer: torch.optim.Optimizer, batch: Batch, lr: float, config: SimulationConfig
+    model: CausalLM, optimizer: torch.optim.Optimizer, batch: Batch, lr: float, config: InnerConfig
 ) -> float:
-    for group in optimizer.param_groups:
-        group["lr"] = lr
+    """One inner step as trainer/runtime/inner.py takes it: clip the global gradient norm,
+    set the scheduled learning rate, step AdamW."""
     inputs, targets = batch
     loss = language_model_loss(model(inputs), targets)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()  # type: ignore[no-untyped-call]
-    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    clip_to_norm(grads, math.sqrt(sum_of_squares(grads)), config.grad_clip)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
     optimizer.step()
     return float(loss.detach())
