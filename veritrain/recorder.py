@@ -92,6 +92,8 @@ from veritrain.policy import PolicyChoice
 from veritrain.provenance import code_identity, dependency_identity
 from veritrain.recorded_run import RecordedRun
 from veritrain.step_attestation import StatementSigner, shard_dependency, statement_parameters
+from veritrain.witness_endpoints import WitnessEndpoint
+from veritrain.witnessing import BackgroundPusher
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +110,8 @@ class LedgerRecorderFactory:
     """Cluster -> its key folder, where given explicitly (``veritrain train --key-dir``)."""
     origin: str
     policy: PolicyChoice = field(default_factory=PolicyChoice)
+    witnesses: tuple[WitnessEndpoint, ...] = ()
+    """C2SP tlog-witnesses every new tree head is pushed to (``VERITRAIN_WITNESSES``)."""
 
     def cluster_key_dir(self, cluster: int) -> Path:
         return self.cluster_key_dirs.get(cluster, self.cluster_key_root / f"cluster-{cluster}")
@@ -125,6 +129,7 @@ class LedgerRecorder:
         self._ledger: Ledger | None = None
         self._run: _RunContext | None = None
         self._signer: ClusterSigner | None = None
+        self._pusher: BackgroundPusher | None = None
 
     # -- every process ------------------------------------------------------------------
 
@@ -160,6 +165,8 @@ class LedgerRecorder:
         return self._signer.attest(request, own)
 
     def close(self) -> None:
+        if self._pusher is not None:
+            self._pusher.close()  # the last heads reach the witnesses before the engine goes
         self._store.close()
         if self._ledger is not None:
             self._ledger.engine.dispose()
@@ -172,6 +179,9 @@ class LedgerRecorder:
             create_engine(self._settings.database_url), origin=self._settings.origin, log_keys=self._keys
         )
         self._ledger = ledger
+        # Witnesses cosign every new head from a background thread: one that is down or does
+        # not know the log yet never holds up training (veritrain/witnessing.py).
+        self._pusher = BackgroundPusher(ledger, self._settings.witnesses)
         code, dependencies = code_identity(), dependency_identity()
         enrollments = _checked_enrollments(run)
         try:
@@ -189,6 +199,7 @@ class LedgerRecorder:
             )
             ledger.create_run(run.run_id, genesis.to_payload())
             self._enroll_keys(run.run_id, genesis)
+            self._pusher.notify(run.run_id)
         recorded = _recorded(ledger, run.run_id)
         if exists:
             _check_continuation(recorded, run, enrollments)
@@ -293,6 +304,7 @@ class LedgerRecorder:
             ),
         )
         ledger.append(run.run_id, KIND_OUTER_STEP, step.to_payload(), step=record.step, metrics=metrics)
+        self._witness(run.run_id)
         run.previous_manifest_root = pending.checkpoint.manifest_root
         run.statements.append(pending.statement_digest)
         run.last_step = step
@@ -302,8 +314,13 @@ class LedgerRecorder:
         ledger, run = self._coordinator()
         last = run.last_step or _recorded(ledger, run.run_id).step(summary.steps - 1)
         append_final(ledger, run.run_id, last)
+        self._witness(run.run_id)
 
     # -- helpers ------------------------------------------------------------------------
+
+    def _witness(self, run_id: str) -> None:
+        if self._pusher is not None:
+            self._pusher.notify(run_id)
 
     def _coordinator(self) -> tuple[Ledger, _RunContext]:
         if self._ledger is None or self._run is None:
@@ -331,6 +348,7 @@ class LedgerRecorder:
             manifest, manifest_object=self._store.put_bytes(document), document_bytes=len(document)
         )
         self._ledger.append(run.run_id, KIND_DATA_MANIFEST, entry.to_payload())
+        self._witness(run.run_id)
 
     def _store_model_index(self, files: Mapping[str, str]) -> dict[str, str]:
         """Write ``model.safetensors.index.json`` from the stored shards' own headers (tensor

@@ -34,6 +34,7 @@ def recorder_factory(
         cluster_key_root=cluster_keys or settings.data_dir / "cluster-keys",
         origin=settings.origin,
         policy=policy or PolicyChoice(),
+        witnesses=settings.witnesses,
     )
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ledger.errors import LedgerError
-from ledger.records import EntryRecord, KeyRecord, RunInfo, SignedTreeHead
+from ledger.records import CosignatureRecord, EntryRecord, KeyRecord, RunInfo, SignedTreeHead
 from ledger.service import Ledger
 from records import DATA_MANIFEST_INDEX, DataManifest, DataManifestEntry, OuterStep, RecordError
 from storage import ObjectStore
@@ -113,6 +113,8 @@ class RunPage:
     """None before the first outer step."""
     problems: Sequence[str]
     """Entries that do not read as their format (the rest of the page still renders)."""
+    cosigners: Sequence[CosignatureRecord]
+    """The witnesses that cosigned the latest signed tree head (verified when stored)."""
 
 
 def run_page(
@@ -161,6 +163,7 @@ def run_page(
         chart_data={s.key: {"steps": s.steps, "values": s.values, "total": s.total} for s in series},
         latest_checkpoint=None if state.latest_step is None else latest_checkpoint(ledger, store, run_id, state.latest_step),
         problems=problems,
+        cosigners=ledger.cosignatures(run_id, state.size),
     )
 
 

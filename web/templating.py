@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,13 @@ def script_json(value: Any) -> str:
 TEMPLATES.env.filters["when"] = _when
 TEMPLATES.env.filters["number"] = _number
 TEMPLATES.env.filters["pretty"] = _pretty
+
+
+def _epoch(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+TEMPLATES.env.filters["epoch"] = _epoch
 
 
 def render(

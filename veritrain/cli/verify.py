@@ -22,8 +22,16 @@ def verify(
         str | None, typer.Option(help="Pin the run's log key (C2SP verifier key) instead of trusting the genesis.")
     ] = None,
     no_witness: Annotated[
-        bool, typer.Option("--no-witness", help="Neither read nor update the record of tree heads seen before.")
+        bool,
+        typer.Option("--no-memory", "--no-witness", help="Neither read nor update the record of tree heads seen before."),
     ] = False,
+    witness: Annotated[
+        list[str] | None,
+        typer.Option(help="A witness's C2SP verifier key (type 0x04), repeatable: require its cosignature."),
+    ] = None,
+    quorum: Annotated[
+        int | None, typer.Option(help="How many of the --witness keys must have cosigned (default: all of them).")
+    ] = None,
 ) -> None:
     """Re-check a run: tree head, hash chain, proofs, statements, quotes, contributions,
     checkpoints, data and metrics."""
@@ -32,6 +40,14 @@ def verify(
     from veritrain.verify.seen_heads import SeenHeads
 
     with open_source(api) as source:
-        report = verify_run(source, run_id, deep=deep, vkey=vkey, seen_heads=None if no_witness else SeenHeads())
+        report = verify_run(
+            source,
+            run_id,
+            deep=deep,
+            vkey=vkey,
+            seen_heads=None if no_witness else SeenHeads(),
+            witnesses=tuple(witness or ()),
+            quorum=quorum,
+        )
     typer.echo(json.dumps(report.to_json(), indent=2) if as_json else report.render())
     raise typer.Exit(code=0 if report.ok else 1)

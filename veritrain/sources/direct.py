@@ -47,7 +47,7 @@ class DirectSource:
 
     def tree_head(self, run_id: str) -> str:
         try:
-            return self.ledger.latest_tree_head(run_id).note
+            return self.ledger.cosigned_tree_head(run_id).note
         except LedgerError as exc:
             raise SourceError(str(exc)) from None
 

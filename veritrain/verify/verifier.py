@@ -5,7 +5,8 @@ outer step):
 
 1. the latest signed tree head verifies under the run's log key (pinned or named by the
    genesis) and, for a returning verifier, extends the head it saw before from this source
-   under the same origin and key (and still ends finished if it was);
+   under the same origin and key (and still ends finished if it was); with ``--witness ...
+   --quorum K``, K given witnesses cosigned it (or a larger, consistent head);
 2. every entry is canonical, in place, hash-chained by ``prev``, reads as its kind's typed
    record, has a later ``recorded_at`` than the one before, and the log has the run's layout;
    the leaves hash to the signed root with the signed size;
@@ -32,6 +33,8 @@ answer is a failed check in the report.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from records import Genesis
 from veritrain.errors import SourceError
 from veritrain.recorded_run import RecordedRun
@@ -43,6 +46,7 @@ from veritrain.verify.log_checks import check_chain, check_inclusion, check_tree
 from veritrain.verify.object_checks import check_checkpoints, check_metrics
 from veritrain.verify.report import Report
 from veritrain.verify.seen_heads import SeenHeads
+from veritrain.verify.witness_checks import check_witnesses
 
 
 def verify_run(
@@ -52,6 +56,8 @@ def verify_run(
     deep: bool = False,
     vkey: str | None = None,
     seen_heads: SeenHeads | None = None,
+    witnesses: Sequence[str] = (),
+    quorum: int | None = None,
 ) -> Report:
     """Run every check on ``run_id`` (default: the most recent run) and return the report."""
     run_id = run_id or source.latest_run_id()
@@ -68,6 +74,9 @@ def verify_run(
         note = None
 
     head = check_tree_head(report, run, note, pinned_vkey=vkey, seen_heads=seen_heads, source=source)
+    cosigners = check_witnesses(
+        report, run, note, head, source, witnesses=witnesses, quorum=len(witnesses) if quorum is None else quorum
+    )
     check_chain(report, run, note, head)
     check_inclusion(report, run, source, head)
     config = check_genesis(report, run)
@@ -90,6 +99,8 @@ def verify_run(
     }
     if head is not None:
         report.summary["tree size"] = head.checkpoint.size
+    if witnesses:
+        report.summary["witnessed by"] = ", ".join(cosigners) or "none"
     if report.ok:
         remember(seen_heads, run, source, head)
     return report
