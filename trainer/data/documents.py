@@ -154,7 +154,7 @@ def _parquet(source: Source, field: str) -> Iterator[Piece]:
         raise DataError(f"expected strings in column {field!r} of {source.uri}, got type {column_type}")
     row = 0
     try:
-        for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[field]):
+        for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[field], use_threads=False):
             values = batch.column(0)
             if values.null_count:
                 first = row + values.is_null().to_pylist().index(True)
