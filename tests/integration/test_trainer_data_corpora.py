@@ -17,10 +17,11 @@ from trainer.config import TrainConfig
 from trainer.data.config import DataConfig
 from trainer.data.manifest import DataManifest
 from trainer.data.shards import shard_file_name
-from trainer.local_recorder import LocalDirectoryRecorder, read_records
+from trainer.data.tokenizer import TokenizerIdentity
 from trainer.presets import run_preset
 from veritrain.bench.memory_probe import Measurement, probe
 from veritrain.bench.synthetic_corpus import CorpusFormat, write_corpus
+from veritrain.local_recorder import LocalDirectoryRecorder, read_records
 
 VOCAB = 512
 MiB = 2**20
@@ -32,7 +33,7 @@ def build_in_child(data: DataConfig, directory: Path, env: dict[str, str]) -> tu
     config_path, result_path = directory / "config.json", directory / "manifest.json"
     config_path.write_text(json.dumps(data.to_dict()))
     measured = probe("data-build", str(config_path), str(directory / "corpus"), str(result_path), env=env)
-    return DataManifest.from_dict(json.loads(result_path.read_text())), measured
+    return DataManifest.from_payload(json.loads(result_path.read_text())), measured
 
 
 def small_run(data: DataConfig) -> TrainConfig:
@@ -61,14 +62,15 @@ def test_a_corpus_trains_end_to_end_with_a_bpe_that_builds_identically_twice(fmt
     first, _ = build_in_child(data, tmp_path / "a", {"RAYON_NUM_THREADS": "1", "PYTHONHASHSEED": "1"})
     second, _ = build_in_child(data, tmp_path / "b", {"RAYON_NUM_THREADS": "2", "PYTHONHASHSEED": "2",
                                                       "TOKENIZERS_PARALLELISM": "true"})
-    assert first.tokenizer.kind == "byte-level-bpe" and first.vocab_size == VOCAB
-    assert first.tokenizer.sha256 is not None
-    name = shard_file_name(first.tokenizer.sha256)
+    identity = TokenizerIdentity.from_dict(first.tokenizer)
+    assert identity.kind == "byte-level-bpe" and first.vocab_size == VOCAB
+    assert identity.sha256 is not None
+    name = shard_file_name(identity.sha256)
     tokenizer_json = (tmp_path / "a" / "corpus" / "shards" / name).read_bytes()
     assert (tmp_path / "b" / "corpus" / "shards" / name).read_bytes() == tokenizer_json
     assert [s.sha256 for s in second.shards] == [s.sha256 for s in first.shards]
     assert second.digest() == first.digest()
-    assert [s["uri"] for s in first.sources] == [f"file:corpus/part-0000.{fmt}"]
+    assert [s.uri for s in first.sources] == [f"file:corpus/part-0000.{fmt}"]
 
     # 2. The trainer reuses that build and trains on it (2 clusters, real processes).
     config = small_run(data)
@@ -76,7 +78,7 @@ def test_a_corpus_trains_end_to_end_with_a_bpe_that_builds_identically_twice(fmt
     summary = train(config, LocalDirectoryRecorder.factory(out), data_dir=tmp_path / "a" / "corpus", quiet=True)
     assert summary is not None and summary.steps == 2
     recorded: dict[str, Any] = json.loads((out / "data-manifest.json").read_text())
-    assert DataManifest.from_dict(recorded).tokenizer == first.tokenizer
+    assert DataManifest.from_payload(recorded).tokenizer == first.tokenizer
     assert [s["sha256"] for s in recorded["shards"]] == [s.sha256 for s in first.shards]
     losses = [r["metrics"]["eval_loss"] for r in read_records(out)]
     # It learns from BPE tokens: well below the uniform guess over the vocabulary, ln 512 = 6.24.

@@ -31,10 +31,11 @@ from typing import Any
 from trainer.data.config import DataConfig
 from trainer.data.manifest import DataManifest
 from trainer.data.shards import shard_file_name
-from veritrain.bench.errors import BenchError
+from trainer.data.tokenizer import TokenizerIdentity
 from veritrain.bench.memory_probe import probe
 from veritrain.bench.scratch import scratch_dir
 from veritrain.bench.synthetic_corpus import SyntheticCorpus, write_corpus
+from veritrain.errors import BenchError
 
 MB = 1_000_000
 TARGET_FRACTION = 0.5
@@ -180,7 +181,7 @@ def run_data_bench(config: DataBenchConfig, *, say: Callable[[str], None] = lamb
             "trained_bpe", workdir, corpus,
             {**common, "tokenizer_vocab_size": config.vocab_size, "tokenizer_train_bytes": config.tokenizer_train_bytes},
         )
-        identity = trained_manifest.tokenizer
+        identity = TokenizerIdentity.from_dict(trained_manifest.tokenizer)
         assert identity.sha256 is not None  # a trained BPE has a tokenizer.json
         given_file = workdir / "tokenizer.json"
         given_file.write_bytes((workdir / "trained_bpe" / "shards" / shard_file_name(identity.sha256)).read_bytes())
@@ -203,7 +204,7 @@ def _build(name: str, workdir: Path, corpus: SyntheticCorpus, settings: dict[str
     config_path.write_text(json.dumps(settings))
     result_path = workdir / f"{name}.manifest.json"
     measured = probe("data-build", str(config_path), str(workdir / name), str(result_path))
-    manifest = DataManifest.from_dict(json.loads(result_path.read_text()))
+    manifest = DataManifest.from_payload(json.loads(result_path.read_text()), where=str(result_path))
     measurement = BuildMeasurement(
         name=name,
         seconds=measured.seconds,

@@ -193,7 +193,7 @@ def _data_build(config_path: str, directory: str, result_path: str) -> Callable[
 
     def run() -> object:
         prepared = prepare_data(config, Path(directory))
-        Path(result_path).write_text(json.dumps(prepared.manifest.to_dict()))
+        Path(result_path).write_text(json.dumps(prepared.manifest.to_payload()))
         return None
 
     return run
