@@ -33,9 +33,10 @@ class DataConfig:
     when it is built (trainer/data/bpe.py); None: no training. Excludes ``tokenizer``."""
     tokenizer_train_bytes: int = 100_000_000
     """The BPE is trained on the corpus's documents in stream order up to this many bytes of
-    UTF-8 text (the whole corpus when it is smaller). 100 MB keeps training to about a minute of
-    two cores and its word counts to about 100 MB of memory, and gives a 16k vocabulary tens of
-    thousands of occurrences per merge; the corpus beyond it is only encoded."""
+    UTF-8 text (the whole corpus when it is smaller); the rest is only encoded. 100 MB trains a
+    16k vocabulary in 42 s with a 66 MB peak on two shared cores (the data benchmark's corpus,
+    docs/benchmarks.md): short next to encoding a large corpus, whose cost is per byte. Word
+    counts, the trainer's memory, grow with the distinct words of this prefix."""
     shard_tokens: int = 32_768
     """Tokens per shard; the tail of the stream that does not fill a shard is dropped."""
     eval_shards: int = 2
