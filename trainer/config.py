@@ -240,6 +240,7 @@ def with_overrides(
     outer_steps: int | None = None,
     inner_steps: int | None = None,
     data_paths: tuple[str, ...] = (),
+    text_field: str | None = None,
     run_id: str | None = None,
     method: str | None = None,
     seed: int | None = None,
@@ -257,8 +258,12 @@ def with_overrides(
         )
         if value is not None
     }
-    if data_paths:
-        changes["data"] = replace(config.data, paths=data_paths)
+    if data_paths or text_field is not None:
+        changes["data"] = replace(
+            config.data,
+            paths=data_paths or config.data.paths,
+            text_field=config.data.text_field if text_field is None else text_field,
+        )
     if method is not None:
         if method not in METHODS:
             raise ConfigError(f"TrainConfig.method must be one of {', '.join(METHODS)}, got {method!r}")

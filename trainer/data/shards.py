@@ -9,7 +9,9 @@ Format (so an auditor can hash and read a shard without our code)::
     numpy.fromfile("<sha256>.bin", dtype="<u2")   # reads one back
 
 The trainer reads shards only through :class:`ShardSource`, so the recorder side can serve
-them from downloaded objects; :class:`DirectoryShardSource` is the folder-backed one.
+them from downloaded objects; :class:`DirectoryShardSource` is the folder-backed one. The same
+folder (and source) also holds the corpus's ``tokenizer.json`` when it has one, under the same
+``<sha256>.bin`` naming (trainer/data/tokenizer.py).
 """
 
 from __future__ import annotations
@@ -42,32 +44,62 @@ def shard_file_name(sha256: str) -> str:
     return f"{sha256}.bin"
 
 
+class ShardWriter:
+    """Cuts a stream of token arrays into full shards of ``shard_tokens`` and writes them to
+    ``directory``. Memory stays at one shard: tokens are copied into a preallocated buffer that
+    is written out whenever it fills."""
+
+    def __init__(self, *, shard_tokens: int, dtype: TokenDtype, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.shard_tokens = shard_tokens
+        self.shards: list[ShardInfo] = []
+        self._buffer = np.empty(shard_tokens, dtype=_NUMPY_DTYPES[dtype])
+        self._filled = 0
+
+    @property
+    def pending_tokens(self) -> int:
+        """Tokens in the buffer that do not (yet) fill a shard: the tail dropped at the end."""
+        return self._filled
+
+    def add(self, tokens: np.ndarray | Sequence[int]) -> None:
+        values = np.asarray(tokens)
+        if values.size and (values.min() < 0 or values.max() > np.iinfo(self._buffer.dtype).max):
+            raise DataError(f"expected token ids that fit {self._buffer.dtype}, got {values.min()}..{values.max()}")
+        start = 0
+        while start < values.size:
+            take = min(self.shard_tokens - self._filled, values.size - start)
+            self._buffer[self._filled : self._filled + take] = values[start : start + take]
+            self._filled += take
+            start += take
+            if self._filled == self.shard_tokens:
+                digest = write_content(self._buffer.tobytes(), self.directory)
+                self.shards.append(ShardInfo(index=len(self.shards), sha256=digest, tokens=self.shard_tokens))
+                self._filled = 0
+
+
 def write_shards(
-    documents: Iterable[Sequence[int]], *, shard_tokens: int, dtype: TokenDtype, directory: Path
+    documents: Iterable[np.ndarray | Sequence[int]], *, shard_tokens: int, dtype: TokenDtype, directory: Path
 ) -> tuple[list[ShardInfo], int]:
     """Concatenate the documents' tokens, cut the stream into full shards of ``shard_tokens``
     and write them to ``directory``. Returns the shards and the number of tail tokens dropped
     (too few for a full shard). Streams: memory stays at about one shard."""
-    directory.mkdir(parents=True, exist_ok=True)
-    shards: list[ShardInfo] = []
-    buffer = np.empty(0, dtype=_NUMPY_DTYPES[dtype])
+    writer = ShardWriter(shard_tokens=shard_tokens, dtype=dtype, directory=directory)
     for document in documents:
-        buffer = np.concatenate([buffer, np.asarray(document, dtype=_NUMPY_DTYPES[dtype])])
-        while buffer.size >= shard_tokens:
-            shards.append(_write_shard(buffer[:shard_tokens], index=len(shards), directory=directory))
-            buffer = buffer[shard_tokens:]
-    return shards, int(buffer.size)
+        writer.add(document)
+    return writer.shards, writer.pending_tokens
 
 
-def _write_shard(tokens: np.ndarray, *, index: int, directory: Path) -> ShardInfo:
-    data = tokens.tobytes()
+def write_content(data: bytes, directory: Path) -> str:
+    """Store ``data`` as ``<directory>/<sha256>.bin`` (atomically; a file already there is the
+    same bytes) and return the digest. Shards and the corpus's tokenizer.json are stored so."""
     digest = hashlib.sha256(data).hexdigest()
     path = directory / shard_file_name(digest)
     if not path.exists():
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
         temporary.write_bytes(data)
-        temporary.replace(path)  # atomic: a shard file is either whole or absent
-    return ShardInfo(index=index, sha256=digest, tokens=int(tokens.size))
+        temporary.replace(path)  # atomic: a file is either whole or absent
+    return digest
 
 
 def decode_shard(data: bytes, *, info: ShardInfo, dtype: TokenDtype) -> np.ndarray:

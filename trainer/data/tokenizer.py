@@ -1,33 +1,140 @@
-"""Tokenizers: byte-level by default, a Hugging Face ``tokenizers`` JSON file optionally.
+"""Tokenizers: byte-level, a byte-level BPE trained on the corpus, or a given ``tokenizers`` file.
 
-A tokenizer is identified in the data manifest by what it *is*, not by a name: the byte-level
-one by its kind and vocabulary size, a ``tokenizers`` file by the SHA-256 of its JSON. Every
-document ends with an end-of-text token so a model can tell documents apart; for the byte-level
-tokenizer that is byte 0x00 (NUL), which text files do not contain.
+A tokenizer is identified in the data manifest by what it *is*, not by a name
+(:class:`TokenizerIdentity`): the byte-level one by its kind and vocabulary size, the other two
+by the SHA-256 of their Hugging Face ``tokenizer.json``, which is stored next to the shards as a
+content-addressed file of the corpus (``<sha256>.bin``, read back through the same
+``ShardSource``), so a re-executor or a checkpoint writer gets the exact bytes the run used.
+
+Every document ends with an end-of-text token so a model can tell documents apart: byte 0x00
+(NUL, which text files do not contain) for the byte-level tokenizer, ``<|endoftext|>`` for a
+trained BPE, the file's own token of that name for a given file.
+
+Every tokenizer, bytes included, also exists as Hugging Face tokenizer files
+(:meth:`Tokenizer.hf_files`) that ``transformers.AutoTokenizer.from_pretrained(folder)`` loads
+with no extra code and that encode exactly as :meth:`Tokenizer.encode` does. For bytes that is
+a BPE over the 256 byte symbols of GPT-2's byte-to-unicode table with no merges, so ids are the
+byte values. Its ``tokenizer_config.json`` names no end-of-text token: ``transformers`` would
+register one as a special token matched in raw text, and the NUL byte's symbol is "Ā" (U+0100),
+a letter of real text. Models name the end-of-text id in ``generation_config.json`` instead.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+import numpy as np
+
+from trainer.data.shards import ShardSource
 from trainer.errors import DataError
 
 BYTE_VOCAB = 256
 BYTE_END_OF_TEXT = 0
+END_OF_TEXT_TOKEN = "<|endoftext|>"
+"""The end-of-text token of a trained BPE (GPT-2's and Qwen2's name for it)."""
+
+TokenizerKind = Literal["bytes", "byte-level-bpe", "huggingface-tokenizers"]
+KINDS: tuple[TokenizerKind, ...] = ("bytes", "byte-level-bpe", "huggingface-tokenizers")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizerIdentity:
+    """The manifest's ``tokenizer`` object: what the corpus was tokenized with.
+
+    ``{"kind": "bytes", "vocab_size": 256, "end_of_text": 0}``, or for the other kinds also
+    ``sha256`` (of ``tokenizer.json``) and ``end_of_text_token``; a trained BPE adds
+    ``training`` (trainer/data/bpe.py)."""
+
+    kind: TokenizerKind
+    vocab_size: int
+    """Ids are in ``[0, vocab_size)``, special tokens included."""
+    end_of_text: int
+    """The id appended after every document."""
+    sha256: str | None = None
+    """Hex SHA-256 of the ``tokenizer.json`` bytes; None for bytes (nothing to digest)."""
+    end_of_text_token: str | None = None
+    """The end-of-text token's string in ``tokenizer.json``; None for bytes."""
+    training: Mapping[str, Any] | None = field(default=None)
+    """How a ``byte-level-bpe`` was trained: algorithm, library version, byte budget, bytes used."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise DataError(f"expected a tokenizer kind in {', '.join(KINDS)}, got {self.kind!r}")
+        if not 0 <= self.end_of_text < self.vocab_size:
+            raise DataError(f"expected an end-of-text id below {self.vocab_size}, got {self.end_of_text}")
+        if self.kind == "bytes":
+            if (self.vocab_size, self.end_of_text) != (BYTE_VOCAB, BYTE_END_OF_TEXT) or self.sha256:
+                raise DataError(
+                    f"expected the byte tokenizer's identity to be vocab_size {BYTE_VOCAB}, "
+                    f"end_of_text {BYTE_END_OF_TEXT} and no sha256, got {self}"
+                )
+        elif self.sha256 is None or not _SHA256.fullmatch(self.sha256) or not self.end_of_text_token:
+            raise DataError(
+                f"expected a {self.kind} tokenizer identity with a hex sha256 and an end-of-text token, got {self}"
+            )
+        if (self.kind == "byte-level-bpe") != (self.training is not None):
+            raise DataError(f"expected training details exactly for a byte-level-bpe tokenizer, got {self}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"kind": self.kind, "vocab_size": self.vocab_size, "end_of_text": self.end_of_text}
+        if self.sha256 is not None:
+            data["sha256"] = self.sha256
+            data["end_of_text_token"] = self.end_of_text_token
+        if self.training is not None:
+            data["training"] = dict(self.training)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TokenizerIdentity:
+        try:
+            training = data.get("training")
+            return cls(
+                kind=data["kind"],
+                vocab_size=int(data["vocab_size"]),
+                end_of_text=int(data["end_of_text"]),
+                sha256=data.get("sha256"),
+                end_of_text_token=data.get("end_of_text_token"),
+                training=dict(training) if training is not None else None,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"expected a complete tokenizer identity, got {dict(data)!r}: missing or bad {exc}") from exc
 
 
 class Tokenizer(Protocol):
+    """What the data pipeline, checkpoints and generation need of a tokenizer."""
+
     vocab_size: int
     end_of_text: int
+    exact_in_pieces: bool
+    """True when encoding a text cut before a space that sits between two ASCII letters gives
+    the tokens of the whole text (how trainer/data/documents.py streams long text files)."""
+
+    @property
+    def identity(self) -> TokenizerIdentity:
+        """What the manifest records to identify this tokenizer."""
+        ...
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (without the end-of-text token)."""
         ...
 
-    def identity(self) -> dict[str, Any]:
-        """What the manifest records to identify this tokenizer."""
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """``encode`` of each text, as integer arrays (in parallel where the library can)."""
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of ``ids`` (invalid UTF-8 from a partial sequence becomes U+FFFD)."""
+        ...
+
+    def hf_files(self, *, model_max_length: int | None = None) -> dict[str, bytes]:
+        """``tokenizer.json`` and ``tokenizer_config.json`` for a Hugging Face model folder."""
         ...
 
 
@@ -36,50 +143,163 @@ class ByteTokenizer:
 
     vocab_size = BYTE_VOCAB
     end_of_text = BYTE_END_OF_TEXT
+    exact_in_pieces = True  # every byte is its own token, wherever the text is cut
+
+    @property
+    def identity(self) -> TokenizerIdentity:
+        return TokenizerIdentity(kind="bytes", vocab_size=BYTE_VOCAB, end_of_text=BYTE_END_OF_TEXT)
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
 
-    def identity(self) -> dict[str, Any]:
-        return {"kind": "bytes", "vocab_size": BYTE_VOCAB, "end_of_text": BYTE_END_OF_TEXT}
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        return [np.frombuffer(text.encode("utf-8"), dtype=np.uint8) for text in texts]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return bytes(ids).decode("utf-8", errors="replace")
+
+    def hf_files(self, *, model_max_length: int | None = None) -> dict[str, bytes]:
+        return {
+            "tokenizer.json": byte_tokenizer_json(),
+            "tokenizer_config.json": _tokenizer_config(eos_token=None, model_max_length=model_max_length),
+        }
 
 
 class HuggingFaceTokenizer:
-    """A ``tokenizers`` JSON file, identified by its digest. Needs the optional ``tokenizers``
-    package; the end-of-text token is looked up by name in the file's vocabulary."""
+    """A ``tokenizer.json`` (given as a file, or trained here), identified by its digest. The
+    end-of-text token is looked up by name in the file's vocabulary."""
 
-    def __init__(self, path: Path, *, end_of_text: str = "<|endoftext|>") -> None:
+    def __init__(
+        self,
+        raw: bytes,
+        *,
+        kind: TokenizerKind = "huggingface-tokenizers",
+        training: Mapping[str, Any] | None = None,
+        end_of_text_token: str = END_OF_TEXT_TOKEN,
+        where: str = "tokenizer.json",
+    ) -> None:
+        from tokenizers import Tokenizer as _Tokenizer
+
         try:
-            from tokenizers import Tokenizer as _HFTokenizer  # optional dependency
-        except ImportError as exc:
-            raise DataError(
-                f"expected the 'tokenizers' package to read {path}, it is not installed "
-                "(pip install tokenizers, or drop the tokenizer setting to use bytes)"
-            ) from exc
-        if not path.is_file():
-            raise DataError(f"expected a tokenizers JSON file at {path}, found nothing there")
-        self._raw = path.read_bytes()
-        self._tokenizer = _HFTokenizer.from_str(self._raw.decode("utf-8"))
-        self.vocab_size = int(self._tokenizer.get_vocab_size(with_added_tokens=True))
-        token = self._tokenizer.token_to_id(end_of_text)
+            self._tokenizer = _Tokenizer.from_str(raw.decode("utf-8"))
+        except Exception as exc:  # tokenizers raises plain Exception on a malformed file
+            raise DataError(f"expected a Hugging Face tokenizers JSON in {where}, got: {exc}") from exc
+        self._raw = raw
+        token = self._tokenizer.token_to_id(end_of_text_token)
         if token is None:
-            raise DataError(f"expected the end-of-text token {end_of_text!r} in {path}, it is not there")
+            raise DataError(f"expected the end-of-text token {end_of_text_token!r} in {where}, it is not there")
+        self.vocab_size = int(self._tokenizer.get_vocab_size(with_added_tokens=True))
         self.end_of_text = int(token)
-        self._end_of_text_name = end_of_text
+        # Only our own trainer's pre-tokenizer is known to split at the pieces' cut points.
+        self.exact_in_pieces = kind == "byte-level-bpe"
+        self._identity = TokenizerIdentity(
+            kind=kind,
+            vocab_size=self.vocab_size,
+            end_of_text=self.end_of_text,
+            sha256=hashlib.sha256(raw).hexdigest(),
+            end_of_text_token=end_of_text_token,
+            training=training,
+        )
+
+    @property
+    def identity(self) -> TokenizerIdentity:
+        return self._identity
+
+    @property
+    def json_bytes(self) -> bytes:
+        """The ``tokenizer.json`` bytes the identity's digest is taken over."""
+        return self._raw
 
     def encode(self, text: str) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
-    def identity(self) -> dict[str, Any]:
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
+        return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self._tokenizer.decode(list(ids), skip_special_tokens=False))
+
+    def hf_files(self, *, model_max_length: int | None = None) -> dict[str, bytes]:
+        eos = self._identity.end_of_text_token
         return {
-            "kind": "huggingface-tokenizers",
-            "sha256": hashlib.sha256(self._raw).hexdigest(),
-            "vocab_size": self.vocab_size,
-            "end_of_text": self.end_of_text,
-            "end_of_text_token": self._end_of_text_name,
+            "tokenizer.json": self._raw,
+            "tokenizer_config.json": _tokenizer_config(eos_token=eos, model_max_length=model_max_length),
         }
 
 
-def load_tokenizer(path: Path | None) -> Tokenizer:
-    """The byte-level tokenizer, or the ``tokenizers`` file at ``path``."""
-    return ByteTokenizer() if path is None else HuggingFaceTokenizer(path)
+def tokenizer_from_file(path: Path) -> HuggingFaceTokenizer:
+    """A given ``tokenizers`` JSON file (``DataConfig.tokenizer``)."""
+    if not path.is_file():
+        raise DataError(f"expected a tokenizers JSON file at {path}, found nothing there")
+    return HuggingFaceTokenizer(path.read_bytes(), where=str(path))
+
+
+def corpus_tokenizer(identity: TokenizerIdentity, source: ShardSource) -> Tokenizer:
+    """The tokenizer a manifest names, its ``tokenizer.json`` read from the corpus's files and
+    checked against the recorded digest, vocabulary size and end-of-text id."""
+    if identity.kind == "bytes":
+        return ByteTokenizer()
+    assert identity.sha256 is not None and identity.end_of_text_token is not None  # __post_init__
+    raw = source.read(identity.sha256)
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != identity.sha256:
+        raise DataError(f"expected the corpus's tokenizer.json to have sha256 {identity.sha256}, got {digest}")
+    tokenizer = HuggingFaceTokenizer(
+        raw,
+        kind=identity.kind,
+        training=identity.training,
+        end_of_text_token=identity.end_of_text_token,
+        where=f"tokenizer {identity.sha256[:12]}",
+    )
+    if tokenizer.identity != identity:
+        raise DataError(f"expected tokenizer {identity.to_dict()}, the file gives {tokenizer.identity.to_dict()}")
+    return tokenizer
+
+
+def byte_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character table (Radford et al. 2019, openai/gpt-2
+    ``encoder.py`` ``bytes_to_unicode``), which the ``tokenizers`` ByteLevel pre-tokenizer and
+    decoder use: printable Latin-1 bytes stand for themselves, the other 68 bytes map to
+    U+0100 onwards in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table: dict[int, str] = {}
+    shifted = 0
+    for byte in range(256):
+        if byte in printable:
+            table[byte] = chr(byte)
+        else:
+            table[byte] = chr(256 + shifted)
+            shifted += 1
+    return table
+
+
+def byte_tokenizer_json() -> bytes:
+    """The byte-level tokenizer as a ``tokenizer.json``: a BPE with the 256 byte symbols as its
+    vocabulary (id = byte value) and no merges, behind a ByteLevel pre-tokenizer and decoder."""
+    from tokenizers import Tokenizer as _Tokenizer
+    from tokenizers import decoders, models, pre_tokenizers
+
+    vocab = {symbol: byte for byte, symbol in byte_to_unicode().items()}
+    tokenizer = _Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    # No regex split: without merges it could not change a single id, and this keeps the file
+    # about bytes only.
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    return str(tokenizer.to_str()).encode("utf-8")
+
+
+def _tokenizer_config(*, eos_token: str | None, model_max_length: int | None) -> bytes:
+    """``tokenizer_config.json``: the fast tokenizer class over ``tokenizer.json``, no added
+    BOS/EOS, no clean-up of spaces on decode (so decode(encode(x)) == x)."""
+    config: dict[str, Any] = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "clean_up_tokenization_spaces": False,
+        "add_bos_token": False,
+        "add_eos_token": False,
+    }
+    if eos_token is not None:
+        config["eos_token"] = eos_token
+    if model_max_length is not None:
+        config["model_max_length"] = model_max_length
+    return (json.dumps(config, indent=2, sort_keys=True) + "\n").encode("utf-8")

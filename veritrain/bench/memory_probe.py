@@ -1,7 +1,8 @@
-"""Time one transfer and its peak memory in a fresh process.
+"""Time one operation and its peak memory in a fresh process.
 
-Each operation of the storage benchmark runs alone in a new interpreter, so its high-water
-mark of resident memory (``VmHWM`` in /proc/self/status) belongs to it only. The interpreter,
+Each operation of the storage benchmark (a transfer) and of the data benchmark (a corpus
+build) runs alone in a new interpreter, so its high-water mark of resident memory (``VmHWM``
+in /proc/self/status) belongs to it only. The interpreter,
 imports and clients are warmed up first and their peak reported as the baseline; what the
 operation adds on top is the growth that must stay flat as objects grow.
 
@@ -179,6 +180,25 @@ def _read_file(path: str, out: str) -> Callable[[], object]:
     return run
 
 
+def _data_build(config_path: str, directory: str, result_path: str) -> Callable[[], object]:
+    """Build the corpus of a ``DataConfig`` (JSON file) under ``directory``; the manifest goes
+    to ``result_path``. Warm-up imports the tokenizer and Parquet libraries the build uses."""
+    import pyarrow.parquet  # noqa: F401
+    import tokenizers  # noqa: F401
+
+    from trainer.data.build import prepare_data
+    from trainer.data.config import DataConfig
+
+    config = DataConfig(**json.loads(Path(config_path).read_text()))
+
+    def run() -> object:
+        prepared = prepare_data(config, Path(directory))
+        Path(result_path).write_text(json.dumps(prepared.manifest.to_payload()))
+        return None
+
+    return run
+
+
 OPERATIONS: dict[str, Callable[..., Callable[[], object]]] = {
     "store-put": _store_put,
     "store-put-file": _store_put_file,
@@ -187,6 +207,7 @@ OPERATIONS: dict[str, Callable[..., Callable[[], object]]] = {
     "boto3-download": _boto3_download,
     "http-get": _http_get,
     "copy-file": _read_file,
+    "data-build": _data_build,
 }
 
 

@@ -1,4 +1,4 @@
-"""``veritrain bench comm|ledger|storage``: the measurements behind the project's claims.
+"""``veritrain bench comm|ledger|storage|data``: the measurements behind the project's claims.
 
 Each command parses its options and calls its benchmark's one entry point in
 ``veritrain.bench``; ``--json`` prints that result as one JSON object on stdout (progress goes
@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-app = typer.Typer(help="Benchmarks: communication (DiLoCoX vs AllReduce), ledger, storage.", no_args_is_help=True)
+app = typer.Typer(help="Benchmarks: communication (DiLoCoX vs AllReduce), ledger, storage, data.", no_args_is_help=True)
 
 Quick = Annotated[bool, typer.Option("--quick", help="A shorter run (minutes on 2 cores) with the same measurements.")]
 Json = Annotated[bool, typer.Option("--json", help="Print the result as one JSON object.")]
@@ -93,6 +93,25 @@ def storage(
 
     large = (size_mib or (128 if quick else 512)) * MiB
     _print(run_storage_bench(StorageBenchConfig(sizes=(large // 8, large), s3=s3, workdir=workdir), say=_say), json_output)
+
+
+@app.command("data")
+def data(
+    quick: Quick = False,
+    json_output: Json = False,
+    size_mb: Annotated[int | None, typer.Option(min=1, help="MB of synthetic text (default 1,000; 8 with --quick).")] = None,
+    vocab_size: Annotated[int | None, typer.Option(min=258, help="The trained BPE's vocabulary (default 16,384; 2,048 with --quick).")] = None,
+    workdir: Workdir = None,
+) -> None:
+    """Shard-builder throughput (tokens/s, bytes/s) and peak memory on a JSONL.gz + Parquet corpus."""
+    from veritrain.bench.data import MB, DataBenchConfig, run_data_bench
+
+    config = DataBenchConfig(
+        corpus_bytes=(size_mb or (8 if quick else 1_000)) * MB,
+        vocab_size=vocab_size or (2_048 if quick else 16_384),
+        workdir=workdir,
+    )
+    _print(run_data_bench(config, say=_say), json_output)
 
 
 def _print(result: Any, json_output: bool) -> None:

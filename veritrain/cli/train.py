@@ -25,7 +25,14 @@ def train(
     inner_steps: Annotated[int | None, typer.Option(help="H: inner steps per outer step.")] = None,
     data: Annotated[
         list[Path] | None,
-        typer.Option(help="Text/.jsonl file or folder (repeatable); default: the Python stdlib sources."),
+        typer.Option(
+            help="Text, .jsonl, .jsonl.gz or .parquet file, or a folder of them (repeatable); "
+            "default: the Python stdlib sources."
+        ),
+    ] = None,
+    text_field: Annotated[
+        str | None,
+        typer.Option(help="The JSON Lines field / Parquet column holding the text (default: text)."),
     ] = None,
     run_id: Annotated[str | None, typer.Option(help="Run name (default: the configuration's, 'run').")] = None,
     method: Annotated[str | None, typer.Option(help="allreduce | diloco | dilocox")] = None,
@@ -68,7 +75,7 @@ def train(
     folder_resume = Path(resume) if resume is not None and Path(resume).is_dir() else None
     if resume is not None and folder_resume is None:
         # A run id: the ledger holds its configuration, data and state.
-        if config or preset or any(v is not None for v in (clusters, stages, outer_steps, inner_steps, method, seed, run_id)) or data:
+        if config or preset or any(v is not None for v in (clusters, stages, outer_steps, inner_steps, method, seed, run_id, text_field)) or data:
             raise typer.BadParameter("--resume RUN_ID continues the run as recorded; drop the other options")
         summary = resume_recorded(settings, resume, cluster_keys=key_dir, quiet=quiet)
         if summary is not None and not quiet:
@@ -88,6 +95,7 @@ def train(
         outer_steps=outer_steps,
         inner_steps=inner_steps,
         data_paths=tuple(str(p) for p in data or ()),
+        text_field=text_field,
         run_id=run_id,
         method=method,
         seed=seed,

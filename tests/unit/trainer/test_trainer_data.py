@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import sysconfig
 from pathlib import Path
 
@@ -17,7 +16,6 @@ from trainer.data.config import DataConfig
 from trainer.data.manifest import DataManifest, held_out_indices
 from trainer.data.reader import BatchReader
 from trainer.data.shards import DirectoryShardSource, shard_file_name
-from trainer.data.tokenizer import load_tokenizer
 from trainer.errors import DataError
 
 SMALL = DataConfig(stdlib_max_bytes=200_000, shard_tokens=4096, eval_shards=2)
@@ -150,7 +148,7 @@ def test_jsonl_and_text_files_become_documents(tmp_path: Path) -> None:
     manifest = prepared.manifest
     assert [s.uri for s in manifest.sources] == ["file:corpus/a.jsonl", "file:corpus/b.txt"]
     assert {s.license for s in manifest.sources} == {"CC0-1.0"}
-    assert manifest.corpus == {"kind": "files"}
+    assert manifest.corpus == {"kind": "files", "text_field": "text"}
 
 
 def test_malformed_jsonl_names_the_line(tmp_path: Path) -> None:
@@ -158,15 +156,6 @@ def test_malformed_jsonl_names_the_line(tmp_path: Path) -> None:
     bad.write_text('{"text": "fine"}\n{"no_text": 1}\n')
     with pytest.raises(DataError, match=r"line 2 of file:bad\.jsonl"):
         prepare_data(DataConfig(paths=(str(bad),), shard_tokens=4), tmp_path / "out")
-
-
-def test_missing_tokenizers_package_gives_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "tokenizer.json"
-    path.write_text("{}")
-    monkeypatch.setitem(sys.modules, "tokenizers", None)  # what an environment without it looks like
-    with pytest.raises(DataError, match="'tokenizers' package"):
-        load_tokenizer(path)
-    assert load_tokenizer(None).identity() == {"kind": "bytes", "vocab_size": 256, "end_of_text": 0}
 
 
 def test_held_out_shards_are_spread_through_the_stream() -> None:
