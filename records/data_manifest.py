@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from records.fields import Fields, schema
+from records.fields import Fields, is_digest, schema
 
 FORMAT = "veritrain.data-manifest/v1"
 SCHEMA = "veritrain/data.manifest/v1"
@@ -59,6 +59,72 @@ class Source:
         return value
 
 
+TOKENIZER_KINDS = ("bytes", "byte-level-bpe", "huggingface-tokenizers")
+BYTE_VOCAB = 256
+BYTE_END_OF_TEXT = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizerIdentity:
+    """What the corpus was tokenized with, by what it *is* (trainer/data/tokenizer.py):
+    ``{"kind": "bytes", "vocab_size": 256, "end_of_text": 0}``, or for the other kinds also the
+    ``sha256`` of its Hugging Face ``tokenizer.json`` (stored as an object of the corpus) and its
+    ``end_of_text_token``; a BPE trained at data-build time adds how (``training``)."""
+
+    kind: str
+    vocab_size: int
+    """Ids are in ``[0, vocab_size)``, special tokens included."""
+    end_of_text: int
+    """The id appended after every document."""
+    sha256: str | None = None
+    end_of_text_token: str | None = None
+    training: Mapping[str, Any] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        if self.kind not in TOKENIZER_KINDS:
+            raise ValueError(f"expected a tokenizer kind in {', '.join(TOKENIZER_KINDS)}, got {self.kind!r}")
+        if not 0 <= self.end_of_text < self.vocab_size:
+            raise ValueError(f"expected an end-of-text id below {self.vocab_size}, got {self.end_of_text}")
+        if self.kind == "bytes":
+            if (self.vocab_size, self.end_of_text) != (BYTE_VOCAB, BYTE_END_OF_TEXT) or self.sha256:
+                raise ValueError(
+                    f"expected the byte tokenizer's identity to be vocab_size {BYTE_VOCAB}, "
+                    f"end_of_text {BYTE_END_OF_TEXT} and no sha256, got {self}"
+                )
+        elif self.sha256 is None or not is_digest(self.sha256) or not self.end_of_text_token:
+            raise ValueError(f"expected a {self.kind} tokenizer identity with a hex sha256 and an end-of-text token, got {self}")
+        if (self.kind == "byte-level-bpe") != (self.training is not None):
+            raise ValueError(f"expected training details exactly for a byte-level-bpe tokenizer, got {self}")
+
+    def to_payload(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"kind": self.kind, "vocab_size": self.vocab_size, "end_of_text": self.end_of_text}
+        if self.sha256 is not None:
+            data["sha256"] = self.sha256
+            data["end_of_text_token"] = self.end_of_text_token
+        if self.training is not None:
+            data["training"] = dict(self.training)
+        return data
+
+    @classmethod
+    def from_payload(cls, data: Any, *, where: str = "tokenizer identity") -> TokenizerIdentity:
+        return cls.read(Fields(data, where=where))
+
+    @classmethod
+    def read(cls, f: Fields) -> TokenizerIdentity:
+        kind = f.string("kind", choices=TOKENIZER_KINDS)
+        vocab_size = f.integer("vocab_size", minimum=1)
+        end_of_text = f.integer("end_of_text", minimum=0)
+        sha256 = f.digest("sha256") if f.has("sha256") else None
+        token = f.string("end_of_text_token", nonempty=True) if f.has("end_of_text_token") else None
+        training = f.mapping("training") if f.has("training") else None
+        f.exactly()
+        try:
+            return cls(kind=kind, vocab_size=vocab_size, end_of_text=end_of_text, sha256=sha256,
+                       end_of_text_token=token, training=training)
+        except ValueError as exc:
+            raise f.fail("kind", "a consistent tokenizer identity", str(exc)) from None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Shard:
     """One shard as the manifest lists it."""
@@ -76,8 +142,7 @@ class DataManifest:
     corpus: Mapping[str, Any]
     """How the sources were chosen (kind, Python identity for the stdlib corpus)."""
     sources: tuple[Source, ...]
-    tokenizer: Mapping[str, Any]
-    """The tokenizer's identity: at least ``kind``, ``vocab_size`` and ``end_of_text``."""
+    tokenizer: TokenizerIdentity
     dtype: TokenDtype
     shard_tokens: int
     shards: tuple[Shard, ...]
@@ -93,7 +158,15 @@ class DataManifest:
 
     @property
     def vocab_size(self) -> int:
-        return int(self.tokenizer["vocab_size"])
+        return self.tokenizer.vocab_size
+
+    @property
+    def object_digests(self) -> list[str]:
+        """Every content-addressed file of the corpus: the shards in order, then the
+        tokenizer's ``tokenizer.json`` when it has one. What a recorder uploads and a
+        re-executor downloads."""
+        extra = [self.tokenizer.sha256] if self.tokenizer.sha256 is not None else []
+        return [s.sha256 for s in self.shards] + extra
 
     @property
     def token_bytes(self) -> int:
@@ -112,7 +185,7 @@ class DataManifest:
             "format": FORMAT,
             "corpus": dict(self.corpus),
             "sources": [s.to_payload() for s in self.sources],
-            "tokenizer": dict(self.tokenizer),
+            "tokenizer": self.tokenizer.to_payload(),
             "shard_format": {
                 "dtype": self.dtype,
                 "byte_order": "little",
@@ -154,14 +227,10 @@ class DataManifest:
         for position, (shard, _) in enumerate(rows):
             if shard.index != position:
                 raise f.fail(f"shards[{position}].index", f"{position} (shards in stream order)", shard.index)
-        tokenizer = f.obj("tokenizer")
-        tokenizer.string("kind", nonempty=True)
-        tokenizer.integer("vocab_size", minimum=1)
-        tokenizer.integer("end_of_text", minimum=0)
         value = cls(
             corpus=f.mapping("corpus"),
             sources=f.items("sources", Source.read),
-            tokenizer=dict(tokenizer.data),
+            tokenizer=TokenizerIdentity.read(f.obj("tokenizer")),
             dtype=dtype,  # type: ignore[arg-type]  # checked against TOKEN_DTYPES above
             shard_tokens=shard_tokens,
             shards=tuple(shard for shard, _ in rows),

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from records.data_manifest import TokenizerIdentity
 from records.fields import Fields, schema
 
 SCHEMA = "veritrain/run.genesis/v1"
@@ -192,6 +193,8 @@ class RunKeys:
     """Signs the run's tree heads; its name is the log origin."""
     statement: str
     """Signs the DSSE provenance statements (the coordinator's)."""
+    model_signing: str
+    """PEM public key that signs every checkpoint for OpenSSF model signing (``model.sig``)."""
     clusters: tuple[ClusterKeys, ...]
     """Cluster j's enrolled keys at position j."""
 
@@ -202,6 +205,7 @@ class RunKeys:
         return {
             "log": self.log,
             "statement": self.statement,
+            "model_signing": self.model_signing,
             "clusters": [c.to_payload() for c in self.clusters],
         }
 
@@ -210,6 +214,7 @@ class RunKeys:
         value = cls(
             log=f.string("log", nonempty=True),
             statement=f.string("statement", nonempty=True),
+            model_signing=f.string("model_signing", nonempty=True),
             clusters=f.items("clusters", ClusterKeys.read),
         )
         f.exactly()
@@ -356,6 +361,9 @@ class Genesis:
     """SHA-256 of the RFC 8785 canonical JSON of ``hyperparameters``."""
     topology: Topology
     seed: int
+    tokenizer: TokenizerIdentity
+    """The corpus's tokenizer, by kind and the digest of its ``tokenizer.json`` (the data
+    manifest names the same)."""
     code: CodeIdentity
     dependencies: DependencyIdentity
     keys: RunKeys
@@ -373,6 +381,7 @@ class Genesis:
             "config_digest": self.config_digest,
             "topology": self.topology.to_payload(),
             "seed": self.seed,
+            "tokenizer": self.tokenizer.to_payload(),
             "code": self.code.to_payload(),
             "dependencies": self.dependencies.to_payload(),
             "keys": self.keys.to_payload(),
@@ -392,6 +401,7 @@ class Genesis:
             config_digest=f.digest("config_digest"),
             topology=Topology.read(f.obj("topology")),
             seed=f.integer("seed"),
+            tokenizer=TokenizerIdentity.read(f.obj("tokenizer")),
             code=CodeIdentity.read(f.obj("code")),
             dependencies=DependencyIdentity.read(f.obj("dependencies")),
             keys=RunKeys.read(f.obj("keys")),

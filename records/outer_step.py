@@ -15,6 +15,7 @@ from typing import Any
 
 from attestation.canonical import canonical_digest
 from records.fields import Fields, schema
+from records.generations import GenerationsRef
 from records.genesis import METHODS
 
 SCHEMA = "veritrain/outer_step/v1"
@@ -255,6 +256,9 @@ class CheckpointRef:
     files: int
     previous_manifest_root: str | None
     """The checkpoint the step started from; None for step 0 (the seed fixes that state)."""
+    signature_object: str
+    """Object: ``model.sig``, the OpenSSF model-signing signature over the checkpoint's files,
+    by the genesis' model-signing key (veritrain/model_signature.py)."""
 
     def to_payload(self) -> dict[str, Any]:
         return {
@@ -262,6 +266,7 @@ class CheckpointRef:
             "manifest_object": self.manifest_object,
             "files": self.files,
             "previous_manifest_root": self.previous_manifest_root,
+            "signature_object": self.signature_object,
         }
 
     @classmethod
@@ -271,6 +276,7 @@ class CheckpointRef:
             manifest_object=f.digest("manifest_object"),
             files=f.integer("files", minimum=1),
             previous_manifest_root=f.optional_digest("previous_manifest_root"),
+            signature_object=f.digest("signature_object"),
         )
         f.exactly()
         return value
@@ -354,6 +360,8 @@ class OuterStep:
     anomalies: tuple[Anomaly, ...]
     aggregate_digest: str
     checkpoint: CheckpointRef
+    generations: GenerationsRef
+    """The object holding what the model said after this step (records/generations.py)."""
     attestation: StepAttestation
     schema: str = field(default=SCHEMA)
 
@@ -382,6 +390,7 @@ class OuterStep:
             "anomalies": [a.to_payload() for a in self.anomalies],
             "aggregate_digest": self.aggregate_digest,
             "checkpoint": self.checkpoint.to_payload(),
+            "generations": self.generations.to_payload(),
             "attestation": self.attestation.to_payload(),
         }
 
@@ -404,6 +413,7 @@ class OuterStep:
             anomalies=f.items("anomalies", Anomaly.read),
             aggregate_digest=f.digest("aggregate_digest"),
             checkpoint=CheckpointRef.read(f.obj("checkpoint")),
+            generations=GenerationsRef.read(f.obj("generations")),
             attestation=StepAttestation.read(f.obj("attestation")),
         )
         f.exactly()

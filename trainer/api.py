@@ -182,11 +182,12 @@ def assignment_rule(config: TrainConfig, manifest: DataManifest) -> AssignmentRu
 
 
 def _tokenizer_export(prepared: PreparedData) -> TokenizerExport:
-    """The tokenizer files and special ids every checkpoint carries. The byte-level tokenizer
-    has neither (256 ids, no end-of-text token); a tokenizer with files hands them over here,
-    so that a run and its re-execution write the same files."""
-    del prepared
-    return TokenizerExport()
+    """The tokenizer files and special ids every checkpoint carries, so that a checkpoint
+    folder is a Hugging Face model repo ``AutoTokenizer`` loads (bytes included: a BPE over the
+    256 byte symbols with no merges), and a run and its re-execution write the same files.
+    Generation stops at the corpus's end-of-text id."""
+    tokenizer = prepared.tokenizer()
+    return TokenizerExport(files=tokenizer.hf_files(), eos_token_id=tokenizer.end_of_text)
 
 
 def _next_step(state: CheckpointFiles, config: TrainConfig) -> int:

@@ -57,6 +57,26 @@ class InnerConfig:
         _check(self, "grad_clip", self.grad_clip >= 0, ">= 0")
 
 
+DEFAULT_PROMPTS = ("def ", "import ", "class ", "    return ")
+"""Python openings, for the default corpus (the standard library's sources)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationConfig:
+    """What the model is asked to say after every outer step (recorded at genesis, and the
+    generations of every step with it): greedy continuations of fixed prompts."""
+
+    prompts: tuple[str, ...] = DEFAULT_PROMPTS
+    """Texts the model continues; each is tokenized with the run's tokenizer."""
+    max_new_tokens: int = 24
+    """Tokens generated after each prompt (fewer when the model ends the text)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prompts", tuple(self.prompts))
+        _check(self, "prompts", all(isinstance(p, str) and p for p in self.prompts), "non-empty strings")
+        _check(self, "max_new_tokens", self.max_new_tokens >= 0, ">= 0")
+
+
 @dataclass(frozen=True, kw_only=True)
 class PoisonForTesting:
     """TESTS AND BENCHMARKS ONLY: make one cluster misbehave in one outer step, to check that
@@ -113,6 +133,8 @@ class TrainConfig:
     """Seeds the initial weights, the data order and the outer algorithm's random bases."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """``auto``: CUDA (NCCL) when available, else CPU (gloo)."""
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    """Greedy generations recorded after every outer step (what the model says)."""
     poison_for_testing: PoisonForTesting | None = None
     """TESTS AND BENCHMARKS ONLY; see PoisonForTesting."""
 
@@ -162,6 +184,7 @@ class TrainConfig:
         data = asdict(self)
         data["data"] = self.data.to_dict()
         data["outer"] = self.outer.to_dict()
+        data["generation"]["prompts"] = list(self.generation.prompts)
         return data
 
     @classmethod
@@ -174,6 +197,7 @@ class TrainConfig:
             "data": DataConfig,
             "inner": InnerConfig,
             "outer": OuterConfig,
+            "generation": GenerationConfig,
         }
         for name, section in sections.items():
             if name in values:

@@ -72,19 +72,22 @@ def download_checkpoint(source: RunSource, checkpoint: CheckpointRef, directory:
 def download_data(
     source: RunSource, manifest: DataManifest, directory: Path, *, shards: Iterable[int] | None = None
 ) -> PreparedData:
-    """The run's data as recorded: ``shards`` (default: all) downloaded into ``directory``,
-    each verified against its digest (a shard already there by that name was verified when
-    it got it)."""
+    """The run's data as recorded: ``shards`` (default: all) and the tokenizer's file (if the
+    corpus has one) downloaded into ``directory``, each verified against its digest (a file
+    already there by that name was verified when it got it)."""
     from trainer.data.build import PreparedData
     from trainer.data.shards import DirectoryShardSource, shard_file_name
 
     digests = manifest.shard_digests
     wanted = sorted(digests) if shards is None else sorted(set(shards))
     directory.mkdir(parents=True, exist_ok=True)
-    for index in wanted:
-        target = directory / shard_file_name(digests[index])
+    files = [digests[i] for i in wanted]
+    if manifest.tokenizer.sha256 is not None:
+        files.append(manifest.tokenizer.sha256)
+    for digest in files:
+        target = directory / shard_file_name(digest)
         if not target.is_file():
-            download_object(source, digests[index], target)
+            download_object(source, digest, target)
     return PreparedData(manifest=manifest, source=DirectoryShardSource(directory))
 
 

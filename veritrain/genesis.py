@@ -27,6 +27,7 @@ from records.genesis import (
 from trainer.recorder import RunStart
 from veritrain.errors import RecorderError
 from veritrain.keyring import KeyRing
+from veritrain.model_signature import load_or_create_key, public_pem
 from veritrain.policy import PolicyChoice
 
 
@@ -59,11 +60,13 @@ def run_genesis(
         config_digest=run.config_digest,
         topology=topology,
         seed=run.seed,
+        tokenizer=run.data_manifest.tokenizer,
         code=code,
         dependencies=dependencies,
         keys=RunKeys(
             log=keys.log_key(run.run_id).public.vkey,
             statement=keys.statement_key(run.run_id).public.vkey,
+            model_signing=public_pem(load_or_create_key(keys.model_signing_key(run.run_id))),
             clusters=clusters,
         ),
         tee=TeeReference(

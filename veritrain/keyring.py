@@ -3,6 +3,7 @@
 
     <key_dir>/runs/<run_id>/log.key        signs the run's tree heads; named by the run's origin
     <key_dir>/runs/<run_id>/statement.key  signs the run's DSSE provenance statements
+    <key_dir>/runs/<run_id>/model-signing.pem  signs every checkpoint for OpenSSF model signing
 
 Keys are created on first use and never replaced (``attestation.keys.load_or_create``), so a
 resumed run signs with the keys its genesis committed to. No cluster key is ever here: each
@@ -35,6 +36,16 @@ class KeyRing:
 
     def statement_key(self, run_id: str) -> SigningKey:
         return self._run_key(run_id, "statement", f"{self.run_origin(run_id)}/statement")
+
+    def model_signing_key(self, run_id: str) -> Path:
+        """Where the run's model-signing key is (an elliptic-curve PEM, created on first use:
+        the OpenSSF tool does not sign with Ed25519)."""
+        from veritrain.model_signature import load_or_create_key
+
+        check_run_id(run_id)
+        path = self.root / "runs" / run_id / "model-signing.pem"
+        load_or_create_key(path)
+        return path
 
     def __call__(self, origin: str) -> SigningKey:
         """The ledger's ``LogKeys``: the log key of the run whose origin is ``origin``."""

@@ -50,6 +50,7 @@ from records import (
     OuterStep,
     RunFinal,
 )
+from records.generations import GenerationsRef
 from records.genesis import ClusterKeys
 from records.outer_step import (
     UNCOMPRESSED_BITS,
@@ -74,6 +75,8 @@ from storage.checkpoint import (
     write_model_index,
 )
 from storage.checkpoint.sharding import header_tensor_sizes, is_model_shard
+from trainer.config import TrainConfig
+from trainer.data.tokenizer import Tokenizer, corpus_tokenizer
 from trainer.recorder import (
     AttestationRequest,
     ClusterEvidence,
@@ -86,8 +89,10 @@ from trainer.recorder import (
 )
 from veritrain.cluster_identity import SPEAKER_STAGE, ClusterKeyFolder, ClusterSigner
 from veritrain.errors import RecorderError
+from veritrain.generations import generate, stored_model_state
 from veritrain.genesis import reference_launch_measurement, run_genesis
 from veritrain.keyring import KeyRing
+from veritrain.model_signature import sign_checkpoint
 from veritrain.policy import PolicyChoice
 from veritrain.provenance import code_identity, dependency_identity
 from veritrain.recorded_run import RecordedRun
@@ -208,6 +213,8 @@ class LedgerRecorder:
         steps = [step for _, step in recorded.outer_steps]
         self._run = _RunContext(
             run_id=run.run_id,
+            config=TrainConfig.from_dict(run.config),
+            tokenizer=corpus_tokenizer(run.data_manifest.tokenizer, run.shard_source),
             config_digest=run.config_digest,
             clusters=tuple(k.cluster for k in enrollments),
             shard_digests=run.data_manifest.shard_digests,
@@ -228,6 +235,7 @@ class LedgerRecorder:
         files.update(self._store_model_index(files))
         manifest = Manifest.from_digests(files)
         manifest_object = upload_manifest(self._store, manifest)
+        signature = sign_checkpoint(self._store, manifest, self._keys.model_signing_key(run.run_id))
         metrics, _ = _finite_metrics(record.metrics)
         statement_object, statement_digest = run.signer.sign(
             step=record.step,
@@ -242,14 +250,18 @@ class LedgerRecorder:
             data_shards=[shard_dependency(i, run.shard_digests[i]) for i in shards_read(record.data_ranges)],
             metrics_digest=canonical_digest(metrics),
         )
+        said = generate(run.config, run.tokenizer, stored_model_state(self._store, files))
+        generations = self._store.put_bytes(canonical_json(said.to_payload()))
         head = ledger.latest_tree_head(run.run_id)
         run.pending = _PendingStep(
             step=record.step,
+            generations=GenerationsRef(object=generations),
             checkpoint=CheckpointRef(
                 manifest_root=manifest.root,
                 manifest_object=manifest_object,
                 files=len(files),
                 previous_manifest_root=run.previous_manifest_root,
+                signature_object=self._store.put_bytes(signature),
             ),
             statement_object=statement_object,
             statement_digest=statement_digest,
@@ -296,6 +308,7 @@ class LedgerRecorder:
             anomalies=tuple(record.anomalies),
             aggregate_digest=aggregate_digest(applied),
             checkpoint=pending.checkpoint,
+            generations=pending.generations,
             attestation=StepAttestation(
                 statement_object=pending.statement_object,
                 statement_digest=pending.statement_digest,
@@ -341,8 +354,8 @@ class LedgerRecorder:
         """Upload every shard, then the full manifest, then append the ``data.manifest`` entry."""
         assert self._ledger is not None
         manifest = run.data_manifest
-        for shard in manifest.shards:
-            self._store.put(iter([run.shard_source.read(shard.sha256)]), expected_sha256=shard.sha256)
+        for digest in manifest.object_digests:  # the shards, and the tokenizer.json if any
+            self._store.put(iter([run.shard_source.read(digest)]), expected_sha256=digest)
         document = canonical_json(manifest.to_payload())
         entry = DataManifestEntry.recording(
             manifest, manifest_object=self._store.put_bytes(document), document_bytes=len(document)
@@ -367,6 +380,7 @@ class _PendingStep:
     """A step whose objects are stored and whose clusters are attesting."""
 
     step: int
+    generations: GenerationsRef
     checkpoint: CheckpointRef
     statement_object: str
     statement_digest: str
@@ -376,6 +390,8 @@ class _PendingStep:
 @dataclass
 class _RunContext:
     run_id: str
+    config: TrainConfig
+    tokenizer: Tokenizer
     config_digest: str
     clusters: tuple[int, ...]
     shard_digests: dict[int, str]

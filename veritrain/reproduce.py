@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from records import Genesis, OuterStep
+from records.generations import Generations
 from records.genesis import VerificationPolicy
 from storage.checkpoint import write_files, write_model_index
 from storage.checkpoint.sharding import is_model_shard, tensor_nbytes
@@ -46,6 +47,7 @@ from veritrain.downloads import (
     read_data_manifest,
 )
 from veritrain.errors import ReproduceError
+from veritrain.generations import generate, model_state
 from veritrain.policy import PARAMETER_DISTANCE_BOUND
 from veritrain.recorded_run import RecordedRun
 from veritrain.sources import RunSource, read_verified
@@ -132,6 +134,7 @@ def reproduce_step(source: RunSource, run_id: str | None, step: int, cluster: in
         result = reexecute_outer_step(config, before, step, cluster, data=data)
         _compare_contributions(comparison, recorded, result, cluster)
         if cluster is None:
+            _compare_generations(comparison, source, recorded, generate(config, data.tokenizer(), model_state(result.files.tensors)))
             if mode == "bitwise":
                 _compare_files(comparison, source, recorded, result.files)
                 _compare_metrics(comparison, recorded, result)
@@ -204,6 +207,22 @@ def _compare_files(comparison: Comparison, source: RunSource, recorded: OuterSte
                 comparison.mismatched.append(
                     f"{name}: recorded {str(expected.get(name))[:16]}…, re-executed {str(digests.get(name))[:16]}…"
                 )
+
+
+def _compare_generations(comparison: Comparison, source: RunSource, recorded: OuterStep, again: Generations) -> None:
+    """What the re-executed model says against what the step recorded it saying: token for
+    token under bitwise; reported, not required, under tolerance (issue: another machine may
+    flip a near-tie of the argmax)."""
+    said = Generations.from_payload(json.loads(read_verified(source, recorded.generations.object)))
+    differing = [g.prompt for g, h in zip(said.generations, again.generations, strict=True) if g != h]
+    if said.prompts != again.prompts or said.max_new_tokens != again.max_new_tokens:
+        comparison.mismatched.append("generations: the recorded object was made for other prompts or lengths")
+    elif not differing:
+        comparison.matched.append(f"generations: {len(said.generations)} greedy continuations equal token for token")
+    elif comparison.mode == "bitwise":
+        comparison.mismatched.append(f"generations differ for prompts {differing!r}")
+    else:
+        comparison.notes.append(f"generations differ for prompts {differing!r} (allowed under tolerance)")
 
 
 def _compare_metrics(comparison: Comparison, recorded: OuterStep, result: Reexecution) -> None:

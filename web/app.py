@@ -21,6 +21,7 @@ from storage import open_store
 from web.audit_status import StatusCache
 from web.deps import Resources
 from web.errors import install_error_handlers
+from web.hf_repo import RootIndex
 from web.routes import checkpoints, hf, log, metrics, objects, ops, pages, runs, tiles
 from web.security_headers import NoSniffMiddleware
 from web.series import SeriesCache
@@ -57,6 +58,7 @@ def create_app(settings: WebSettings) -> FastAPI:
             status=StatusCache(),
             series=SeriesCache(),
             verified=VerifiedFiles(),
+            roots=RootIndex(),
         )
         plotly_bundle()  # read and compress once at start, not on the first page view
         try:

@@ -11,6 +11,7 @@ from fastapi import Depends, Request
 from ledger.service import Ledger
 from storage import ObjectStore
 from web.audit_status import StatusCache
+from web.hf_repo import RootIndex
 from web.series import SeriesCache
 from web.settings import WebSettings
 from web.telemetry import Telemetry
@@ -35,6 +36,8 @@ class Resources:
     series: SeriesCache
     """Chart series per (run, log size, keys, max_points)."""
     verified: VerifiedFiles
+    roots: RootIndex
+    """Manifest root -> outer step (the Hugging Face "commit" of a checkpoint)."""
     """Local object files hashed in full before a range of them is served."""
 
 

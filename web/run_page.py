@@ -8,6 +8,7 @@ first), the final entry, the downsampled chart series, and the cached audit stat
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from ledger.errors import LedgerError
 from ledger.records import CosignatureRecord, EntryRecord, KeyRecord, RunInfo, SignedTreeHead
 from ledger.service import Ledger
 from records import DATA_MANIFEST_INDEX, DataManifest, DataManifestEntry, OuterStep, RecordError
+from records.generations import Generations
 from storage import ObjectStore
 from storage.errors import StorageError
 from web.audit_status import RunStatus, StatusCache
@@ -113,6 +115,8 @@ class RunPage:
     """None before the first outer step."""
     problems: Sequence[str]
     """Entries that do not read as their format (the rest of the page still renders)."""
+    generations: Mapping[int, Generations | None]
+    """What the model said after each step of the table's page (None: unreadable)."""
     cosigners: Sequence[CosignatureRecord]
     """The witnesses that cosigned the latest signed tree head (verified when stored)."""
 
@@ -145,6 +149,7 @@ def run_page(
     genesis_model = readable(lambda: genesis_record(ledger, run_id))
     genesis = genesis_model.to_payload() if genesis_model is not None else {}
     rows = _table_rows(ledger, run_id, state.size, page, problems)
+    said = {row.step: _generations(store, row, problems) for row in rows}
     series = series_cache.series(ledger, run_id, CHART_KEYS, CHART_POINTS)
     return RunPage(
         run=run,
@@ -163,6 +168,7 @@ def run_page(
         chart_data={s.key: {"steps": s.steps, "values": s.values, "total": s.total} for s in series},
         latest_checkpoint=None if state.latest_step is None else latest_checkpoint(ledger, store, run_id, state.latest_step),
         problems=problems,
+        generations=said,
         cosigners=ledger.cosignatures(run_id, state.size),
     )
 
@@ -218,6 +224,22 @@ def step_row(entry: EntryRecord) -> StepRow | None:
     )
 
 
+GENERATIONS_LIMIT = 1 << 20
+"""Largest generations object the page reads (a few prompts of a few dozen tokens are ~1 KiB)."""
+
+
+def _generations(store: ObjectStore, row: StepRow, problems: list[str]) -> Generations | None:
+    """The step's generations object, verified against its digest as it is read."""
+    digest = row.record.generations.object
+    try:
+        return Generations.from_payload(
+            json.loads(store.read_bytes(digest, GENERATIONS_LIMIT)), where=f"generations of outer step {row.step}"
+        )
+    except (StorageError, RecordError, ValueError) as exc:
+        problems.append(f"outer step {row.step}: its generations object {digest[:16]}… cannot be read: {exc}")
+        return None
+
+
 def data_summary(entry: DataManifestEntry) -> DataSummary:
     """Sources, tokenizer and shard counts of a ``data.manifest`` entry, whether it holds the
     full manifest or only a summary of it (docs/records.md)."""
@@ -250,7 +272,7 @@ def data_summary(entry: DataManifestEntry) -> DataSummary:
         sources=[s.to_payload() for s in manifest.sources],
         source_bytes=sum(s.bytes for s in manifest.sources),
         licences=licences,
-        tokenizer=dict(manifest.tokenizer),
+        tokenizer=manifest.tokenizer.to_payload(),
         shard_counts=counts,
         other={k: v for k, v in document.items() if k not in ("sources", "shards", "tokenizer")},
     )

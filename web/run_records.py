@@ -28,7 +28,6 @@ from records import (
     parse_record,
     step_entry_index,
 )
-from web.errors import NotFoundError
 
 if TYPE_CHECKING:
     from storage import ObjectStore
@@ -130,17 +129,6 @@ def load_manifest(store: ObjectStore, ref: CheckpointRef) -> Manifest:
             manifest.root,
         )
     return manifest
-
-
-def file_digest(manifest: Manifest, ref: CheckpointRef, filename: str) -> str:
-    """The SHA-256 of ``filename`` in the checkpoint, or :class:`NotFoundError`."""
-    digest = manifest.digests.get(filename)
-    if digest is None:
-        raise NotFoundError(
-            f"run {ref.run_id!r} step {ref.step}: no file {filename!r} in the checkpoint; "
-            f"expected one of {sorted(manifest.digests)}"
-        )
-    return digest
 
 
 def final_record(ledger: Ledger, run_id: str, size: int) -> RunFinal | None:

@@ -122,6 +122,14 @@ def roll_back_tree_head(settings: Settings) -> None:
         db.execute("update runs set size = ?", (step_index,))  # the server now serves the older head
 
 
+def rewrite_generations(settings: Settings) -> None:
+    """The stored generations of step STEP now say something else."""
+    path = _object_path(settings, _payload(settings, STEP)["generations"]["object"])
+    said = json.loads(path.read_bytes())
+    said["generations"][0]["text"] = "the model said something smarter"
+    path.write_bytes(rfc8785.dumps(said))
+
+
 def replace_checkpoint(settings: Settings) -> None:
     """The stored manifest of step STEP now holds the (valid) manifest of step STEP - 1."""
     target = _object_path(settings, _payload(settings, STEP)["checkpoint"]["manifest_object"])
@@ -179,6 +187,7 @@ CASES: dict[str, tuple[Callable[[Settings], None], set[int]]] = {
     "quote replaced by another step's": (replace_quote, {2, 5}),
     "signed tree head rolled back": (roll_back_tree_head, {2}),
     "checkpoint replaced by another step's": (replace_checkpoint, {7}),
+    "generation rewritten": (rewrite_generations, {7}),
 }
 
 

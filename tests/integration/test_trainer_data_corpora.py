@@ -17,7 +17,6 @@ from trainer.config import TrainConfig
 from trainer.data.config import DataConfig
 from trainer.data.manifest import DataManifest
 from trainer.data.shards import shard_file_name
-from trainer.data.tokenizer import TokenizerIdentity
 from trainer.presets import run_preset
 from veritrain.bench.memory_probe import Measurement, probe
 from veritrain.bench.synthetic_corpus import CorpusFormat, write_corpus
@@ -62,7 +61,7 @@ def test_a_corpus_trains_end_to_end_with_a_bpe_that_builds_identically_twice(fmt
     first, _ = build_in_child(data, tmp_path / "a", {"RAYON_NUM_THREADS": "1", "PYTHONHASHSEED": "1"})
     second, _ = build_in_child(data, tmp_path / "b", {"RAYON_NUM_THREADS": "2", "PYTHONHASHSEED": "2",
                                                       "TOKENIZERS_PARALLELISM": "true"})
-    identity = TokenizerIdentity.from_dict(first.tokenizer)
+    identity = first.tokenizer
     assert identity.kind == "byte-level-bpe" and first.vocab_size == VOCAB
     assert identity.sha256 is not None
     name = shard_file_name(identity.sha256)

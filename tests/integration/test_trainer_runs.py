@@ -74,7 +74,8 @@ def test_held_out_loss_decreases_over_outer_steps(reference: Path) -> None:
     assert len(last["contribution_digests"]) == 4  # 2 clusters x 2 stages
     assert {r["cluster"] for r in last["data_ranges"]} == {0, 1}
     saved = sorted(p.name for p in step_directory(reference, STEPS - 1).glob("*.safetensors"))
-    assert sorted(last["files"]) == sorted([*saved, TRAINER_STATE, HF_CONFIG, GENERATION_CONFIG])
+    tokenizer_files = ["tokenizer.json", "tokenizer_config.json"]
+    assert sorted(last["files"]) == sorted([*saved, TRAINER_STATE, HF_CONFIG, GENERATION_CONFIG, *tokenizer_files])
 
 
 def test_a_recorded_step_loads_in_transformers_with_our_logits_and_generations(reference: Path) -> None:

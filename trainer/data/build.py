@@ -29,7 +29,7 @@ import numpy as np
 from trainer.data.bpe import library_version, train_byte_level_bpe
 from trainer.data.config import DataConfig
 from trainer.data.documents import Piece, pieces
-from trainer.data.manifest import DataManifest, held_out_indices, object_digests
+from trainer.data.manifest import DataManifest, held_out_indices
 from trainer.data.shards import (
     DirectoryShardSource,
     ShardSource,
@@ -50,7 +50,6 @@ from trainer.data.tokenizer import (
     ByteTokenizer,
     HuggingFaceTokenizer,
     Tokenizer,
-    TokenizerIdentity,
     corpus_tokenizer,
     tokenizer_from_file,
 )
@@ -71,7 +70,7 @@ class PreparedData:
     def tokenizer(self) -> Tokenizer:
         """The corpus's tokenizer, its ``tokenizer.json`` (if any) read from ``source`` and
         checked against the manifest (``Tokenizer.hf_files()`` gives its Hugging Face files)."""
-        return corpus_tokenizer(TokenizerIdentity.from_dict(self.manifest.tokenizer), self.source)
+        return corpus_tokenizer(self.manifest.tokenizer, self.source)
 
 
 def prepare_data(config: DataConfig, directory: Path) -> PreparedData:
@@ -89,7 +88,7 @@ def prepare_data(config: DataConfig, directory: Path) -> PreparedData:
     manifest_path = directory / "corpora" / f"{key}.json"
     if manifest_path.is_file():
         manifest = DataManifest.from_payload(json.loads(manifest_path.read_text()), where=str(manifest_path))
-        if all((shard_dir / shard_file_name(d)).is_file() for d in object_digests(manifest)):
+        if all((shard_dir / shard_file_name(d)).is_file() for d in manifest.object_digests):
             return PreparedData(manifest, DirectoryShardSource(shard_dir))
     tokenizer = _tokenizer(config, sources, shard_dir)
     manifest = _build(sources, corpus, tokenizer, config, shard_dir)
@@ -124,7 +123,7 @@ def _tokenizer_recipe(config: DataConfig) -> dict[str, Any]:
             "max_bytes": config.tokenizer_train_bytes,
             "library": library_version(),
         }
-    return ByteTokenizer().identity.to_dict()
+    return ByteTokenizer().identity.to_payload()
 
 
 def _tokenizer(config: DataConfig, sources: Sequence[Source], shard_dir: Path) -> Tokenizer:
@@ -161,7 +160,7 @@ def _build(
     return DataManifest(
         corpus=corpus,
         sources=tuple(s.record() for s in sources),
-        tokenizer=tokenizer.identity.to_dict(),
+        tokenizer=tokenizer.identity,
         dtype=dtype,
         shard_tokens=config.shard_tokens,
         shards=tuple(shards),

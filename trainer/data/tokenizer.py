@@ -23,88 +23,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
+from records.data_manifest import BYTE_END_OF_TEXT, BYTE_VOCAB, TOKENIZER_KINDS, TokenizerIdentity
 from trainer.data.shards import ShardSource
 from trainer.errors import DataError
 
-BYTE_VOCAB = 256
-BYTE_END_OF_TEXT = 0
 END_OF_TEXT_TOKEN = "<|endoftext|>"
 """The end-of-text token of a trained BPE (GPT-2's and Qwen2's name for it)."""
 
-TokenizerKind = Literal["bytes", "byte-level-bpe", "huggingface-tokenizers"]
-KINDS: tuple[TokenizerKind, ...] = ("bytes", "byte-level-bpe", "huggingface-tokenizers")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class TokenizerIdentity:
-    """The manifest's ``tokenizer`` object: what the corpus was tokenized with.
-
-    ``{"kind": "bytes", "vocab_size": 256, "end_of_text": 0}``, or for the other kinds also
-    ``sha256`` (of ``tokenizer.json``) and ``end_of_text_token``; a trained BPE adds
-    ``training`` (trainer/data/bpe.py)."""
-
-    kind: TokenizerKind
-    vocab_size: int
-    """Ids are in ``[0, vocab_size)``, special tokens included."""
-    end_of_text: int
-    """The id appended after every document."""
-    sha256: str | None = None
-    """Hex SHA-256 of the ``tokenizer.json`` bytes; None for bytes (nothing to digest)."""
-    end_of_text_token: str | None = None
-    """The end-of-text token's string in ``tokenizer.json``; None for bytes."""
-    training: Mapping[str, Any] | None = field(default=None)
-    """How a ``byte-level-bpe`` was trained: algorithm, library version, byte budget, bytes used."""
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise DataError(f"expected a tokenizer kind in {', '.join(KINDS)}, got {self.kind!r}")
-        if not 0 <= self.end_of_text < self.vocab_size:
-            raise DataError(f"expected an end-of-text id below {self.vocab_size}, got {self.end_of_text}")
-        if self.kind == "bytes":
-            if (self.vocab_size, self.end_of_text) != (BYTE_VOCAB, BYTE_END_OF_TEXT) or self.sha256:
-                raise DataError(
-                    f"expected the byte tokenizer's identity to be vocab_size {BYTE_VOCAB}, "
-                    f"end_of_text {BYTE_END_OF_TEXT} and no sha256, got {self}"
-                )
-        elif self.sha256 is None or not _SHA256.fullmatch(self.sha256) or not self.end_of_text_token:
-            raise DataError(
-                f"expected a {self.kind} tokenizer identity with a hex sha256 and an end-of-text token, got {self}"
-            )
-        if (self.kind == "byte-level-bpe") != (self.training is not None):
-            raise DataError(f"expected training details exactly for a byte-level-bpe tokenizer, got {self}")
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"kind": self.kind, "vocab_size": self.vocab_size, "end_of_text": self.end_of_text}
-        if self.sha256 is not None:
-            data["sha256"] = self.sha256
-            data["end_of_text_token"] = self.end_of_text_token
-        if self.training is not None:
-            data["training"] = dict(self.training)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TokenizerIdentity:
-        try:
-            training = data.get("training")
-            return cls(
-                kind=data["kind"],
-                vocab_size=int(data["vocab_size"]),
-                end_of_text=int(data["end_of_text"]),
-                sha256=data.get("sha256"),
-                end_of_text_token=data.get("end_of_text_token"),
-                training=dict(training) if training is not None else None,
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise DataError(f"expected a complete tokenizer identity, got {dict(data)!r}: missing or bad {exc}") from exc
+KINDS = TOKENIZER_KINDS
 
 
 class Tokenizer(Protocol):
@@ -173,7 +105,7 @@ class HuggingFaceTokenizer:
         self,
         raw: bytes,
         *,
-        kind: TokenizerKind = "huggingface-tokenizers",
+        kind: str = "huggingface-tokenizers",
         training: Mapping[str, Any] | None = None,
         end_of_text_token: str = END_OF_TEXT_TOKEN,
         where: str = "tokenizer.json",
@@ -253,7 +185,7 @@ def corpus_tokenizer(identity: TokenizerIdentity, source: ShardSource) -> Tokeni
         where=f"tokenizer {identity.sha256[:12]}",
     )
     if tokenizer.identity != identity:
-        raise DataError(f"expected tokenizer {identity.to_dict()}, the file gives {tokenizer.identity.to_dict()}")
+        raise DataError(f"expected tokenizer {identity.to_payload()}, the file gives {tokenizer.identity.to_payload()}")
     return tokenizer
 
 

@@ -31,7 +31,6 @@ from typing import Any
 from trainer.data.config import DataConfig
 from trainer.data.manifest import DataManifest
 from trainer.data.shards import shard_file_name
-from trainer.data.tokenizer import TokenizerIdentity
 from veritrain.bench.memory_probe import probe
 from veritrain.bench.scratch import scratch_dir
 from veritrain.bench.synthetic_corpus import SyntheticCorpus, write_corpus
@@ -181,7 +180,7 @@ def run_data_bench(config: DataBenchConfig, *, say: Callable[[str], None] = lamb
             "trained_bpe", workdir, corpus,
             {**common, "tokenizer_vocab_size": config.vocab_size, "tokenizer_train_bytes": config.tokenizer_train_bytes},
         )
-        identity = TokenizerIdentity.from_dict(trained_manifest.tokenizer)
+        identity = trained_manifest.tokenizer
         assert identity.sha256 is not None  # a trained BPE has a tokenizer.json
         given_file = workdir / "tokenizer.json"
         given_file.write_bytes((workdir / "trained_bpe" / "shards" / shard_file_name(identity.sha256)).read_bytes())

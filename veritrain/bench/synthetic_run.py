@@ -26,6 +26,8 @@ from records import (
     OuterStep,
     Shard,
 )
+from records.data_manifest import TokenizerIdentity
+from records.generations import GenerationsRef
 from records.genesis import (
     ClusterKeys,
     CodeIdentity,
@@ -172,7 +174,9 @@ def outer_step_record(run_id: str, step: int, *, clusters: int, stages: int) -> 
             manifest_object=_digest(run_id, f"manifest/{step}"),
             files=2 * clusters * stages + 3,
             previous_manifest_root=_digest(run_id, f"root/{step - 1}") if step else None,
+            signature_object=_digest(run_id, f"model-signature/{step}"),
         ),
+        generations=GenerationsRef(object=_digest(run_id, f"generations/{step}")),
         attestation=StepAttestation(
             statement_object=_digest(run_id, f"statement/{step}"),
             statement_digest=_digest(run_id, f"statement-digest/{step}"),
@@ -200,11 +204,13 @@ def _genesis(run_id: str, vkey: str, *, clusters: int, stages: int) -> Genesis:
             present=tuple(range(clusters)),
         ),
         seed=0,
+        tokenizer=TokenizerIdentity(kind="bytes", vocab_size=256, end_of_text=0),
         code=CodeIdentity(source_sha256=made_up, git_commit=None, git_dirty=False, files=0),
         dependencies=DependencyIdentity(sha256=made_up, python="synthetic", torch="synthetic", distributions=0),
         keys=RunKeys(
             log=vkey,
             statement=vkey,
+            model_signing="synthetic run: no model signatures",
             clusters=tuple(
                 ClusterKeys(cluster=j, contribution=vkey, contribution_proof="AA==", attestation=vkey,
                             attestation_proof="AA==", platform_root=vkey)
@@ -232,7 +238,7 @@ def _data_manifest(run_id: str) -> DataManifestEntry:
     manifest = DataManifest(
         corpus={"kind": "synthetic"},
         sources=(),
-        tokenizer={"kind": "bytes", "vocab_size": 256, "end_of_text": 0},
+        tokenizer=TokenizerIdentity(kind="bytes", vocab_size=256, end_of_text=0),
         dtype="uint16",
         shard_tokens=16_384,
         shards=tuple(Shard(index=i, sha256=_digest(run_id, f"shard/{i}"), tokens=16_384) for i in range(8)),

@@ -89,6 +89,11 @@ def _check_ranges(report: Report, run: RecordedRun, data: DataIndex, config: Tra
         )
         return
     genesis = run.genesis
+    if data.manifest.tokenizer != genesis.tokenizer:
+        result.fail(
+            f"tokenizer: the genesis names {genesis.tokenizer.to_payload()}, the data manifest {data.manifest.tokenizer.to_payload()}",
+            index=data.entry.index,
+        )
     first_inner_step, total = 0, 0
     for entry, step in run.outer_steps:
         result.checked += 1

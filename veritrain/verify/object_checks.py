@@ -11,14 +11,19 @@ always fetched and their roots recomputed; only the bulk files are sampled.
 
 from __future__ import annotations
 
+import json
 import math
 
+from records import Genesis, RecordError
+from records.generations import Generations
 from storage.checkpoint import Manifest
 from storage.errors import StorageError
+from trainer.config import TrainConfig
 from veritrain.downloads import read_checkpoint_manifest
 from veritrain.errors import VeritrainError
+from veritrain.model_signature import check_signature
 from veritrain.recorded_run import LogEntry, RecordedRun
-from veritrain.sources import RunSource, SourceError, stream_verified
+from veritrain.sources import RunSource, SourceError, read_verified, stream_verified
 from veritrain.verify.report import Report
 from veritrain.verify.sampling import sample
 
@@ -27,10 +32,13 @@ FULL_CHECK_BYTES = 1 << 30
 SAMPLED_STEPS = 4
 
 
-def check_checkpoints(report: Report, run: RecordedRun, source: RunSource, *, deep: bool, signed_root: bytes) -> None:
+def check_checkpoints(
+    report: Report, run: RecordedRun, genesis: Genesis | None, source: RunSource, *, deep: bool, signed_root: bytes
+) -> None:
     """7. Every step's checkpoint manifest hashes to its recorded digest and its root to the
-    recorded manifest root, and lists as many files as the entry says; files are re-hashed
-    (all, or a sample: see the module doc)."""
+    recorded manifest root, and lists as many files as the entry says; its ``model.sig``
+    verifies under the genesis' model-signing key over exactly those files; files are
+    re-hashed (all, or a sample: see the module doc)."""
     result = report.check(7)
     manifests: dict[int, tuple[LogEntry, Manifest]] = {}
     for entry, step in run.outer_steps:
@@ -38,6 +46,8 @@ def check_checkpoints(report: Report, run: RecordedRun, source: RunSource, *, de
             manifest = read_checkpoint_manifest(source, step.checkpoint)
             if len(manifest.entries) != step.checkpoint.files:
                 raise ValueError(f"manifest lists {len(manifest.entries)} files, the entry says {step.checkpoint.files}")
+            if genesis is not None:
+                check_signature(read_verified(source, step.checkpoint.signature_object), manifest, genesis.keys.model_signing)
         except (ValueError, StorageError, VeritrainError) as exc:
             result.fail(f"checkpoint manifest: {exc}", index=entry.index, step=step.step)
             continue
@@ -68,6 +78,27 @@ def _rehash(report: Report, entry: LogEntry, manifest: Manifest, source: RunSour
         except (ValueError, StorageError, VeritrainError) as exc:
             result.fail(f"checkpoint file {file.name}: {exc}", index=entry.index, step=entry.step)
     return total
+
+
+def check_generations(report: Report, run: RecordedRun, source: RunSource, config: TrainConfig | None) -> None:
+    """7b. Every step's generations object hashes to its digest, reads as a generations record,
+    and answers the configuration's prompts with its number of new tokens at most."""
+    result = report.check(7)
+    for entry, step in run.outer_steps:
+        result.checked += 1
+        try:
+            said = Generations.from_payload(
+                json.loads(read_verified(source, step.generations.object)), where=f"generations of outer step {step.step}"
+            )
+            if config is not None:
+                wanted = (config.generation.prompts, config.generation.max_new_tokens)
+                if (said.prompts, said.max_new_tokens) != wanted:
+                    raise ValueError(
+                        f"generations: expected prompts {list(wanted[0])} with {wanted[1]} new tokens (the configuration's), "
+                        f"got {list(said.prompts)} with {said.max_new_tokens}"
+                    )
+        except (ValueError, StorageError, VeritrainError, RecordError) as exc:
+            result.fail(f"generations: {exc}", index=entry.index, step=step.step)
 
 
 def check_metrics(report: Report, run: RecordedRun, source: RunSource) -> None:

@@ -12,7 +12,7 @@ CHECKS: dict[int, str] = {
     4: "provenance statements (DSSE, in-toto/SLSA)",
     5: "attestation quotes",
     6: "cluster contributions",
-    7: "checkpoints",
+    7: "checkpoints and generations",
     8: "data",
     9: "metrics",
     10: "configuration and verification policy (genesis)",

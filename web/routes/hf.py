@@ -24,14 +24,14 @@ run id can shadow them.
 from __future__ import annotations
 
 from fastapi import APIRouter, Path, Request, Response
+from fastapi.responses import JSONResponse
 
-from ledger.errors import EntryNotFoundError, RunNotFoundError
 from web.deps import IMMUTABLE, SHORT, ResourcesDep
 from web.downloads import object_response
-from web.errors import NotFoundError, UnreadableRunError
+from web.errors import NotFoundError
+from web.hf_repo import revision as hf_revision
 from web.ranges import entity_tag
-from web.revisions import LATEST, hub_error, parse_revision
-from web.run_records import checkpoint_ref, file_digest, load_manifest, run_state
+from web.revisions import LATEST, hub_error
 from web.schemas import ResponsesDoc
 
 router = APIRouter(tags=["huggingface"])
@@ -66,33 +66,17 @@ def resolve(
     filename: str,
     request: Request,
     resources: ResourcesDep,
-    revision: str = Path(description="`step-000012`, `latest` or `main`."),
+    revision: str = Path(description="`step-000012`, `latest`, `main`, or a checkpoint's manifest root."),
 ) -> Response:
-    ledger, store = resources.ledger, resources.store
-    step = parse_revision(revision)
-    try:
-        if step is None:
-            state = run_state(ledger, ledger.get_run(run))
-            if state.problem is not None:
-                raise UnreadableRunError(f"run {run!r}: the latest step cannot be told: {state.problem}")
-            step = state.latest_step
-            if step is None:
-                raise NotFoundError(
-                    f"run {run!r} has no outer step yet, so no checkpoint",
-                    headers=hub_error("RevisionNotFound", "Invalid revision"),
-                )
-        ref = checkpoint_ref(ledger, run, step)
-    except RunNotFoundError as exc:
-        raise NotFoundError(str(exc), headers=hub_error("RepoNotFound", "Repository not found")) from exc
-    except EntryNotFoundError as exc:
-        raise NotFoundError(str(exc), headers=hub_error("RevisionNotFound", "Invalid revision")) from exc
-    manifest = load_manifest(store, ref)
-    commit = {"X-Repo-Commit": ref.manifest_root}
-    try:
-        digest = file_digest(manifest, ref, filename)
-    except NotFoundError as exc:
-        exc.headers.update(hub_error("EntryNotFound", "Entry not found") | commit)
-        raise
+    found = hf_revision(resources.ledger, resources.store, resources.roots, run, revision)
+    commit = {"X-Repo-Commit": found.commit}
+    digest = found.files.get(filename)
+    if digest is None:
+        raise NotFoundError(
+            f"run {run!r} step {found.ref.step}: no file {filename!r} in the checkpoint; expected one of {sorted(found.files)}",
+            headers=hub_error("EntryNotFound", "Entry not found") | commit,
+        )
+    store = resources.store
     headers = commit | {"X-Linked-Etag": entity_tag(digest), "X-Linked-Size": str(store.size(digest))}
     # A step's files never change; "latest" moves on as the run records new steps.
     immutable = revision not in LATEST
@@ -106,3 +90,37 @@ def resolve(
         headers=headers,
         filename=filename,
     )
+
+
+@router.get(
+    "/api/models/{run}/revision/{revision}",
+    summary="A revision's repository info, Hugging Face Hub style",
+    operation_id="model_info",
+    responses={404: {"description": "No such run or revision."}},
+)
+def model_info(run: str, revision: str, resources: ResourcesDep) -> JSONResponse:
+    """What ``huggingface_hub``'s ``repo_info`` reads: the revision's "commit" (the checkpoint's
+    manifest root, which pins every file of a ``snapshot_download``) and its files."""
+    found = hf_revision(resources.ledger, resources.store, resources.roots, run, revision)
+    body = {"id": run, "modelId": run, "sha": found.commit, "siblings": [{"rfilename": name} for name in sorted(found.files)]}
+    cache = SHORT if revision in LATEST else IMMUTABLE
+    return JSONResponse(body, headers={"Cache-Control": cache})
+
+
+@router.get(
+    "/api/models/{run}/tree/{revision}",
+    summary="A revision's files, Hugging Face Hub style",
+    operation_id="model_tree",
+    responses={404: {"description": "No such run or revision."}},
+)
+def model_tree(run: str, revision: str, resources: ResourcesDep) -> JSONResponse:
+    """What ``huggingface_hub``'s ``list_repo_tree`` reads: every file with its size and an
+    object id (here its SHA-256). A checkpoint has no folders, so the listing is flat."""
+    found = hf_revision(resources.ledger, resources.store, resources.roots, run, revision)
+    store = resources.store
+    body = [
+        {"type": "file", "path": name, "size": store.size(digest), "oid": digest}
+        for name, digest in sorted(found.files.items())
+    ]
+    cache = SHORT if revision in LATEST else IMMUTABLE
+    return JSONResponse(body, headers={"Cache-Control": cache})

@@ -11,18 +11,19 @@ import pytest
 from transformers import AutoTokenizer
 
 import trainer.data.documents as documents_module
+from records import RecordError
+from records.data_manifest import TokenizerIdentity
 from trainer.data.bpe import train_byte_level_bpe
 from trainer.data.build import PreparedData, prepare_data
 from trainer.data.config import DataConfig
 from trainer.data.documents import pieces
-from trainer.data.manifest import DataManifest, object_digests
+from trainer.data.manifest import DataManifest
 from trainer.data.shards import DirectoryShardSource, shard_file_name
 from trainer.data.sources import file_sources
 from trainer.data.tokenizer import (
     ByteTokenizer,
     HuggingFaceTokenizer,
     Tokenizer,
-    TokenizerIdentity,
     byte_to_unicode,
     corpus_tokenizer,
 )
@@ -83,7 +84,7 @@ def test_the_byte_tokenizer_file_maps_each_byte_symbol_to_its_value() -> None:
 
 
 def test_a_trained_bpe_is_identified_by_digest_and_how_it_was_trained(bpe_corpus: PreparedData) -> None:
-    identity = TokenizerIdentity.from_dict(bpe_corpus.manifest.tokenizer)
+    identity = bpe_corpus.manifest.tokenizer
     raw = bpe_corpus.source.read(identity.sha256 or "")
     assert identity.kind == "byte-level-bpe" and identity.vocab_size == VOCAB == bpe_corpus.manifest.vocab_size
     assert identity.end_of_text == 0 and identity.end_of_text_token == "<|endoftext|>"
@@ -91,7 +92,7 @@ def test_a_trained_bpe_is_identified_by_digest_and_how_it_was_trained(bpe_corpus
     assert identity.training["library"].startswith("tokenizers==")
     assert identity.training["trained_bytes"] == sum(s.bytes for s in bpe_corpus.manifest.sources)
     assert bpe_corpus.tokenizer().hf_files()["tokenizer.json"] == raw
-    assert object_digests(bpe_corpus.manifest)[-1] == identity.sha256
+    assert bpe_corpus.manifest.object_digests[-1] == identity.sha256
     assert bpe_corpus.manifest.dtype == "uint16"
     vocab = json.loads(raw)["model"]["vocab"]
     assert len(vocab) == VOCAB and vocab["<|endoftext|>"] == 0
@@ -103,9 +104,9 @@ def test_a_given_tokenizer_file_gives_the_same_shards_as_the_trained_one(bpe_cor
     given.write_bytes(bpe_corpus.tokenizer().hf_files()["tokenizer.json"])
     config = DataConfig(stdlib_max_bytes=150_000, tokenizer=str(given), shard_tokens=2048, eval_shards=1)
     prepared = prepare_data(config, tmp_path / "out")
-    assert prepared.manifest.tokenizer["kind"] == "huggingface-tokenizers"
-    assert prepared.manifest.tokenizer["sha256"] == bpe_corpus.manifest.tokenizer["sha256"]
-    assert "training" not in prepared.manifest.tokenizer
+    assert prepared.manifest.tokenizer.kind == "huggingface-tokenizers"
+    assert prepared.manifest.tokenizer.sha256 == bpe_corpus.manifest.tokenizer.sha256
+    assert prepared.manifest.tokenizer.training is None
     assert prepared.manifest.shards == bpe_corpus.manifest.shards
 
 
@@ -134,27 +135,29 @@ def test_a_tokenizer_file_and_a_vocabulary_to_train_exclude_each_other() -> None
 
 
 def test_a_tampered_or_substituted_tokenizer_file_is_refused(bpe_corpus: PreparedData, tmp_path: Path) -> None:
-    identity = TokenizerIdentity.from_dict(bpe_corpus.manifest.tokenizer)
+    identity = bpe_corpus.manifest.tokenizer
     assert identity.sha256 is not None
     raw = bpe_corpus.source.read(identity.sha256)
     (tmp_path / shard_file_name(identity.sha256)).write_bytes(raw.replace(b'"<|endoftext|>"', b'"<|endoftexu|>"', 1))
     with pytest.raises(DataError, match=f"expected the corpus's tokenizer.json to have sha256 {identity.sha256}"):
         corpus_tokenizer(identity, DirectoryShardSource(tmp_path))
-    claimed = TokenizerIdentity.from_dict({**identity.to_dict(), "vocab_size": 700})
+    claimed = TokenizerIdentity.from_payload({**identity.to_payload(), "vocab_size": 700})
     with pytest.raises(DataError, match="the file gives"):
         corpus_tokenizer(claimed, bpe_corpus.source)
 
 
 def test_identities_round_trip_and_malformed_ones_are_refused() -> None:
-    assert TokenizerIdentity.from_dict(ByteTokenizer().identity.to_dict()) == ByteTokenizer().identity
-    assert ByteTokenizer().identity.to_dict() == {"kind": "bytes", "vocab_size": 256, "end_of_text": 0}
-    with pytest.raises(DataError, match="complete tokenizer identity"):
-        TokenizerIdentity.from_dict({"kind": "bytes", "vocab_size": 256})
-    with pytest.raises(DataError, match="hex sha256"):
-        TokenizerIdentity.from_dict({"kind": "huggingface-tokenizers", "vocab_size": 9, "end_of_text": 1,
-                                     "sha256": "abc", "end_of_text_token": "x"})
-    with pytest.raises(DataError, match="tokenizer kind"):
-        TokenizerIdentity.from_dict({"kind": "sentencepiece", "vocab_size": 9, "end_of_text": 1})
+    assert TokenizerIdentity.from_payload(ByteTokenizer().identity.to_payload()) == ByteTokenizer().identity
+    assert ByteTokenizer().identity.to_payload() == {"kind": "bytes", "vocab_size": 256, "end_of_text": 0}
+    with pytest.raises(RecordError, match="field end_of_text: expected a value, got nothing"):
+        TokenizerIdentity.from_payload({"kind": "bytes", "vocab_size": 256})
+    with pytest.raises(RecordError, match="field sha256: expected a 64-digit lowercase hex SHA-256"):
+        TokenizerIdentity.from_payload({"kind": "huggingface-tokenizers", "vocab_size": 9, "end_of_text": 1,
+                                        "sha256": "abc", "end_of_text_token": "x"})
+    with pytest.raises(RecordError, match="field kind: expected one of 'bytes'"):
+        TokenizerIdentity.from_payload({"kind": "sentencepiece", "vocab_size": 9, "end_of_text": 1})
+    with pytest.raises(RecordError, match="consistent tokenizer identity"):
+        TokenizerIdentity.from_payload({"kind": "bytes", "vocab_size": 300, "end_of_text": 0})
 
 
 def test_a_file_without_the_end_of_text_token_is_refused() -> None:

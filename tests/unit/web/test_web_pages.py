@@ -50,6 +50,15 @@ def test_the_step_table_is_server_rendered_newest_first_with_anomalies(page: str
     assert rows[-1][header.index("Rank")] == "8" and rows[0][header.index("Rank")] == "4"
 
 
+def test_every_step_on_the_page_shows_what_the_model_said(page: str, demo_run: DemoRun) -> None:
+    section = page[page.index('<section id="generations"'):page.index('<section id="data"')]
+
+    steps = re.findall(r"<summary>Step (\d+)</summary>", section)
+    assert [int(s) for s in steps] == list(range(demo_run.last_step, -1, -1))
+    prompts = [row[0] for row in tables(section)["generations"][1:]]
+    assert prompts == ["def", "class"]  # the fixture's prompts, for the newest step (cells are stripped)
+
+
 def test_the_status_says_it_is_the_servers_own_check_and_passes(page: str) -> None:
     status = page[page.index('<section id="status"'):page.index("</section>")]
 

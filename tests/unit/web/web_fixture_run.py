@@ -26,13 +26,14 @@ import torch
 from ledger.db import create_engine
 from ledger.service import Ledger
 from records import DataManifest, Shard, Source
+from records.data_manifest import TokenizerIdentity
 from storage.checkpoint import Manifest, read_manifest
 from storage.factory import open_store
 from trainer.api import assignment_rule, config_digest
 from trainer.checkpoint import TRAINER_STATE, inner_file
-from trainer.config import TrainConfig
+from trainer.config import GenerationConfig, TrainConfig
 from trainer.data.shards import DirectoryShardSource, shard_file_name
-from trainer.model import CausalLM, ModelConfig
+from trainer.model import TIED_HEAD, CausalLM, ModelConfig
 from trainer.outer.config import OuterConfig
 from trainer.recorder import (
     AnomalyFlag,
@@ -116,6 +117,7 @@ def record_demo_run(
     config = TrainConfig(
         run_id=run_id, preset="fixture", method="dilocox", model=MODEL, clusters=CLUSTERS, stages=1,
         outer=OuterConfig(kind="dilocox", overlap=False), outer_steps=steps, inner_steps=INNER_STEPS,
+        generation=GenerationConfig(prompts=("def ", "class "), max_new_tokens=12),
         micro_batches=2, micro_batch_size=4, seed=seed,
     )
     with tempfile.TemporaryDirectory() as scratch:
@@ -188,7 +190,7 @@ def _data(config: TrainConfig, directory: Path, rng: random.Random) -> tuple[Dat
     manifest = DataManifest(
         corpus={"kind": "files", "selection": "fixture"},
         sources=(Source(uri="file://corpus/fixture.txt", sha256=hashlib.sha256(SOURCE_TEXT).hexdigest(), bytes=len(SOURCE_TEXT), license="CC0-1.0"),),
-        tokenizer={"kind": "bytes", "vocab_size": 256, "end_of_text": 0},
+        tokenizer=TokenizerIdentity(kind="bytes", vocab_size=256, end_of_text=0),
         dtype="uint16",
         shard_tokens=TOKENS_PER_SHARD,
         shards=tuple(shards),
@@ -201,7 +203,8 @@ def _data(config: TrainConfig, directory: Path, rng: random.Random) -> tuple[Dat
 def _state_files(model: CausalLM, step: int) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any]]:
     """The model in two Hugging Face shards (so the index has several files), one optimizer
     file and the trainer state."""
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    # A tied output projection is the embedding: stored once, as the trainer stores it.
+    state = {k: v.detach().clone() for k, v in model.named_parameters() if k != TIED_HEAD}
     names = sorted(state)
     half = len(names) // 2
     tensors = {
