@@ -42,7 +42,7 @@ from veritrain.step_attestation import StatementSigner, shard_dependency, statem
 Payloads = list[tuple[str, dict[str, Any]]]
 """(kind, payload) of every entry, in log order."""
 
-_RUN_TABLES = ("metrics", "tree_heads", "tree_nodes", "enrolled_keys", "entries", "runs")
+_RUN_TABLES = ("metrics", "cosignatures", "tree_heads", "tree_nodes", "enrolled_keys", "entries", "runs")
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,7 @@ class Forger:
                 keys=RunKeys(
                     log=keys.log_key(self.run_id).public.vkey,
                     statement=keys.statement_key(self.run_id).public.vkey,
+                    model_signing=genesis.keys.model_signing,
                     clusters=tuple(f.enrol(self.run_id, genesis.config_digest, c) for c, f in enumerate(folders)),
                 ),
             )

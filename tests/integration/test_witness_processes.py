@@ -218,3 +218,39 @@ def test_a_rewritten_log_with_a_new_key_and_the_same_run_id_is_refused(
     hashed = hashlib.sha256(recorded.run_origin(RUN_ID).encode()).hexdigest()
     held = httpx.get(f"{witnesses[1].url}/{hashed}/checkpoint").text
     assert held.split("\n")[1:3] == [str(size), base64.b64encode(ledger.latest_tree_head(RUN_ID).root_hash).decode()]
+
+
+def test_verify_demands_a_quorum_that_the_honest_run_meets_and_a_rewrite_does_not(
+    recorded: Settings, ledger: Ledger, witnesses: list[WitnessProcess], tmp_path: Path
+) -> None:
+    from e2e.forger import Forger
+
+    from veritrain.sources import DirectSource
+    from veritrain.verify import verify_run
+
+    assert push_tree_head(ledger, RUN_ID, [w.endpoint for w in witnesses]).ok
+    vkeys = [w.vkey for w in witnesses]
+    with DirectSource(recorded) as source:
+        honest = verify_run(source, RUN_ID, witnesses=vkeys, quorum=2)
+        unasked = verify_run(source, RUN_ID)
+    assert honest.ok, honest.render()
+    assert honest.summary["witnessed by"] == "witness.test/w1, witness.test/w2"
+    assert any("cosigned by witness.test/w1, witness.test/w2" in n for n in unasked.results[1].notes)
+
+    # The operator rewrites the whole log with a new log key: every signature is its own and
+    # self-consistent, but no witness will cosign it.
+    copy = recorded.model_copy(update={"database_url": f"sqlite:///{tmp_path / 'copy.db'}"})
+    Path(copy.database_url.removeprefix("sqlite:///")).write_bytes(Path(recorded.database_url.removeprefix("sqlite:///")).read_bytes())
+    Forger(copy, RUN_ID).rewrite(lambda payloads: payloads, key_dir=tmp_path / "new-keys")
+    engine = create_engine(copy.database_url)
+    try:
+        pushed = push_tree_head(Ledger(engine), RUN_ID, [w.endpoint for w in witnesses])
+    finally:
+        engine.dispose()
+    assert [o.status for o in pushed.outcomes] == ["refused", "refused"]
+    with DirectSource(copy) as source:
+        rewritten = verify_run(source, RUN_ID, witnesses=vkeys, quorum=2)
+        first_look = verify_run(source, RUN_ID)
+    assert first_look.ok, "without witnesses a first-time verifier cannot tell"
+    assert not rewritten.ok
+    assert any("witness quorum not met" in f.message for f in rewritten.results[1].failures), rewritten.render()
