@@ -39,6 +39,12 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
     # smaller share of the matrix than at width 64 (the bytes/loss trade-off in docs/benchmarks.md).
     "tiny-wide": ModelConfig(vocab_size=256, context=64, num_hidden_layers=2, hidden_size=160,
                              intermediate_size=480, num_attention_heads=4, num_key_value_heads=2),
+    # ~12.6M parameters (9.4M in the blocks, 3.1M in the tied 8192 x 384 embedding): the CPU
+    # preset where compression matters. Its block matrices are 384 wide, so DiLoCoX's rank 28
+    # is 7 % of a matrix's smaller side (44 % at tiny's width 64), and a BPE vocabulary of 8192
+    # makes every token carry about 3.5 bytes of text. 6 query heads of 64, 2 key/value heads.
+    "qwen2-12m": ModelConfig(vocab_size=8192, context=128, num_hidden_layers=6, hidden_size=384,
+                             intermediate_size=1024, num_attention_heads=6, num_key_value_heads=2),
     "qwen1.5-107b": ModelConfig(
         family="qwen2",
         vocab_size=152_064,
@@ -79,6 +85,24 @@ RUN_PRESETS: dict[str, TrainConfig] = {
     # The outer algorithm's own defaults (int4), as in the width study of docs/benchmarks.md.
     "tiny-wide": replace(_TINY_RUN, preset="tiny-wide", model=MODEL_PRESETS["tiny-wide"], outer=OuterConfig(),
                          outer_steps=8, inner_steps=25),
+    # Trains a BPE of 8192 tokens on the stdlib corpus at data-build time; DiLoCoX with the
+    # outer algorithm's defaults (int4 rank-28 factors, bf16 small tensors, one-step-delay
+    # overlap). A few outer steps on 2 CPU cores take minutes (docs/benchmarks.md).
+    "qwen2-12m": TrainConfig(
+        preset="qwen2-12m",
+        method="dilocox",
+        model=MODEL_PRESETS["qwen2-12m"],
+        outer=OuterConfig(kind="dilocox"),
+        data=DataConfig(stdlib_max_bytes=4_000_000, tokenizer_vocab_size=8192, shard_tokens=65_536,
+                        eval_shards=2),
+        clusters=2,
+        stages=2,
+        outer_steps=4,
+        inner_steps=10,
+        micro_batches=2,
+        micro_batch_size=4,
+        eval_batches=2,
+    ),
     "small": TrainConfig(
         preset="small",
         model=MODEL_PRESETS["small"],

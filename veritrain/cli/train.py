@@ -15,7 +15,7 @@ import typer
 
 
 def train(
-    preset: Annotated[str | None, typer.Option(help="Run preset: tiny, small, or a model preset name.")] = None,
+    preset: Annotated[str | None, typer.Option(help="Run preset: tiny, tiny-wide, small, qwen2-12m, or a model preset name.")] = None,
     config: Annotated[
         Path | None, typer.Option(help="A JSON or TOML file laid out like TrainConfig.to_dict().")
     ] = None,

@@ -161,6 +161,17 @@ def test_tiny_preset_is_small_enough_for_two_cpu_cores() -> None:
     assert run_preset("tiny").micro_batches == 2
 
 
+def test_the_cpu_compression_preset_is_a_10_to_30m_model_with_a_trained_bpe() -> None:
+    """Issue 14: large enough that compression matters (hidden >= 256, 10-30M parameters, a BPE
+    vocabulary of 8-16k trained at data-build time), small enough for 2 CPU cores."""
+    run = run_preset("qwen2-12m")
+    model = run.model
+    assert 10e6 <= model.parameter_count() <= 30e6
+    assert model.hidden_size >= 256 and model.num_key_value_heads < model.num_attention_heads
+    assert run.data.tokenizer_vocab_size == model.vocab_size and 8192 <= model.vocab_size <= 16384
+    assert run.method == "dilocox" and run.outer.rank < model.hidden_size // 8
+
+
 def test_unknown_preset_names_the_known_ones() -> None:
     with pytest.raises(ConfigError, match="tiny"):
         run_preset("huge")
