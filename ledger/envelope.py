@@ -28,7 +28,9 @@ from records.entry import KIND_FINAL as KIND_FINAL
 from records.entry import KIND_GENESIS as KIND_GENESIS
 from records.entry import KIND_OUTER_STEP as KIND_OUTER_STEP
 
-MAX_BODY_BYTES = 64 * 1024
+# 64 KiB less one byte: C2SP tlog-tiles entry bundles prefix each entry with a big-endian
+# uint16 length, so a body of 65,536 bytes could be logged but never served as a tile.
+MAX_BODY_BYTES = 0xFFFF
 
 
 ENVELOPE_FIELDS = frozenset({"kind", "run", "index", "prev", "recorded_at", "payload"})

@@ -1,4 +1,4 @@
-"""Entry envelopes: run ids that are safe in URLs and origins, canonical bodies, the 64 KiB
+"""Entry envelopes: run ids that are safe in URLs and origins, canonical bodies, the size
 limit, and strict parsing of what a body claims."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pytest
 from attestation.canonical import canonical_json
 from ledger.envelope import MAX_BODY_BYTES, build_body, check_run_id, parse_body
 from ledger.errors import EntryTooLargeError, InvalidEntryError, InvalidRunIdError
+from ledger.tiles import entry_bundle
 
 WHEN = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
 
@@ -69,6 +70,16 @@ def test_the_body_is_canonical_json_of_the_envelope() -> None:
 def test_bodies_above_64_kib_are_refused_with_advice() -> None:
     with pytest.raises(EntryTooLargeError, match=f"at most {MAX_BODY_BYTES} bytes.*object store"):
         body(blob="x" * MAX_BODY_BYTES)
+
+
+def test_the_largest_body_the_ledger_accepts_still_fits_a_tile_bundle() -> None:
+    """tlog-tiles frames each entry with a uint16 length: an accepted entry must be servable."""
+    empty = len(body(blob=""))
+    largest = body(blob="x" * (MAX_BODY_BYTES - empty))
+    assert len(largest) == MAX_BODY_BYTES
+    assert entry_bundle([largest])[:2] == MAX_BODY_BYTES.to_bytes(2, "big")
+    with pytest.raises(EntryTooLargeError):
+        body(blob="x" * (MAX_BODY_BYTES - empty + 1))
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), {1, 2}, 2**60])
