@@ -144,9 +144,9 @@ class OuterLoop:
             expected = min(self._pending) if self._pending else "a contribution() first"
             raise CallOrderError(f"expected apply for round {expected}, got {round}")
         members = list(range(self.n_clusters)) if clusters is None else list(clusters)
-        if len(gathered) != len(members) or not gathered:
-            raise PayloadError(f"expected {len(members)} gathered payloads (at least one), got {len(gathered)}")
-        if members != sorted(set(members)) or members[0] < 0 or members[-1] >= self.n_clusters:
+        if len(gathered) != len(members):
+            raise PayloadError(f"expected {len(members)} gathered payloads, got {len(gathered)}")
+        if not members or members != sorted(set(members)) or members[0] < 0 or members[-1] >= self.n_clusters:
             raise PayloadError(f"expected distinct clusters below {self.n_clusters} in ascending order, got {members}")
         payload_bytes = self.codec.payload_length(round)
         for payload in gathered:
