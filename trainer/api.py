@@ -13,8 +13,10 @@ import hashlib
 import multiprocessing
 import os
 import tempfile
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from pathlib import Path
 
 from trainer.checkpoint import CheckpointFiles, write_checkpoint_directory
@@ -22,10 +24,11 @@ from trainer.config import TrainConfig
 from trainer.data.assignment import AssignmentRule
 from trainer.data.build import PreparedData, prepare_data
 from trainer.data.manifest import DataManifest
-from trainer.errors import CheckpointError, ConfigError, DataError
+from trainer.errors import CheckpointError, ConfigError, DataError, WorkerError
 from trainer.hf_repo import TokenizerExport
 from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
 from trainer.recorder import OuterStepRecord, RecorderFactory, RunSummary
+from trainer.runtime.channel import ChannelAddress, RunChannel
 from trainer.runtime.launch import (
     Links,
     one_cluster,
@@ -37,7 +40,14 @@ from trainer.runtime.launch import (
 from trainer.runtime.lighthouse import LighthouseSettings
 from trainer.runtime.state import process_subset, read_cursor
 from trainer.runtime.topology import Topology
-from trainer.runtime.worker import Mode, WorkerSpec, spawned_entry, torchrun_entry
+from trainer.runtime.worker import (
+    CONNECT_TIMEOUT,
+    START_TIMEOUT,
+    Mode,
+    WorkerSpec,
+    spawned_entry,
+    torchrun_entry,
+)
 
 
 def default_data_dir() -> Path:
@@ -107,6 +117,8 @@ def train_cluster(
     prepared = data or prepare_data(config.data, data_dir or default_data_dir())
     topology = Topology(clusters=config.clusters, stages=config.stages, present=(cluster,))
     _check_resumable(resume_state, config)
+    if cluster == 0 and lighthouse is not None and (not under_torchrun() or os.environ.get("RANK") == "0"):
+        announce_configuration(lighthouse, config)
     if under_torchrun():
         links = torchrun_links(cluster, lighthouse)
         spec = _spec(config, prepared, recorder_factory, topology, links, stop_step=config.outer_steps, mode="train", quiet=quiet)
@@ -119,6 +131,31 @@ def train_cluster(
         spec = _spec(config, prepared, recorder_factory, topology, links, stop_step=config.outer_steps, mode="train", quiet=quiet)
         summary: RunSummary | None = spawn(spawned_entry, replace(spec, resume=staged), topology.processes)
     return summary
+
+
+CONFIGURATION_KEY = "configuration"
+"""Where cluster 0 posts the run's configuration on the channel, for the clusters joining it."""
+
+
+def announce_configuration(lighthouse: str, config: TrainConfig) -> None:
+    """Cluster 0 posts the run's configuration, so the other clusters train the same run."""
+    channel = RunChannel(ChannelAddress.of_lighthouse(lighthouse), config.run_id, connect_timeout=CONNECT_TIMEOUT)
+    channel.put(CONFIGURATION_KEY, {"config": config.to_dict(), "digest": config_digest(config)})
+
+
+def run_configuration(lighthouse: str, run_id: str, *, timeout: timedelta = START_TIMEOUT) -> TrainConfig:
+    """The configuration cluster 0 trains run ``run_id`` with (waiting up to ``timeout`` for
+    cluster 0 to post it): what a cluster joining from another host trains."""
+    channel = RunChannel(ChannelAddress.of_lighthouse(lighthouse), run_id, connect_timeout=CONNECT_TIMEOUT)
+    deadline = time.monotonic() + timeout.total_seconds()
+    while (message := channel.get(CONFIGURATION_KEY)) is None:
+        if time.monotonic() > deadline:
+            raise WorkerError(f"cluster 0 of run {run_id!r} posted no configuration at {lighthouse} within {timeout}")
+        time.sleep(0.2)
+    config = TrainConfig.from_dict(message["config"])
+    if config_digest(config) != message["digest"]:
+        raise ConfigError(f"the configuration of run {run_id!r} at {lighthouse} does not hash to its digest")
+    return config
 
 
 def _check_resumable(resume_state: CheckpointFiles | None, config: TrainConfig) -> None:

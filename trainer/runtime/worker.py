@@ -56,7 +56,7 @@ from trainer.data.assignment import AssignmentRule
 from trainer.data.manifest import DataManifest
 from trainer.data.reader import BatchReader
 from trainer.data.shards import ShardSource
-from trainer.errors import CheckpointError, DataError, WorkerError
+from trainer.errors import CheckpointError, ConfigError, DataError, WorkerError
 from trainer.hf_repo import TokenizerExport, repo_json_files
 from trainer.model import TIED_HEAD, build_stage, stage_layout
 from trainer.outer import build_outer_algorithm, next_inner_steps
@@ -360,12 +360,18 @@ class _Process:
                 "begun",
                 {
                     "next_step": cursor.next_step,
+                    "config_digest": self.spec.config_digest,
                     "manifest": self.spec.manifest.digest(),
                     "checkpoint": checkpoint_message(recorded),
                 },
             )
             return cursor
         begun = self.channel.wait("begun", writer_alive=lambda: self.alive(0), what="the coordinator (cluster 0) to begin")
+        if begun["config_digest"] != self.spec.config_digest:
+            raise ConfigError(
+                f"cluster 0 trains run {self.config.run_id!r} with configuration {str(begun['config_digest'])[:12]}, this "
+                f"cluster with {self.spec.config_digest[:12]}: start it without a preset or config to take cluster 0's"
+            )
         if begun["manifest"] != self.spec.manifest.digest():
             raise DataError(
                 f"expected the corpus cluster 0 trains on (manifest {str(begun['manifest'])[:16]}…), got "
