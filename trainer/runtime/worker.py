@@ -273,6 +273,8 @@ class _Process:
             if self.coordinating and not spec.quiet and spec.mode == "train"
             else SilentProgress()
         )
+        self.talkative = self.stage == 0 and not self.coordinating and spec.mode == "train" and not spec.quiet
+        """Another cluster's stage 0 says what its cluster does (the coordinator prints the steps)."""
         self.previous_clusters: tuple[int, ...] = tuple(range(config.clusters))
         """The clusters of the step before (the coordinator's joined/left)."""
         self.last_comm_seconds = 0.0
@@ -420,6 +422,7 @@ class _Process:
                 f"cluster 0 (the coordinator) fell behind the quorum of round {quorum.round}: it cannot record "
                 "steps it did not take part in; restart the run from its last recorded step"
             )
+        self._say(f"the run is at round {quorum.round}: listening to it, then loading the state recorded after it")
         message = self.channel.wait(
             f"recorded/{quorum.round}",
             writer_alive=lambda: self.alive(0),
@@ -444,6 +447,8 @@ class _Process:
         cursor = self._restore(files, listened=listened)
         if cursor.next_step != step + 1:
             raise CheckpointError(f"expected the state recorded after step {step}, got the state after step {cursor.next_step - 1}")
+        owner = share_owner(files, stage=self.stage)
+        self._say(f"loaded the state recorded after step {step} (cluster {owner}'s); contributing from step {step + 1}")
         return cursor
 
     # ------------------------------------------------------------------------------------
@@ -688,6 +693,7 @@ class _Process:
         mine = [r for r in gathered if r is not None]
         if not self.coordinating:
             self._answer(step, mine)
+            self._say(f"step {step}/{self.config.outer_steps - 1} contributed (quorum {quorum_id}: clusters {','.join(map(str, contributors))})")
             return {}
         others = [c for c in contributors if c != self.cluster]
         arrived = self.channel.wait_all({c: f"step/{step}/reports/{c}" for c in others}, alive=self.alive)
@@ -729,6 +735,10 @@ class _Process:
             self.channel.put(f"recorded/{step}", {"checkpoint": checkpoint_message(self.recorder.recorded_checkpoint(step))})
         self.progress.finish_step(record)
         return dict(record.metrics)
+
+    def _say(self, text: str) -> None:
+        if self.talkative:
+            print(f"cluster {self.cluster}: {text}", flush=True)
 
     def _answer(self, step: int, reports: list[RankReport]) -> None:
         """A cluster other than the coordinator's: post its reports, then quote for the step."""
