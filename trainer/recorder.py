@@ -150,7 +150,7 @@ class AppliedRound:
     stats: Mapping[str, float] = field(default_factory=dict)
 
 
-TIMING_METRICS = frozenset({"compute_seconds", "comm_seconds", "exposed_comm_seconds", "wall_seconds"})
+TIMING_METRICS = frozenset({"compute_seconds", "comm_seconds", "exposed_comm_seconds", "quorum_seconds", "wall_seconds"})
 """Metrics measured with a clock: they differ between executions. Every other metric of an
 outer step is computed from the run's data and state, so a bitwise re-execution reproduces it
 exactly."""
@@ -166,8 +166,8 @@ class OuterStepRecord:
     method: str
     metrics: Mapping[str, float]
     """train_loss, eval_loss, perplexity, lr, grad_norm, tokens, step_tokens, bytes_sent,
-    compute_seconds, comm_seconds, exposed_comm_seconds, wall_seconds, rank, bits, and the outer
-    algorithm's norms (see docs/trainer.md)."""
+    compute_seconds, comm_seconds, exposed_comm_seconds, quorum_seconds, wall_seconds, rank, bits,
+    and the outer algorithm's norms (see docs/trainer.md)."""
     data_ranges: Sequence[DataRange]
     contribution_digests: Sequence[ContributionDigest]
     """This step's own contributions, every (cluster, stage); empty for AllReduce."""

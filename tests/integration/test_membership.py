@@ -177,8 +177,12 @@ def test_a_cluster_killed_mid_run_leaves_rejoins_and_the_run_verifies_and_reprod
     assert {c.cluster for c in steps[-1].contributions} == {0, 1, 2}  # it contributes again
     times = _recorded_at(database)
     after_kill = min(t for t in times.values() if t > killed_at)
-    print(f"\nmembership: cluster 2 killed; next step committed {after_kill - killed_at:.2f} s later; "
-          f"left at step {left.step}, rejoined at step {joined.step}; steps lost {len(lost)}, duplicated {duplicated}")
+    waited = left.metrics["quorum_seconds"]
+    print(f"\nmembership: cluster 2 killed; next step committed {after_kill - killed_at:.2f} s later "
+          f"(steps take {left.metrics['wall_seconds']:.1f} s; the quorum without it formed after {waited:.2f} s of "
+          f"waiting, heartbeat timeout {HEARTBEAT_TIMEOUT:g} s); left at step {left.step}, rejoined at step "
+          f"{joined.step}; steps lost {len(lost)}, duplicated {duplicated}")
+    assert waited < HEARTBEAT_TIMEOUT + 10, "the survivors waited for the dead cluster far beyond the heartbeat timeout"
     assert after_kill - killed_at < 60, "the survivors took too long to go on without cluster 2"
 
     verified = subprocess.run([veritrain, "verify", RUN, "--no-witness"], env=env, capture_output=True, text=True,

@@ -85,6 +85,7 @@ def report_message(report: RankReport) -> dict[str, Any]:
         "compute_seconds": report.compute_seconds,
         "comm_seconds": report.comm_seconds,
         "exposed_comm_seconds": report.exposed_comm_seconds,
+        "quorum_seconds": report.quorum_seconds,
         "bytes_sent": report.bytes_sent,
     }
 
@@ -100,6 +101,7 @@ def report_from(message: Mapping[str, Any]) -> RankReport:
         compute_seconds=float(message["compute_seconds"]),
         comm_seconds=float(message["comm_seconds"]),
         exposed_comm_seconds=float(message["exposed_comm_seconds"]),
+        quorum_seconds=float(message["quorum_seconds"]),
         bytes_sent=int(message["bytes_sent"]),
     )
 

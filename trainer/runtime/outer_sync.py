@@ -23,6 +23,7 @@ worker re-syncs the tied embedding's copy there).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -64,6 +65,9 @@ class StepExchange:
     """Launch to completion of every exchange applied in this step."""
     exposed_seconds: float = 0.0
     """Time blocked waiting for them."""
+    quorum_seconds: float = 0.0
+    """Time waiting for the round's quorum (the slowest member's arrival, or a silent one's
+    heartbeat timeout)."""
     listened: PendingExchange | None = None
     """Set when the quorum was for a later round: the exchange this cluster listened to."""
 
@@ -104,7 +108,9 @@ class OuterSync:
         due = [self.pending] if self.outer.overlapped and self.pending is not None else []
         for pending in due:
             pending.wait()  # before the quorum: a new quorum may rebuild the group it runs on
+        asked = time.perf_counter()
         quorum = self.membership.quorum(step)
+        result.quorum_seconds = time.perf_counter() - asked
         result.quorum = quorum
         if quorum.round != step:
             result.listened = self.listen(quorum)

@@ -48,6 +48,8 @@ class RankReport:
     compute_seconds: float
     comm_seconds: float
     exposed_comm_seconds: float
+    quorum_seconds: float
+    """Time waiting for the step's quorum."""
     bytes_sent: int
     """Bytes this process put on the wire between clusters in the step."""
 
@@ -80,6 +82,7 @@ def build_record(
         "compute_seconds": max((r.compute_seconds for r in reports), default=0.0),
         "comm_seconds": max((r.comm_seconds for r in reports), default=0.0),
         "exposed_comm_seconds": max((r.exposed_comm_seconds for r in reports), default=0.0),
+        "quorum_seconds": max((r.quorum_seconds for r in reports), default=0.0),
         "wall_seconds": wall_seconds,
         "bytes_sent": float(max(sent.values(), default=0)),
         "bytes_sent_all_clusters": float(sum(sent.values())),

@@ -460,8 +460,11 @@ class _Process:
         round_start = [p.detach().clone() for p in self.outer_params] if poisoned else []
 
         members: RoundQuorum | None = None
+        quorum_seconds = 0.0
         if self.outer is None and self.spec.mode != "contribute":
+            asked = time.perf_counter()
             members = self.membership.quorum(step)  # the AllReduce baseline needs its group now
+            quorum_seconds = time.perf_counter() - asked
             self._announce(step)
         n_clusters = len(members.members) if members is not None else 1
         group = self.membership.process_group() if members is not None else None
@@ -517,6 +520,7 @@ class _Process:
             compute_seconds=compute_seconds,
             comm_seconds=comm_seconds,
             exposed_comm_seconds=inner_comm + (exchanged.exposed_seconds if exchanged else 0.0),
+            quorum_seconds=quorum_seconds + (exchanged.quorum_seconds if exchanged else 0.0),
             bytes_sent=inner_bytes + (int(exchanged.contribution.payload.numel()) if exchanged else 0),
         )
         quorum_id = quorum.id if quorum is not None else 0

@@ -58,6 +58,7 @@ def report(cluster: int, stage: int, **changes: object) -> RankReport:
         "compute_seconds": 1.0 + cluster,
         "comm_seconds": 0.2,
         "exposed_comm_seconds": 0.1,
+        "quorum_seconds": 0.05 * (cluster + 1),
         "bytes_sent": 100 * (stage + 1),
     }
     values.update(changes)
@@ -76,7 +77,7 @@ def test_record_combines_losses_seconds_bytes_and_norms() -> None:
     assert m["train_loss"] == 2.5  # mean over the quorum's clusters of each cluster's loss
     assert m["grad_norm"] == 1.5  # the largest cluster's
     assert m["eval_loss"] == 1.5 and m["perplexity"] == pytest.approx(math.exp(1.5))
-    assert m["compute_seconds"] == 2.0  # the slowest process
+    assert m["compute_seconds"] == 2.0 and m["quorum_seconds"] == 0.1  # the slowest process
     assert m["bytes_sent"] == 300 and m["bytes_sent_all_clusters"] == 600  # one cluster's stages; all
     assert m["step_tokens"] == 2 * 5 * 4 * 8 and m["tokens"] == 1000 + 320
     assert m["outer_step_norm"] == pytest.approx(5.0)  # sqrt(3^2 + 4^2) over the stages
