@@ -17,6 +17,7 @@ RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 WORKDIR /opt/veritrain
 COPY pyproject.toml README.md ./
 COPY attestation ./attestation
+COPY records ./records
 COPY storage ./storage
 COPY ledger ./ledger
 COPY trainer ./trainer

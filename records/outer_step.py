@@ -327,6 +327,50 @@ class StepAttestation:
         return value
 
 
+@dataclass(frozen=True, kw_only=True)
+class Quorum:
+    """The clusters that took part in the step (trainer/runtime/membership.py): the torchft
+    quorum its exchange ran in, the clusters whose contributions it made, and how that set
+    changed since the step before (the genesis' starting clusters, for step 0)."""
+
+    id: int
+    """torchft's quorum id (it changes whenever the quorum's members do, and after a failed
+    exchange; a new lighthouse counts from 1 again)."""
+    clusters: tuple[int, ...]
+    """Clusters that contributed to this step, ascending: they trained on their data ranges
+    and signed their payloads, and every exchange of this round combines exactly theirs."""
+    joined: tuple[int, ...]
+    """In ``clusters`` but not among the previous step's."""
+    left: tuple[int, ...]
+    """Among the previous step's clusters but not in ``clusters``."""
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"id": self.id, "clusters": list(self.clusters), "joined": list(self.joined), "left": list(self.left)}
+
+    @classmethod
+    def read(cls, f: Fields) -> Quorum:
+        value = cls(
+            id=f.integer("id", minimum=0),
+            clusters=f.integers("clusters", minimum=0),
+            joined=f.integers("joined", minimum=0),
+            left=f.integers("left", minimum=0),
+        )
+        f.exactly()
+        for name in ("clusters", "joined", "left"):
+            members = list(getattr(value, name))
+            if members != sorted(set(members)):
+                raise f.fail(name, "distinct cluster indices in ascending order", members)
+        if not value.clusters:
+            raise f.fail("clusters", "at least one cluster", [])
+        return value
+
+    @classmethod
+    def after(cls, id: int, clusters: Sequence[int], previous: Sequence[int]) -> Quorum:
+        """The quorum of a step whose clusters are ``clusters``, after a step of ``previous``."""
+        now, before = set(clusters), set(previous)
+        return cls(id=id, clusters=tuple(sorted(now)), joined=tuple(sorted(now - before)), left=tuple(sorted(before - now)))
+
+
 def aggregate_digest(applied: Sequence[AppliedExchange]) -> str:
     """SHA-256 over the applied contribution digests in (round, cluster, stage) order: names
     exactly which payloads were combined in a step."""
@@ -363,6 +407,7 @@ class OuterStep:
     generations: GenerationsRef
     """The object holding what the model said after this step (records/generations.py)."""
     attestation: StepAttestation
+    quorum: Quorum
     schema: str = field(default=SCHEMA)
 
     def shards_read(self) -> list[int]:
@@ -392,6 +437,7 @@ class OuterStep:
             "checkpoint": self.checkpoint.to_payload(),
             "generations": self.generations.to_payload(),
             "attestation": self.attestation.to_payload(),
+            "quorum": self.quorum.to_payload(),
         }
 
     @classmethod
@@ -415,6 +461,7 @@ class OuterStep:
             checkpoint=CheckpointRef.read(f.obj("checkpoint")),
             generations=GenerationsRef.read(f.obj("generations")),
             attestation=StepAttestation.read(f.obj("attestation")),
+            quorum=Quorum.read(f.obj("quorum")),
         )
         f.exactly()
         return value

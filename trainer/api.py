@@ -1,7 +1,9 @@
-"""The trainer's library entry points: ``train`` and ``reexecute_outer_step``.
+"""The trainer's library entry points: ``train``, ``train_cluster`` and ``reexecute_outer_step``.
 
-Both prepare the data in the calling process, then run the processes of the topology
-(spawned on this host, or -- for ``train`` under ``torchrun`` -- as this very process).
+Each prepares the data in the calling process, then runs the processes of its clusters
+(spawned on this host, or -- under ``torchrun`` -- as this very process). ``train`` runs every
+cluster of a run on this host and starts the lighthouse they meet at; ``train_cluster`` runs one
+cluster, which meets the others at a lighthouse of the caller's (DESIGN.md §6).
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ import hashlib
 import multiprocessing
 import os
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from pathlib import Path
 
 from trainer.checkpoint import CheckpointFiles, write_checkpoint_directory
@@ -20,14 +24,30 @@ from trainer.config import TrainConfig
 from trainer.data.assignment import AssignmentRule
 from trainer.data.build import PreparedData, prepare_data
 from trainer.data.manifest import DataManifest
-from trainer.errors import CheckpointError, ConfigError, DataError
+from trainer.errors import CheckpointError, ConfigError, DataError, WorkerError
 from trainer.hf_repo import TokenizerExport
 from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
 from trainer.recorder import OuterStepRecord, RecorderFactory, RunSummary
-from trainer.runtime.launch import spawn, under_torchrun
+from trainer.runtime.channel import ChannelAddress, RunChannel
+from trainer.runtime.launch import (
+    Links,
+    one_cluster,
+    one_host,
+    spawn,
+    torchrun_links,
+    under_torchrun,
+)
+from trainer.runtime.lighthouse import LighthouseSettings
 from trainer.runtime.state import process_subset, read_cursor
 from trainer.runtime.topology import Topology
-from trainer.runtime.worker import Mode, WorkerSpec, spawned_entry, torchrun_entry
+from trainer.runtime.worker import (
+    CONNECT_TIMEOUT,
+    START_TIMEOUT,
+    Mode,
+    WorkerSpec,
+    spawned_entry,
+    torchrun_entry,
+)
 
 
 def default_data_dir() -> Path:
@@ -48,21 +68,99 @@ def train(
     data: PreparedData | None = None,
     data_dir: Path | None = None,
     quiet: bool = False,
+    lighthouse: LighthouseSettings | None = None,
 ) -> RunSummary | None:
-    """Run (or, given the files of its last recorded step, continue) a training run.
+    """Run (or, given the files of its last recorded step, continue) a training run with every
+    cluster on this host, meeting at a lighthouse this process serves (``lighthouse``: its
+    settings; default: every cluster must be in every quorum).
 
-    Returns the run summary in the process that coordinated (always, when spawning; rank 0
-    under torchrun) and None in the other torchrun processes."""
+    Returns the run summary in the process that coordinated (always, when spawning; the
+    coordinator under torchrun) and None in the other torchrun processes."""
+    if under_torchrun():
+        if config.clusters != 1:
+            raise ConfigError(
+                f"TrainConfig.clusters is {config.clusters}: under torchrun each launch is one cluster "
+                "(veritrain train --cluster J --lighthouse URL)"
+            )
+        return train_cluster(config, recorder_factory, cluster=0, lighthouse=None, resume_state=resume_state,
+                             data=data, data_dir=data_dir, quiet=quiet)
     prepared = data or prepare_data(config.data, data_dir or default_data_dir())
     topology = Topology.full(config.clusters, config.stages)
-    spec = _spec(config, prepared, recorder_factory, topology, stop_step=config.outer_steps, mode="train", quiet=quiet)
+    _check_resumable(resume_state, config)
+    settings = (lighthouse or LighthouseSettings(min_clusters=config.clusters)) if config.clusters > 1 else None
+    with one_host(topology.present, config.stages, settings=settings) as links, _staged(resume_state, topology, config) as staged:
+        spec = _spec(config, prepared, recorder_factory, topology, links, stop_step=config.outer_steps, mode="train", quiet=quiet)
+        summary: RunSummary | None = spawn(spawned_entry, replace(spec, resume=staged), topology.processes)
+    return summary
+
+
+def train_cluster(
+    config: TrainConfig,
+    recorder_factory: RecorderFactory,
+    *,
+    cluster: int,
+    lighthouse: str | None,
+    resume_state: CheckpointFiles | None = None,
+    data: PreparedData | None = None,
+    data_dir: Path | None = None,
+    quiet: bool = False,
+    advertise_host: str | None = None,
+) -> RunSummary | None:
+    """Run cluster ``cluster`` of a run whose clusters meet at the lighthouse at
+    ``lighthouse`` (``http://host:port``; None only for a run of one cluster). Cluster 0
+    coordinates and records; any other cluster may start later, stop, and start again: it
+    joins at the next round (docs/trainer.md)."""
+    if not 0 <= cluster < config.clusters:
+        raise ConfigError(f"expected a cluster in [0, {config.clusters}), got {cluster}")
+    if lighthouse is None and config.clusters > 1:
+        raise ConfigError(f"a run of {config.clusters} clusters needs the lighthouse they meet at (--lighthouse URL)")
+    prepared = data or prepare_data(config.data, data_dir or default_data_dir())
+    topology = Topology(clusters=config.clusters, stages=config.stages, present=(cluster,))
+    _check_resumable(resume_state, config)
+    if cluster == 0 and lighthouse is not None and (not under_torchrun() or os.environ.get("RANK") == "0"):
+        announce_configuration(lighthouse, config)
+    if under_torchrun():
+        links = torchrun_links(cluster, lighthouse)
+        spec = _spec(config, prepared, recorder_factory, topology, links, stop_step=config.outer_steps, mode="train", quiet=quiet)
+        return torchrun_entry(replace(spec, resume=_per_process(resume_state, topology, config)))
+    hosted = (
+        one_cluster(cluster, lighthouse=lighthouse, advertise_host=advertise_host) if lighthouse is not None
+        else one_host(topology.present, config.stages, settings=None)
+    )
+    with hosted as links, _staged(resume_state, topology, config) as staged:
+        spec = _spec(config, prepared, recorder_factory, topology, links, stop_step=config.outer_steps, mode="train", quiet=quiet)
+        summary: RunSummary | None = spawn(spawned_entry, replace(spec, resume=staged), topology.processes)
+    return summary
+
+
+CONFIGURATION_KEY = "configuration"
+"""Where cluster 0 posts the run's configuration on the channel, for the clusters joining it."""
+
+
+def announce_configuration(lighthouse: str, config: TrainConfig) -> None:
+    """Cluster 0 posts the run's configuration, so the other clusters train the same run."""
+    channel = RunChannel(ChannelAddress.of_lighthouse(lighthouse), config.run_id, connect_timeout=CONNECT_TIMEOUT)
+    channel.put(CONFIGURATION_KEY, {"config": config.to_dict(), "digest": config_digest(config)})
+
+
+def run_configuration(lighthouse: str, run_id: str, *, timeout: timedelta = START_TIMEOUT) -> TrainConfig:
+    """The configuration cluster 0 trains run ``run_id`` with (waiting up to ``timeout`` for
+    cluster 0 to post it): what a cluster joining from another host trains."""
+    channel = RunChannel(ChannelAddress.of_lighthouse(lighthouse), run_id, connect_timeout=CONNECT_TIMEOUT)
+    deadline = time.monotonic() + timeout.total_seconds()
+    while (message := channel.get(CONFIGURATION_KEY)) is None:
+        if time.monotonic() > deadline:
+            raise WorkerError(f"cluster 0 of run {run_id!r} posted no configuration at {lighthouse} within {timeout}")
+        time.sleep(0.2)
+    config = TrainConfig.from_dict(message["config"])
+    if config_digest(config) != message["digest"]:
+        raise ConfigError(f"the configuration of run {run_id!r} at {lighthouse} does not hash to its digest")
+    return config
+
+
+def _check_resumable(resume_state: CheckpointFiles | None, config: TrainConfig) -> None:
     if resume_state is not None and _next_step(resume_state, config) >= config.outer_steps:
         raise CheckpointError(f"expected a state before the last step ({config.outer_steps - 1}), got one after it")
-    if under_torchrun():
-        return torchrun_entry(replace(spec, resume=_per_process(resume_state, topology, config)))
-    with _staged(resume_state, topology, config) as staged:
-        summary: RunSummary | None = spawn(spawned_entry, replace(spec, resume=staged), topology.world_size)
-    return summary
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,16 +186,22 @@ def reexecute_outer_step(
     step: int,
     cluster: int | None = None,
     *,
+    clusters: Sequence[int] | None = None,
+    payloads: Mapping[str, bytes] | None = None,
     data: PreparedData | None = None,
     data_dir: Path | None = None,
 ) -> Reexecution:
     """Re-run outer step ``step`` from the state recorded after step ``step - 1`` (None for
     step 0: the seed's initial state), with the recorded data.
 
-    With ``cluster=J`` only cluster J's S stage processes run its H inner steps and stop at
-    its contribution, so one cluster's claimed digests can be checked without the others.
-    ``data`` lets the caller serve the shards (e.g. downloaded from the object store); the
-    manifest's digests are checked against the corpus the configuration names."""
+    ``clusters``: the clusters that took part in the step (its recorded quorum; default all):
+    each starts from its own saved state, or from its donor's when the state before has none of
+    it (trainer/runtime/state.py). ``payloads``: payloads by digest of the round still in flight
+    that no re-executed cluster holds (those of clusters that left). With ``cluster=J`` only
+    cluster J's S stage processes run its H inner steps and stop at its contribution, so one
+    cluster's claimed digests can be checked without the others. ``data`` lets the caller serve
+    the shards (e.g. downloaded from the object store); the manifest's digests are checked
+    against the corpus the configuration names."""
     if not 0 <= step < config.outer_steps:
         raise ConfigError(f"expected a step in [0, {config.outer_steps}), got {step}")
     if cluster is not None and not 0 <= cluster < config.clusters:
@@ -105,18 +209,22 @@ def reexecute_outer_step(
     if state_before is None and step != 0:
         raise CheckpointError(f"expected the state after step {step - 1} to re-execute step {step}, got none")
     prepared = data or prepare_data(config.data, data_dir or default_data_dir())
-    topology = Topology.full(config.clusters, config.stages) if cluster is None else Topology(
-        clusters=config.clusters, stages=config.stages, present=(cluster,)
-    )
+    present = (cluster,) if cluster is not None else tuple(sorted(clusters)) if clusters else tuple(range(config.clusters))
+    topology = Topology(clusters=config.clusters, stages=config.stages, present=present)
     mode: Mode = "reexecute" if cluster is None else "contribute"
     if state_before is not None and _next_step(state_before, config) != step:
         found = _next_step(state_before, config) - 1
         raise CheckpointError(f"expected the state after step {step - 1}, got the state after step {found}")
+    settings = LighthouseSettings(min_clusters=len(present)) if mode == "reexecute" and len(present) > 1 else None
     context = multiprocessing.get_context("spawn")
-    with context.Manager() as manager, _staged(state_before, topology, config) as staged:
+    with (
+        context.Manager() as manager,
+        one_host(present, config.stages, settings=settings) as links,
+        _staged(state_before, topology, config) as staged,
+    ):
         sink = manager.list()
-        spec = _spec(config, prepared, InMemoryRecorder.factory(sink), topology, stop_step=step + 1, mode=mode, quiet=True)
-        spawn(spawned_entry, replace(spec, resume=staged), topology.world_size)
+        spec = _spec(config, prepared, InMemoryRecorder.factory(sink), topology, links, stop_step=step + 1, mode=mode, quiet=True)
+        spawn(spawned_entry, replace(spec, resume=staged, payloads=dict(payloads or {})), topology.processes)
         recording = MemoryRecording(list(sink))
     records = recording.records
     if len(records) != 1:
@@ -130,6 +238,7 @@ def _spec(
     prepared: PreparedData,
     recorder_factory: RecorderFactory,
     topology: Topology,
+    links: Links,
     *,
     stop_step: int,
     mode: Mode,
@@ -159,6 +268,7 @@ def _spec(
         shards=prepared.source,
         recorder_factory=recorder_factory,
         topology=topology,
+        links=links,
         resume=None,
         stop_step=stop_step,
         mode=mode,
@@ -201,7 +311,7 @@ def _per_process(state: CheckpointFiles | None, topology: Topology, config: Trai
         return None
     return tuple(
         process_subset(state, cluster=c, stage=s, stages=config.stages)
-        for c, s in (topology.place(r) for r in range(topology.world_size))
+        for c, s in (topology.place(r) for r in range(topology.processes))
     )
 
 

@@ -8,6 +8,10 @@ composition root (``veritrain/``) implements with ledger + storage + attestation
     coordinator (rank 0): recorder.begin(RunStart)               # once per launch, with every
                                                                  # cluster's enrolment
     for each outer step t:
+        every process:    signed = recorder.publish_contribution(t, own digest, payload bytes)
+                          # before the payload goes on the wire: keep it where every cluster
+                          # (and every auditor) can fetch it, and sign its digest
+        any process:      recorder.fetch_contribution(digest)    # a payload the wire lost
         every process:    digests = recorder.save_state(t, files, json_files)
                           # its OWN files only (its stage's weights, its optimiser states), so on
                           # a multi-host run each host uploads its shard and nothing gathers the
@@ -17,11 +21,14 @@ composition root (``veritrain/``) implements with ledger + storage + attestation
         every process:    evidence = recorder.attest(request, own contribution)
                           # what the process signs for its own cluster, in its own process
         coordinator:      recorder.record_outer_step(OuterStepRecord with .evidence)
+        coordinator:      recorder.recorded_checkpoint(t)        # what a joining cluster loads
     coordinator:          recorder.end(RunSummary)               # after the last step
     every process:        recorder.close()                       # always, also after an error
 
-The trainer moves the enrolments, the request and the evidence between processes; it never
-sees a key. A step's record is made only after all of its files were saved, so "step t is
+    a joining cluster:    recorder.load_checkpoint(ref, names)   # the recorded state it starts from
+
+The trainer moves the enrolments, the request and the evidence between processes (inside a
+cluster over its world, between clusters over the run channel); it never sees a key. A step's record is made only after all of its files were saved, so "step t is
 recorded" means "step t can be resumed from".
 """
 
@@ -35,7 +42,16 @@ import torch
 
 from records.data_manifest import DataManifest
 from records.genesis import ClusterKeys
-from records.outer_step import Anomaly, ContributionRef, DataRange, QuoteRef, StageContribution
+from records.outer_step import (
+    Anomaly,
+    CheckpointRef,
+    ContributionRef,
+    DataRange,
+    Quorum,
+    QuoteRef,
+    StageContribution,
+)
+from trainer.checkpoint import CheckpointFiles
 from trainer.data.shards import ShardSource
 
 
@@ -134,7 +150,7 @@ class AppliedRound:
     stats: Mapping[str, float] = field(default_factory=dict)
 
 
-TIMING_METRICS = frozenset({"compute_seconds", "comm_seconds", "exposed_comm_seconds", "wall_seconds"})
+TIMING_METRICS = frozenset({"compute_seconds", "comm_seconds", "exposed_comm_seconds", "quorum_seconds", "wall_seconds"})
 """Metrics measured with a clock: they differ between executions. Every other metric of an
 outer step is computed from the run's data and state, so a bitwise re-execution reproduces it
 exactly."""
@@ -150,8 +166,8 @@ class OuterStepRecord:
     method: str
     metrics: Mapping[str, float]
     """train_loss, eval_loss, perplexity, lr, grad_norm, tokens, step_tokens, bytes_sent,
-    compute_seconds, comm_seconds, exposed_comm_seconds, wall_seconds, rank, bits, and the outer
-    algorithm's norms (see docs/trainer.md)."""
+    compute_seconds, comm_seconds, exposed_comm_seconds, quorum_seconds, wall_seconds, rank, bits,
+    and the outer algorithm's norms (see docs/trainer.md)."""
     data_ranges: Sequence[DataRange]
     contribution_digests: Sequence[ContributionDigest]
     """This step's own contributions, every (cluster, stage); empty for AllReduce."""
@@ -160,8 +176,14 @@ class OuterStepRecord:
     """Every anomaly of ``applied``, flattened."""
     files: Mapping[str, str]
     """Checkpoint file name -> sha256, from every process's ``save_state``."""
+    quorum: Quorum
+    """The clusters that contributed to the step, and what changed since the step before."""
     evidence: Sequence[ClusterEvidence] = ()
-    """What every process signed for this step (``Recorder.attest``)."""
+    """Every contribution's signature (``publish_contribution``) and every cluster's quote
+    (``attest``)."""
+    gone: tuple[int, ...] = ()
+    """Contributors that stopped beating before they quoted (they left the run during the
+    step): the step is recorded without their quotes."""
 
     @property
     def flagged_clusters(self) -> list[int]:
@@ -214,6 +236,31 @@ class Recorder(Protocol):
         speaks for its cluster, quote ``request``."""
         ...
 
+    def publish_contribution(
+        self, step: int, own: ContributionDigest, payload: bytes
+    ) -> StageContribution | None:
+        """Every process, before its payload goes on the wire: keep ``payload`` where every
+        cluster can fetch it by digest, and sign ``own`` with the cluster's key (None: this
+        recorder keeps and signs nothing)."""
+        ...
+
+    def fetch_contribution(self, digest: str) -> bytes | None:
+        """A payload some process published (None: this recorder keeps none)."""
+        ...
+
+    def recorded_checkpoint(self, step: int) -> CheckpointRef | None:
+        """Coordinator only: the checkpoint recorded for ``step`` (None: not loadable
+        elsewhere)."""
+        ...
+
+    def load_checkpoint(
+        self, checkpoint: CheckpointRef, names: Callable[[Sequence[str]], Sequence[str]]
+    ) -> CheckpointFiles | None:
+        """A joining cluster's process: the files of a recorded checkpoint that ``names``
+        picks from its file names, each verified against the recorded digests (None: this
+        recorder cannot load recorded state)."""
+        ...
+
     def record_outer_step(self, record: OuterStepRecord) -> None:
         """Coordinator only: append the step, with every process's ``record.evidence``."""
         ...
@@ -228,8 +275,25 @@ class Recorder(Protocol):
 
 
 class SignsNothing:
-    """The enrolment and attestation phases of a recorder that signs nothing (plain files,
-    memory, benchmarks): no keys, no request, no evidence."""
+    """The enrolment, attestation and sharing phases of a recorder that signs and shares
+    nothing (plain files, memory, benchmarks): no keys, no request, no evidence, no payloads
+    or checkpoints kept for other clusters."""
+
+    def publish_contribution(
+        self, step: int, own: ContributionDigest, payload: bytes
+    ) -> StageContribution | None:
+        return None
+
+    def fetch_contribution(self, digest: str) -> bytes | None:
+        return None
+
+    def recorded_checkpoint(self, step: int) -> CheckpointRef | None:
+        return None
+
+    def load_checkpoint(
+        self, checkpoint: CheckpointRef, names: Callable[[Sequence[str]], Sequence[str]]
+    ) -> CheckpointFiles | None:
+        return None
 
     def enrol(self, run: RunIdentity) -> ClusterKeys | None:
         return None

@@ -11,9 +11,9 @@ or ``VERITRAIN_KEY_DIR`` of that cluster's processes), created there, never copi
 
 At genesis the cluster enrols the contribution and attestation keys with proofs of possession
 made in its own process (attestation/enrolment.py). At every outer step each of the cluster's
-processes signs its own contribution digest -- the one it computed, not one it is told -- and
-the process that speaks for the cluster (pipeline stage 0) extends its attester's register with
-the step's statement and quotes the coordinator's nonce. The signed objects are stored by the
+processes signs its own contribution digest -- the one it computed, not one it is told -- before
+the payload goes on the wire, and the process that speaks for the cluster (pipeline stage 0)
+extends its attester's register with the step's statement and quotes the coordinator's nonce. The signed objects are stored by the
 cluster itself; the coordinator only collects their digests and cannot make them.
 """
 
@@ -116,6 +116,10 @@ class ClusterSigner:
             self._attester = SoftwareAttester(
                 attestation_key=key, endorsement=endorsement, launch_measurement=launch_measurement
             )
+
+    def sign(self, step: int, own: ContributionDigest) -> StageContribution:
+        """This process's signature over its own contribution digest of ``step``, stored."""
+        return self._sign(step, own)
 
     def attest(self, request: AttestationRequest, own: ContributionDigest | None) -> ClusterEvidence | None:
         contribution = self._sign(request.step, own) if own is not None else None

@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainer.api import train
+from trainer.api import train, train_cluster
 from trainer.config import TrainConfig
 from trainer.errors import CheckpointError
 from trainer.recorder import RunSummary
 from veritrain.local_recorder import LocalDirectoryRecorder, load_step, resume_directory
+from veritrain.training import ClusterPlacement
 
 
 def recorded_config(run_directory: Path) -> TrainConfig:
@@ -35,9 +36,18 @@ def train_into_directory(
     *,
     resume: Path | None = None,
     data_dir: Path | None = None,
+    placement: ClusterPlacement | None = None,
     quiet: bool = False,
 ) -> RunSummary | None:
     """Train ``config``, recording every outer step under ``out``; with ``resume`` (a run
-    folder or a step folder) continue from that recorded step."""
+    folder or a step folder) continue from that recorded step. With ``placement`` this host
+    runs one cluster, which writes its own files under ``out`` (a folder every cluster shares,
+    or each host's own)."""
     state = load_step(resume_directory(resume)) if resume is not None else None
-    return train(config, LocalDirectoryRecorder.factory(out), state, data_dir=data_dir, quiet=quiet)
+    factory = LocalDirectoryRecorder.factory(out)
+    if placement is None:
+        return train(config, factory, state, data_dir=data_dir, quiet=quiet)
+    return train_cluster(
+        config, factory, cluster=placement.cluster, lighthouse=placement.lighthouse, resume_state=state,
+        data_dir=data_dir, quiet=quiet, advertise_host=placement.advertise,
+    )

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,12 +69,14 @@ from storage import ObjectStore, open_store
 from storage.checkpoint import (
     INDEX_FILE,
     Manifest,
+    read_manifest,
     upload_files,
     upload_manifest,
     write_files,
     write_model_index,
 )
 from storage.checkpoint.sharding import header_tensor_sizes, is_model_shard
+from trainer.checkpoint import CheckpointFiles
 from trainer.config import TrainConfig
 from trainer.data.tokenizer import Tokenizer, corpus_tokenizer
 from trainer.recorder import (
@@ -99,6 +101,9 @@ from veritrain.recorded_run import RecordedRun
 from veritrain.step_attestation import StatementSigner, shard_dependency, statement_parameters
 from veritrain.witness_endpoints import WitnessEndpoint
 from veritrain.witnessing import BackgroundPusher
+
+MAX_PAYLOAD_BYTES = 1 << 40
+"""A fetched payload is read whole: what one cluster sends for one stage shard."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,6 +174,36 @@ class LedgerRecorder:
             raise RecorderError("the recorder was asked to attest before enrol()")
         return self._signer.attest(request, own)
 
+    def publish_contribution(self, step: int, own: ContributionDigest, payload: bytes) -> StageContribution | None:
+        """Store the payload (content-addressed: its digest is the contribution's), then sign it."""
+        if self._signer is None:
+            raise RecorderError("the recorder was asked to sign a contribution before enrol()")
+        if self._store.put_bytes(payload) != own.digest:
+            raise RecorderError(f"cluster {own.cluster} stage {own.stage}: the payload does not hash to its digest")
+        return self._signer.sign(step, own)
+
+    def fetch_contribution(self, digest: str) -> bytes | None:
+        return self._store.read_bytes(digest, max_size=MAX_PAYLOAD_BYTES) if self._store.exists(digest) else None
+
+    def load_checkpoint(
+        self, checkpoint: CheckpointRef, names: Callable[[Sequence[str]], Sequence[str]]
+    ) -> CheckpointFiles | None:
+        """The chosen files of a recorded checkpoint, each verified against the manifest, whose
+        root must be the recorded one."""
+        from trainer.checkpoint import load_checkpoint_directory
+
+        manifest = read_manifest(self._store, checkpoint.manifest_object)
+        if manifest.root != checkpoint.manifest_root:
+            raise RecorderError(f"checkpoint manifest root: expected {checkpoint.manifest_root}, got {manifest.root}")
+        wanted = set(names([e.name for e in manifest.entries]))
+        with tempfile.TemporaryDirectory(prefix="veritrain-join-") as folder:
+            for entry in manifest.entries:
+                if entry.name in wanted:
+                    with self._store.open(entry.digest) as reader, open(Path(folder) / entry.name, "wb") as out:
+                        for chunk in reader:  # verified against the digest as it streams
+                            out.write(chunk)
+            return load_checkpoint_directory(Path(folder))
+
     def close(self) -> None:
         if self._pusher is not None:
             self._pusher.close()  # the last heads reach the witnesses before the engine goes
@@ -188,12 +223,12 @@ class LedgerRecorder:
         # not know the log yet never holds up training (veritrain/witnessing.py).
         self._pusher = BackgroundPusher(ledger, self._settings.witnesses)
         code, dependencies = code_identity(), dependency_identity()
-        enrollments = _checked_enrollments(run)
         try:
             ledger.get_run(run.run_id)
             exists = True
         except NotFoundError:
             exists = False
+        enrollments = _checked_enrollments(run, every_cluster=not exists)
         if not exists:
             if run.resumed_from_step is not None:
                 raise RecorderError(
@@ -292,7 +327,8 @@ class LedgerRecorder:
             )
             for a in record.applied
         )
-        contributions, quotes = _collect_evidence(record, run.clusters)
+        quoting = tuple(c for c in record.quorum.clusters if c not in record.gone)
+        contributions, quotes = _collect_evidence(record, quoting)
         step = OuterStep(
             step=record.step,
             inner_steps=record.inner_steps,
@@ -307,6 +343,7 @@ class LedgerRecorder:
             applied=applied,
             anomalies=tuple(record.anomalies),
             aggregate_digest=aggregate_digest(applied),
+            quorum=record.quorum,
             checkpoint=pending.checkpoint,
             generations=pending.generations,
             attestation=StepAttestation(
@@ -322,6 +359,12 @@ class LedgerRecorder:
         run.statements.append(pending.statement_digest)
         run.last_step = step
         run.pending = None
+
+    def recorded_checkpoint(self, step: int) -> CheckpointRef | None:
+        ledger, run = self._coordinator()
+        if run.last_step is not None and run.last_step.step == step:
+            return run.last_step.checkpoint
+        return _recorded(ledger, run.run_id).step(step).checkpoint
 
     def end(self, summary: RunSummary) -> None:
         ledger, run = self._coordinator()
@@ -408,11 +451,12 @@ def _compression(record: OuterStepRecord) -> Compression:
     return Compression(rank=last.rank, bits=last.bits) if last else Compression(rank=0, bits=UNCOMPRESSED_BITS)
 
 
-def _checked_enrollments(run: RunStart) -> tuple[ClusterKeys, ...]:
-    """Every cluster's enrolment, each proof of possession checked before it is recorded."""
+def _checked_enrollments(run: RunStart, *, every_cluster: bool) -> tuple[ClusterKeys, ...]:
+    """The clusters' enrolments, each proof of possession checked before it is recorded (a new
+    run's genesis names every cluster's keys; a continued run compares those that came)."""
     clusters = int(run.topology["clusters"])
     enrollments = tuple(sorted(run.enrollments, key=lambda k: k.cluster))
-    if [k.cluster for k in enrollments] != list(range(clusters)):
+    if every_cluster and [k.cluster for k in enrollments] != list(range(clusters)):
         raise RecorderError(
             f"expected the enrolment of every cluster 0..{clusters - 1}, got clusters {[k.cluster for k in enrollments]}"
         )
@@ -433,7 +477,8 @@ def _collect_evidence(
     record: OuterStepRecord, clusters: tuple[int, ...]
 ) -> tuple[tuple[ClusterContributions, ...], tuple[QuoteRef, ...]]:
     """The step's signed contributions and quotes, as the clusters' processes made them: every
-    contribution the step reports, signed over the digest it reports, and a quote per cluster."""
+    contribution the step reports, signed over the digest it reports, and a quote from every
+    cluster in ``clusters`` (the step's clusters that were still there to quote)."""
     signed = {(e.cluster, e.contribution.stage): e.contribution for e in record.evidence if e.contribution is not None}
     wanted = {(c.cluster, c.stage): c.digest for c in record.contribution_digests}
     for key, digest in wanted.items():
@@ -446,7 +491,7 @@ def _collect_evidence(
     for (cluster, _), contribution in sorted(signed.items()):
         if (cluster, contribution.stage) in wanted:
             by_cluster.setdefault(cluster, []).append(contribution)
-    quotes = {e.quote.cluster: e.quote for e in record.evidence if e.quote is not None}
+    quotes = {e.quote.cluster: e.quote for e in record.evidence if e.quote is not None and e.quote.cluster in clusters}
     missing = [c for c in clusters if c not in quotes]
     if missing:
         raise RecorderError(f"outer step {record.step}: no quote from cluster(s) {missing}")

@@ -6,8 +6,10 @@
    trustworthy to compare with.
 2. Download what the step needs, verified as it arrives: the state recorded after step T-1
    (nothing for T = 0: the seed fixes the initial state), the data manifest and the shards.
-3. Re-execute step T with the recorded configuration (all clusters), or only cluster J's H
-   inner steps up to its contribution (``--cluster J``).
+3. Re-execute step T with the recorded configuration and the clusters of its recorded quorum
+   (each from its own saved state, or its donor's when it joined at T), or only cluster J's H
+   inner steps up to its contribution (``--cluster J``). Payloads of the round still in flight
+   whose clusters saved no state (they left) are fetched by digest, verified.
 4. Compare under the run's verification policy, fixed in its genesis, and say which rule is
    applied and why: ``bitwise`` on the recorded hardware class (every checkpoint file and
    contribution digest must match); elsewhere (or under a ``tolerance`` policy) the policy's
@@ -37,7 +39,7 @@ from records.genesis import VerificationPolicy
 from storage.checkpoint import write_files, write_model_index
 from storage.checkpoint.sharding import is_model_shard, tensor_nbytes
 from trainer.api import Reexecution, reexecute_outer_step
-from trainer.checkpoint import TRAINER_STATE, CheckpointFiles
+from trainer.checkpoint import TRAINER_STATE, CheckpointFiles, outer_file
 from trainer.config import TrainConfig
 from trainer.recorder import TIMING_METRICS
 from veritrain.downloads import (
@@ -56,6 +58,8 @@ from veritrain.verify.log_checks import check_chain, check_tree_head
 from veritrain.verify.report import Report
 
 _TIMING_DEPENDENT = ("next_inner_steps",)
+PAYLOAD_LIMIT = 1 << 40
+"""A payload is read whole: what one cluster sent for one stage shard."""
 
 
 @dataclass
@@ -121,8 +125,11 @@ def reproduce_step(source: RunSource, run_id: str | None, step: int, cluster: in
     recorded = run.step(step)
     if step > 0:
         run.step(step - 1)  # the state to start from must be recorded
-    if cluster is not None and cluster not in run.genesis.topology.present:
-        raise ReproduceError(f"run {run.run_id!r} has no cluster {cluster} (clusters: {list(run.genesis.topology.present)})")
+    if cluster is not None and cluster not in recorded.quorum.clusters:
+        raise ReproduceError(
+            f"cluster {cluster} did not take part in step {step} of run {run.run_id!r} "
+            f"(its quorum: clusters {list(recorded.quorum.clusters)})"
+        )
     mode, reason = choose_mode(run.genesis, config)
     comparison = Comparison(run_id=run.run_id, step=step, cluster=cluster, mode=mode, reason=reason)
 
@@ -131,7 +138,10 @@ def reproduce_step(source: RunSource, run_id: str | None, step: int, cluster: in
         manifest = read_data_manifest(source, run.data_manifest)
         data = download_data(source, manifest, work / "shards")
         before = download_checkpoint(source, run.step(step - 1).checkpoint, work / "before") if step > 0 else None
-        result = reexecute_outer_step(config, before, step, cluster, data=data)
+        payloads = _payloads_in_flight(source, run.step(step - 1), before) if before is not None else {}
+        result = reexecute_outer_step(
+            config, before, step, cluster, clusters=recorded.quorum.clusters, payloads=payloads, data=data
+        )
         _compare_contributions(comparison, recorded, result, cluster)
         if cluster is None:
             _compare_generations(comparison, source, recorded, generate(config, data.tokenizer(), model_state(result.files.tensors)))
@@ -144,6 +154,17 @@ def reproduce_step(source: RunSource, run_id: str | None, step: int, cluster: in
                 after = download_checkpoint(source, recorded.checkpoint, work / "after")
                 _compare_parameters(comparison, before, after, result.files)
     return comparison
+
+
+def _payloads_in_flight(source: RunSource, previous: OuterStep, before: CheckpointFiles) -> dict[str, bytes]:
+    """The payloads of the previous step's round (in flight under the one-step delay) whose
+    clusters saved no outer state with them -- they left the run during that step -- read
+    from the store by digest, verified. Every other payload is in the state before."""
+    wanted = {
+        digest for (cluster, stage), digest in previous.signed_contributions().items()
+        if outer_file(cluster, stage) not in before.tensors
+    }
+    return {digest: read_verified(source, digest, PAYLOAD_LIMIT) for digest in sorted(wanted)}
 
 
 def choose_mode(genesis: Genesis, config: TrainConfig) -> tuple[str, str]:
@@ -193,6 +214,12 @@ def _compare_contributions(comparison: Comparison, recorded: OuterStep, result: 
 def _compare_files(comparison: Comparison, source: RunSource, recorded: OuterStep, files: CheckpointFiles) -> None:
     manifest = read_checkpoint_manifest(source, recorded.checkpoint)
     expected = manifest.digests
+    saved = {c for n in expected if (c := _cluster_of(n)) is not None}
+    left = sorted({c for n in files.tensors if (c := _cluster_of(n)) is not None} - saved)
+    if left:
+        # A cluster of the step that stopped before it saved: the step is recorded without its files.
+        comparison.notes.append(f"cluster(s) {left} took part in the step but saved no files (they left during it)")
+        files = CheckpointFiles({n: t for n, t in files.tensors.items() if _cluster_of(n) not in left}, files.json)
     with tempfile.TemporaryDirectory(prefix="veritrain-reproduced-") as folder:
         digests = write_files(folder, tensor_files=files.tensors, json_files=files.json)
         shards = {n: tensor_nbytes(files.tensors[n]) for n in files.tensors if is_model_shard(n)}
@@ -223,6 +250,14 @@ def _compare_generations(comparison: Comparison, source: RunSource, recorded: Ou
         comparison.mismatched.append(f"generations differ for prompts {differing!r}")
     else:
         comparison.notes.append(f"generations differ for prompts {differing!r} (allowed under tolerance)")
+
+
+def _cluster_of(name: str) -> int | None:
+    """The cluster a per-cluster state file belongs to (``inner-cluster00002-stage00001...``)."""
+    for prefix in ("inner-cluster", "outer-cluster"):
+        if name.startswith(prefix):
+            return int(name[len(prefix) :][:5])
+    return None
 
 
 def _compare_metrics(comparison: Comparison, recorded: OuterStep, result: Reexecution) -> None:

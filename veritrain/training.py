@@ -1,15 +1,19 @@
-"""``veritrain train`` on the ledger: start a recorded run, or continue one after a crash."""
+"""``veritrain train`` on the ledger: start a recorded run, or continue one after a crash; every
+cluster on this host, or one cluster of a run on several hosts (``ClusterPlacement``)."""
 
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from ledger.db import create_engine
 from ledger.service import Ledger
-from trainer.api import train
+from trainer.api import train, train_cluster
+from trainer.checkpoint import CheckpointFiles
 from trainer.config import TrainConfig
+from trainer.data.build import PreparedData
 from trainer.recorder import RunSummary
 from veritrain.downloads import download_checkpoint, download_data, read_data_manifest
 from veritrain.errors import RecorderError, SourceError
@@ -21,17 +25,36 @@ from veritrain.settings import Settings
 from veritrain.sources import DirectSource
 
 
+@dataclass(frozen=True)
+class ClusterPlacement:
+    """This host runs one cluster of a run whose clusters meet at ``lighthouse``."""
+
+    cluster: int
+    lighthouse: str | None
+    """``http://host:port`` of ``veritrain lighthouse`` (None only for a run of one cluster)."""
+    advertise: str | None = None
+    """This host's address as the other clusters reach it (default: the one that reaches the
+    lighthouse)."""
+
+
 def recorder_factory(
-    settings: Settings, policy: PolicyChoice | None = None, *, cluster_keys: Path | None = None
+    settings: Settings,
+    policy: PolicyChoice | None = None,
+    *,
+    cluster_keys: Path | None = None,
+    placement: ClusterPlacement | None = None,
 ) -> LedgerRecorderFactory:
     """The recorder of a launch on this host. Each cluster keeps its keys in its own folder,
-    ``<cluster_keys>/cluster-<j>`` (default ``<data dir>/cluster-keys``), never in the
-    coordinator's ``VERITRAIN_KEY_DIR``, as separate hosts would."""
+    ``<cluster_keys>/cluster-<j>`` (default ``<data dir>/cluster-keys``) -- or ``cluster_keys``
+    itself for the one cluster of a placement --, never in the coordinator's
+    ``VERITRAIN_KEY_DIR``, as separate hosts would."""
+    explicit = {placement.cluster: cluster_keys} if placement is not None and cluster_keys is not None else {}
     return LedgerRecorderFactory(
         database_url=settings.database_url,
         store_url=settings.store_url,
         key_dir=settings.keys_path,
-        cluster_key_root=cluster_keys or settings.data_dir / "cluster-keys",
+        cluster_key_root=(cluster_keys if not explicit else None) or settings.data_dir / "cluster-keys",
+        cluster_key_dirs=explicit,
         origin=settings.origin,
         policy=policy or PolicyChoice(),
         witnesses=settings.witnesses,
@@ -48,18 +71,51 @@ def train_recorded(
     *,
     policy: PolicyChoice | None = None,
     cluster_keys: Path | None = None,
+    placement: ClusterPlacement | None = None,
     quiet: bool = False,
 ) -> RunSummary | None:
-    """Train ``config`` as a new run, recording every outer step in the ledger and the store."""
-    factory = recorder_factory(settings, policy, cluster_keys=cluster_keys)
-    return train(config, factory, data_dir=settings.data_dir / "corpus", quiet=quiet)
+    """Train ``config`` as a new run, recording every outer step in the ledger and the store
+    (with ``placement``: this host's cluster of it; cluster 0 records, the others store their
+    own files and signatures)."""
+    factory = recorder_factory(settings, policy, cluster_keys=cluster_keys, placement=placement)
+    return _launch(config, factory, settings, placement, quiet=quiet)
+
+
+def _launch(
+    config: TrainConfig,
+    factory: LedgerRecorderFactory,
+    settings: Settings,
+    placement: ClusterPlacement | None,
+    *,
+    state: CheckpointFiles | None = None,
+    data: PreparedData | None = None,
+    quiet: bool,
+) -> RunSummary | None:
+    data_dir = settings.data_dir / "corpus"
+    if placement is None:
+        return train(config, factory, state, data=data, data_dir=data_dir, quiet=quiet)
+    return train_cluster(
+        config, factory, cluster=placement.cluster, lighthouse=placement.lighthouse, resume_state=state,
+        data=data, data_dir=data_dir, quiet=quiet, advertise_host=placement.advertise,
+    )
 
 
 def resume_recorded(
-    settings: Settings, run_id: str, *, cluster_keys: Path | None = None, quiet: bool = False
+    settings: Settings,
+    run_id: str,
+    *,
+    cluster_keys: Path | None = None,
+    placement: ClusterPlacement | None = None,
+    quiet: bool = False,
 ) -> RunSummary | None:
     """Continue ``run_id`` from its last recorded outer step, with its recorded configuration,
-    policy and data; the chain continues with nothing lost and nothing recorded twice."""
+    policy and data; the chain continues with nothing lost and nothing recorded twice. On
+    several hosts only cluster 0 resumes (it reads the ledger); the others join it."""
+    if placement is not None and placement.cluster != 0:
+        raise RecorderError(
+            f"only cluster 0 resumes run {run_id!r} (it alone reads the ledger); cluster {placement.cluster} joins "
+            f"it: veritrain train --cluster {placement.cluster} --lighthouse URL --run-id {run_id}"
+        )
     try:
         source = DirectSource(settings)
     except SourceError as exc:
@@ -78,8 +134,8 @@ def resume_recorded(
         data = download_data(source, manifest, settings.data_dir / "corpus" / "recorded" / run_id)
         state = download_checkpoint(source, run.step(last).checkpoint, Path(folder)) if last is not None else None
         choice = PolicyChoice(mode=policy.mode, metric=policy.fallback.metric, delta=policy.fallback.delta)
-        factory = recorder_factory(settings, choice, cluster_keys=cluster_keys)
-        return train(config, factory, state, data=data, quiet=quiet)
+        factory = recorder_factory(settings, choice, cluster_keys=cluster_keys, placement=placement)
+        return _launch(config, factory, settings, placement, state=state, data=data, quiet=quiet)
 
 
 def _finish(settings: Settings, run: RecordedRun) -> None:

@@ -45,4 +45,4 @@ def test_every_step_reproduces_bitwise_on_the_machine_that_trained(step: int, re
     assert comparison.mode == "bitwise"
     assert "this machine is in its hardware class" in comparison.reason
     assert any(m.endswith("metrics equal (all but the measured times ['comm_seconds', 'compute_seconds', "
-                          "'exposed_comm_seconds', 'wall_seconds'])") for m in comparison.matched), comparison.render()
+                          "'exposed_comm_seconds', 'quorum_seconds', 'wall_seconds'])") for m in comparison.matched), comparison.render()

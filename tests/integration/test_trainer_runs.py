@@ -28,6 +28,7 @@ from trainer.generate import greedy_generate, model_from_state
 from trainer.hf_repo import GENERATION_CONFIG, HF_CONFIG, load_pretrained
 from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
 from trainer.presets import run_preset
+from trainer.runtime.lighthouse import Lighthouse, LighthouseSettings
 from veritrain.local_recorder import LocalDirectoryRecorder, load_step, read_records, step_directory
 
 STEPS = 5
@@ -163,16 +164,27 @@ def test_resume_after_sigkill_continues_exactly_like_the_uninterrupted_run(
 
 
 def test_torchrun_runs_the_same_training_bitwise(reference: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
-    """The multi-host path (RANK/WORLD_SIZE/MASTER_ADDR from torchrun), here on one host."""
+    """The multi-host path, here on one host: a lighthouse, and one torchrun launch per cluster
+    (RANK = stage, WORLD_SIZE = stages, MASTER_ADDR/PORT = the cluster's own store); cluster 1
+    takes the run's configuration from cluster 0."""
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     assert torchrun is not None
     out = tmp_path / "torchrun"
-    done = subprocess.run(
-        [torchrun, "--standalone", "--nproc-per-node", "4", "-m", "veritrain", "train", *CLI_ARGS, "--workdir", str(out)],
-        env=cli_env, capture_output=True, text=True, timeout=600,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("step ") == STEPS  # only the coordinator prints
+    lighthouse = Lighthouse(host="127.0.0.1", port=0, advertise="127.0.0.1", settings=LighthouseSettings(min_clusters=2))
+    try:
+        launches = [
+            subprocess.Popen(
+                [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "veritrain", "train", "--cluster", str(j),
+                 "--lighthouse", lighthouse.url, "--workdir", str(out), *(CLI_ARGS if j == 0 else ["--run-id", "itest"])],
+                env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            )
+            for j in (0, 1)
+        ]
+        outputs = [launch.communicate(timeout=600)[0] for launch in launches]
+    finally:
+        lighthouse.close()
+    assert [launch.returncode for launch in launches] == [0, 0], "\n".join(outputs)
+    assert outputs[0].count("step ") == STEPS  # only the coordinator prints the steps
     for step in (0, STEPS - 1):
         assert_same_state(load_step(step_directory(out, step)), load_step(step_directory(reference, step)))
 

@@ -14,7 +14,8 @@ import yaml
 from veritrain.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-VERITRAIN_SERVICES = ("api", "trainer", "s3-bucket")
+VERITRAIN_SERVICES = ("api", "cluster-0", "cluster-1", "s3-bucket")
+CLUSTERS = ("cluster-0", "cluster-1")
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +36,10 @@ def command(service: dict[str, Any]) -> str:
     return value if isinstance(value, str) else " ".join(value)
 
 
-def test_the_stack_has_its_four_parts(compose: dict[str, Any]) -> None:
+def test_the_stack_has_its_parts(compose: dict[str, Any]) -> None:
     services = compose["services"]
 
-    assert {"postgres", "s3", "api", "trainer"} <= set(services)
+    assert {"postgres", "s3", "api", "lighthouse", *CLUSTERS} <= set(services)
     assert services["postgres"]["image"].startswith("postgres:")
     assert services["s3"]["image"].startswith("chrislusf/seaweedfs")
     assert "-s3" in services["s3"]["command"]
@@ -52,15 +53,47 @@ def test_every_veritrain_variable_is_a_settings_field(compose: dict[str, Any]) -
         assert used <= fields, f"{name} sets unknown settings {sorted(used - fields)}; the fields are {sorted(fields)}"
 
 
-def test_the_api_and_the_trainer_share_one_ledger_and_store(compose: dict[str, Any]) -> None:
-    api, trainer = (environment(compose["services"][n]) for n in ("api", "trainer"))
+def test_the_api_and_the_coordinating_cluster_share_one_ledger_and_store(compose: dict[str, Any]) -> None:
+    api, coordinator = (environment(compose["services"][n]) for n in ("api", "cluster-0"))
     shared = {k: v for k, v in api.items() if k.startswith(("VERITRAIN_", "AWS_"))}
 
-    assert shared == {k: v for k, v in trainer.items() if k.startswith(("VERITRAIN_", "AWS_"))}
+    assert shared == {k: v for k, v in coordinator.items() if k.startswith(("VERITRAIN_", "AWS_"))}
     assert shared["VERITRAIN_DATABASE_URL"].startswith("postgresql://")
     assert "@postgres:5432/" in shared["VERITRAIN_DATABASE_URL"]
     assert shared["VERITRAIN_STORE_URL"].startswith("s3://")
     assert shared["AWS_ENDPOINT_URL"] == "http://s3:8333"
+
+
+def test_every_cluster_reaches_the_store_and_only_cluster_0_the_ledger(compose: dict[str, Any]) -> None:
+    """Cluster 0 alone appends to the ledger; every cluster uploads its own files."""
+    api = environment(compose["services"]["api"])
+    other = environment(compose["services"]["cluster-1"])
+
+    assert "VERITRAIN_DATABASE_URL" not in other
+    for key in ("VERITRAIN_STORE_URL", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        assert other[key] == api[key]
+    depends = compose["services"]["cluster-1"]["depends_on"]
+    assert "postgres" not in depends and "lighthouse" in depends
+
+
+def test_two_clusters_meet_at_the_lighthouse_each_with_its_own_keys(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    lighthouse = command(services["lighthouse"])
+    port = re.search(r"--port (\d+)", lighthouse)
+    assert port is not None and "--host 0.0.0.0" in lighthouse
+    url = f"http://lighthouse:{port.group(1)}"
+    key_volumes = []
+    for j, name in enumerate(CLUSTERS):
+        service = services[name]
+        line = command(service)
+        assert re.search(rf"veritrain train .*--cluster {j} --lighthouse {re.escape(url)}", line), line
+        assert "--run-id compose-demo" in line
+        assert services[name]["depends_on"]["lighthouse"]["condition"] == "service_healthy"
+        key_volumes.append({v.split(":")[0] for v in service["volumes"] if v.endswith(":/var/lib/veritrain/cluster-keys")})
+    assert "--clusters 2" in command(services["cluster-0"])
+    assert "--preset" not in command(services["cluster-1"])  # it takes cluster 0's configuration
+    assert all(len(v) == 1 for v in key_volumes) and key_volumes[0].isdisjoint(key_volumes[1])
+    assert str(int(port.group(1)) + 1) in str(services["lighthouse"]["healthcheck"]["test"])  # the run channel
 
 
 def test_the_settings_accept_the_compose_values(compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -82,13 +115,13 @@ def test_the_database_credentials_match_the_postgres_service(compose: dict[str, 
     assert url == f"postgresql://{postgres['POSTGRES_USER']}:{postgres['POSTGRES_PASSWORD']}@postgres:5432/{postgres['POSTGRES_DB']}"
 
 
-def test_the_api_migrates_then_serves_and_the_trainer_records_a_tiny_run(compose: dict[str, Any]) -> None:
-    api, trainer = compose["services"]["api"], compose["services"]["trainer"]
+def test_the_api_migrates_then_serves_and_cluster_0_records_a_tiny_run(compose: dict[str, Any]) -> None:
+    api, coordinator = compose["services"]["api"], compose["services"]["cluster-0"]
 
     assert re.search(r"veritrain db upgrade && exec veritrain serve --host 0\.0\.0\.0", command(api))
-    assert re.search(r"veritrain db upgrade && exec veritrain train --preset tiny", command(trainer))
+    assert re.search(r"veritrain db upgrade && exec veritrain train --preset tiny", command(coordinator))
     assert "8000:8000" in api["ports"]
-    assert trainer.get("restart") == "no"
+    assert all(compose["services"][name].get("restart") == "no" for name in CLUSTERS)
 
 
 def test_dependencies_name_existing_services_and_wait_for_health(compose: dict[str, Any]) -> None:
@@ -116,5 +149,5 @@ def test_the_image_is_python_3_11_slim_with_pinned_cpu_torch() -> None:
     torch = re.search(r'"torch==([0-9.]+)"', pyproject)
     assert torch is not None
     assert f"pip install torch=={torch.group(1)} --index-url https://download.pytorch.org/whl/cpu" in dockerfile
-    for package in ("attestation", "storage", "ledger", "trainer", "web", "veritrain", "migrations"):
+    for package in ("attestation", "records", "storage", "ledger", "trainer", "web", "veritrain", "migrations"):
         assert f"COPY {package} ./{package}" in dockerfile

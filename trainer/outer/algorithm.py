@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import torch
 
@@ -95,6 +96,7 @@ class OuterLoop:
         self._contributed_reference: list[torch.Tensor] | None = None  # of the last contribution
         # The last applied mean, by round: the anomaly checks' tie-breaker for two clusters.
         self._means: dict[int, list[torch.Tensor]] = {}
+        self._last_contributors = n_clusters  # how many clusters the mean being applied averages
 
     # ----------------------------------------------------------------------------------------
     # OuterAlgorithm
@@ -135,32 +137,39 @@ class OuterLoop:
         gathered: Sequence[torch.Tensor],
         local: Sequence[torch.Tensor],
         signals: RoundSignals,
+        clusters: Sequence[int] | None = None,
     ) -> OuterUpdate:
         self._check_local(local)
         if not self._pending or round != min(self._pending):
             expected = min(self._pending) if self._pending else "a contribution() first"
             raise CallOrderError(f"expected apply for round {expected}, got {round}")
-        if len(gathered) != self.n_clusters:
-            raise PayloadError(f"expected {self.n_clusters} gathered payloads, got {len(gathered)}")
+        members = list(range(self.n_clusters)) if clusters is None else list(clusters)
+        if len(gathered) != len(members):
+            raise PayloadError(f"expected {len(members)} gathered payloads, got {len(gathered)}")
+        if not members or members != sorted(set(members)) or members[0] < 0 or members[-1] >= self.n_clusters:
+            raise PayloadError(f"expected distinct clusters below {self.n_clusters} in ascending order, got {members}")
         payload_bytes = self.codec.payload_length(round)
         for payload in gathered:
             check_payload(payload, payload_bytes)
-        if not torch.equal(gathered[self.cluster].cpu(), self._pending[round].cpu()):
+        # This cluster's own payload of the round is the one it sent -- or, for a cluster that
+        # joined with a peer's state after the round was contributed, the peer's (``_pending``).
+        if self.cluster in members and not torch.equal(gathered[members.index(self.cluster)].cpu(), self._pending[round].cpu()):
             raise PayloadError(
-                f"expected gathered[{self.cluster}] to be this cluster's payload for round {round}"
+                f"expected cluster {self.cluster}'s gathered payload to be this cluster's own for round {round}"
             )
         digests = [payload_digest(p) for p in gathered]
         coordinates = [self.codec.coordinates(round, p) for p in gathered]
         rank = self.codec.rank_of(round)
 
         # 1. Outlier checks on what every cluster sent, then the rank-ordered mean.
-        anomalies = self._check(round, coordinates)
+        anomalies = [replace(a, cluster=members[a.cluster]) for a in self._check(round, coordinates)]
         excluded = {a.cluster for a in anomalies if a.excluded}
-        included = [c for i, c in enumerate(coordinates) if i not in excluded]
+        included = [c for member, c in zip(members, coordinates, strict=True) if member not in excluded]
         stats: dict[str, float] = {"included_clusters": float(len(included))}
         mean_coordinates = _rank_ordered_mean(included) if included else None
         mean = self.codec.expand(round, mean_coordinates) if mean_coordinates is not None else None
-        own = self.codec.expand(round, coordinates[self.cluster])
+        own = self.codec.expand(round, self.codec.coordinates(round, self._pending[round]))
+        self._last_contributors = len(members)
 
         # 2. The outer step on the global parameters.
         if mean is not None:
@@ -185,6 +194,7 @@ class OuterLoop:
         self._reference = reference if self.overlapped else None
         return OuterUpdate(
             round=round,
+            clusters=members,
             contribution_digests=digests,
             anomalies=anomalies,
             payload_bytes=payload_bytes,
@@ -265,7 +275,7 @@ class OuterLoop:
         fresh = self.codec.expand(fresh_round, self.codec.coordinates(fresh_round, self._pending[fresh_round]))
         if proxy == "eager" and mean is not None:
             # mean_t with this cluster's Δ_t swapped for its Δ_{t+1}
-            stand_in = [m + (f - o) / self.n_clusters for m, f, o in zip(mean, fresh, own, strict=True)]
+            stand_in = [m + (f - o) / self._last_contributors for m, f, o in zip(mean, fresh, own, strict=True)]
         elif proxy == "anchored" and self._contributed_reference is not None:
             # Δ_{t+1} minus half of how far this cluster's round t+1 started from θ_{t+1}
             stand_in = [

@@ -94,8 +94,12 @@ def choose_rank(energies: torch.Tensor, *, fraction: float, lower: int, upper: i
 
 
 def _orthonormal(columns: torch.Tensor) -> torch.Tensor:
-    """Householder QR with the sign fixed (diag(R) >= 0) so the result is unique."""
+    """Householder QR with the sign fixed (diag(R) >= 0) so the result is unique.
+
+    Returned row-major: LAPACK hands Q back column-major, and a basis restored from a checkpoint
+    is row-major -- products with the two layouts can round differently, so a run resumed (or a
+    step re-executed) from a saved state would drift from the uninterrupted one by an ulp."""
     q, r = torch.linalg.qr(columns, mode="reduced")
     signs = torch.where(torch.diagonal(r) < 0, -1.0, 1.0).to(q.dtype)
-    result: torch.Tensor = q * signs[None, :]
+    result: torch.Tensor = (q * signs[None, :]).contiguous()
     return result

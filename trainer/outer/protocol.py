@@ -11,8 +11,8 @@ Call order, per round ``t`` (H inner steps on every cluster, then):
 * blocking (``overlapped == False``)::
 
       c_t = algo.contribution(t, local)           # no communication
-      g_t = all_gather(c_t.payload, outer group)  # payloads of every cluster, cluster order
-      u_t = algo.apply(t, g_t, local, signals)    # updates global state, rewrites `local`
+      g_t = all_gather(c_t.payload, outer group)  # payloads of the round's clusters, in order
+      u_t = algo.apply(t, g_t, local, signals, clusters)  # updates global state, rewrites `local`
 
 * overlapped (``overlapped == True``, DiLoCoX one-step delay)::
 
@@ -24,6 +24,9 @@ Call order, per round ``t`` (H inner steps on every cluster, then):
 
 Payloads are 1-D ``torch.uint8`` tensors whose length is identical on every cluster for a given
 round (rank and bits are decided from shared information only), so a plain ``all_gather`` works.
+The clusters of a round are whichever took part in it (trainer/runtime/membership.py): ``apply``
+is told which cluster each payload is from, combines them in cluster order, and may be given a
+round this cluster itself did not contribute to (it joined afterwards, with a peer's state).
 ``state_dict`` must hold everything needed to continue bit-exactly (global fp32 parameters,
 outer momentum, error feedback, warm-start factors, rank state, a pending own payload).
 """
@@ -70,8 +73,10 @@ class OuterUpdate:
     """The result of applying one round's exchange."""
 
     round: int
+    clusters: Sequence[int]
+    """The clusters whose payloads were combined, ascending."""
     contribution_digests: Sequence[str]
-    """Hex SHA-256 of every cluster's payload, in cluster order."""
+    """Hex SHA-256 of each of those clusters' payloads, in the same order."""
     anomalies: Sequence[Anomaly]
     payload_bytes: int
     """Bytes of one cluster's payload for this stage (what it put on the wire once)."""
@@ -97,9 +102,11 @@ class OuterAlgorithm(Protocol):
         gathered: Sequence[torch.Tensor],
         local: Sequence[torch.Tensor],
         signals: RoundSignals,
+        clusters: Sequence[int] | None = None,
     ) -> OuterUpdate:
-        """Combine every cluster's payload (cluster order), step the global parameters and
-        write the parameters the next inner round starts from into ``local`` (in place)."""
+        """Combine the round's payloads (``gathered[i]`` is cluster ``clusters[i]``'s, ascending;
+        ``clusters`` None: every cluster 0..n-1), step the global parameters and write the
+        parameters the next inner round starts from into ``local`` (in place)."""
         ...
 
     def state_dict(self) -> dict[str, torch.Tensor]:

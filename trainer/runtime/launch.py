@@ -1,78 +1,162 @@
-"""Starting the processes: spawned on this host, or already started by ``torchrun``.
+"""Starting the processes: each cluster its own world, spawned on this host or under torchrun.
 
-Spawned (``veritrain train`` on one machine): the parent opens a ``TCPStore`` on 127.0.0.1 with
-an OS-chosen free port (no race between picking a port and binding it), starts one process per
-rank with ``torch.multiprocessing`` (forkserver start method) and waits; if any process fails, the others are stopped and
-the failure comes back as one ``WorkerError`` naming the rank.
+Every cluster is one ``torch.distributed`` world of S processes (rank = stage), meeting at its
+own *store* (a ``TCPStore``). That store is also where torchft's quorum groups meet when the
+cluster is the quorum's primary (membership.py), so the other clusters must reach it: its
+address is the cluster's *advertised* one.
 
-``torchrun`` (several hosts): RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT are in
-the environment; this process *is* one rank and rendezvous is ``env://``.
+* ``veritrain train`` on one host (``one_host``): this process opens every cluster's store on
+  127.0.0.1, the run channel and -- when the run has several clusters -- a lighthouse
+  (lighthouse.py), and spawns all C x S processes with ``torch.multiprocessing`` (forkserver
+  start method); if any process fails, the others are stopped and the failure comes back as one
+  ``WorkerError`` naming it.
+* ``veritrain train --cluster J --lighthouse URL`` (``one_cluster``): this host runs cluster J
+  only: its store listens on every interface and is advertised at the address this host uses to
+  reach the lighthouse; the channel is the lighthouse's.
+* ``torchrun ... -m veritrain train --cluster J --lighthouse URL``: torchrun's variables name
+  this process (RANK = stage, WORLD_SIZE = S) and its cluster's store (MASTER_ADDR/PORT).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
 
 from trainer.errors import ConfigError, WorkerError
-
-Rendezvous = tuple[str, int] | None
-"""(host, port) of the parent's store for spawned processes; None means ``env://``."""
+from trainer.runtime.channel import ChannelAddress, serve_channel
+from trainer.runtime.lighthouse import Lighthouse, LighthouseSettings
 
 TIMEOUT = timedelta(minutes=30)
-"""How long a collective may wait for a peer before the process gives up."""
+"""How long a collective inside a cluster may wait for a peer before the process gives up."""
+LOOPBACK = "127.0.0.1"
 
 Spec = TypeVar("Spec")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Links:
+    """How a launch's processes reach their cluster's world and the other clusters (picklable)."""
+
+    stores: Mapping[int, tuple[str, int]]
+    """Each cluster of the launch: its store, at an address every cluster reaches."""
+    channel: ChannelAddress
+    lighthouse: str | None
+    """The lighthouse URL; None: a lone cluster, which exchanges with nobody."""
+    advertise_host: str
+    """This host's address as the other clusters reach it."""
 
 
 def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def torchrun_rank(world_size: int) -> tuple[int, int]:
-    """(rank, local rank) of this process under torchrun, checking the world size."""
+def torchrun_rank(stages: int) -> tuple[int, int]:
+    """(stage, local rank) of this process under torchrun, checking the world size."""
     given = int(os.environ["WORLD_SIZE"])
-    if given != world_size:
+    if given != stages:
         raise ConfigError(
-            f"expected WORLD_SIZE = clusters * stages = {world_size}, got {given} from torchrun "
-            "(set --nnodes * --nproc-per-node to clusters * stages)"
+            f"expected WORLD_SIZE = stages = {stages} (each torchrun launch is one cluster), got {given} "
+            "(set --nnodes * --nproc-per-node to the stages of one cluster)"
         )
     return int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))
 
 
-def init_process_group(backend: str, rank: int, world_size: int, rendezvous: Rendezvous) -> None:
-    if rendezvous is None:
-        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size, timeout=TIMEOUT)
+def torchrun_links(cluster: int, lighthouse: str | None) -> Links:
+    """Links of a torchrun launch: the cluster's store is torchrun's own."""
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    if lighthouse is None:
+        return Links(stores={cluster: (host, port)}, channel=ChannelAddress(host, port), lighthouse=None, advertise_host=host)
+    return Links(
+        stores={cluster: (host, port)},
+        channel=ChannelAddress.of_lighthouse(lighthouse),
+        lighthouse=lighthouse,
+        advertise_host=route_to(lighthouse),
+    )
+
+
+@contextlib.contextmanager
+def one_host(clusters: Sequence[int], stages: int, *, settings: LighthouseSettings | None) -> Iterator[Links]:
+    """Stores for ``clusters`` on 127.0.0.1, the channel and, with ``settings``, a lighthouse."""
+    del stages
+    stores = {c: _store(LOOPBACK) for c in clusters}
+    lighthouse = Lighthouse(host=LOOPBACK, port=0, advertise=LOOPBACK, settings=settings) if settings else None
+    channel_store = None if lighthouse is not None else _free_channel()
+    try:
+        channel = (
+            ChannelAddress.of_lighthouse(lighthouse.url) if lighthouse is not None
+            else ChannelAddress(LOOPBACK, channel_store.port)  # type: ignore[union-attr]
+        )
+        yield Links(
+            stores={c: (LOOPBACK, s.port) for c, s in stores.items()},
+            channel=channel,
+            lighthouse=lighthouse.url if lighthouse is not None else None,
+            advertise_host=LOOPBACK,
+        )
+    finally:
+        if lighthouse is not None:
+            lighthouse.close()
+        del stores, channel_store
+
+
+@contextlib.contextmanager
+def one_cluster(cluster: int, *, lighthouse: str, advertise_host: str | None = None) -> Iterator[Links]:
+    """Cluster ``cluster``'s store on every interface, advertised where the lighthouse sees
+    this host, for a launch that runs only this cluster."""
+    host = advertise_host or route_to(lighthouse)
+    store = _store("0.0.0.0")
+    if "GLOO_SOCKET_IFNAME" not in os.environ and host != LOOPBACK:
+        interface = interface_of(host)
+        if interface is not None:  # gloo must listen where the other clusters can reach it
+            os.environ["GLOO_SOCKET_IFNAME"] = interface
+    try:
+        yield Links(
+            stores={cluster: (host, store.port)},
+            channel=ChannelAddress.of_lighthouse(lighthouse),
+            lighthouse=lighthouse,
+            advertise_host=host,
+        )
+    finally:
+        del store
+
+
+def init_cluster_world(backend: str, stage: int, stages: int, store: tuple[str, int] | None) -> None:
+    """Join this process's cluster world (``store`` None: torchrun's ``env://``)."""
+    if store is None:
+        dist.init_process_group(backend, init_method="env://", rank=stage, world_size=stages, timeout=TIMEOUT)
         return
-    host, port = rendezvous
+    host, port = store
     # TCPStore is public API; torch's stubs just do not re-export it from torch.distributed.
-    store = dist.TCPStore(host, port, world_size, is_master=False, timeout=TIMEOUT)  # type: ignore[attr-defined]
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=TIMEOUT)
+    client = dist.TCPStore(host, port, stages, is_master=False, timeout=TIMEOUT)  # type: ignore[attr-defined]
+    dist.init_process_group(backend, store=client, rank=stage, world_size=stages, timeout=TIMEOUT)
 
 
-def spawn(entry: Callable[[int, Spec, Rendezvous, Any], None], spec: Spec, world_size: int) -> Any:
-    """Run ``entry(rank, spec, rendezvous, results)`` in ``world_size`` spawned processes and
-    return what rank 0 put in ``results`` (or None)."""
+def spawn(entry: Callable[[int, Spec, Any], None], spec: Spec, processes: int) -> Any:
+    """Run ``entry(index, spec, results)`` in ``processes`` spawned processes and return what
+    the coordinating one put in ``results`` (or None)."""
     # forkserver: one clean server process imports torch and the trainer once, then forks the
-    # ranks from it -- every launch after the first skips the imports (seconds per process on
-    # a small machine), and no rank inherits the caller's threads or state as plain fork would.
+    # processes from it -- every launch after the first skips the imports (seconds per process
+    # on a small machine), and no process inherits the caller's threads or state as plain fork
+    # would.
     context = mp.get_context("forkserver")
     context.set_forkserver_preload(["torch", "torch.distributed", "trainer.runtime.worker"])
     results = context.SimpleQueue()
-    store = dist.TCPStore(  # type: ignore[attr-defined]
-        "127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False, timeout=TIMEOUT
-    )
+    environment = dict(os.environ)
+    environment.setdefault("RUST_LOG", "warn")  # torchft's native side logs every quorum at INFO
     try:
         mp.start_processes(  # type: ignore[attr-defined,no-untyped-call]
             _in_launch_environment,
-            args=(entry, dict(os.environ), spec, ("127.0.0.1", store.port), results),
-            nprocs=world_size,
+            args=(entry, environment, spec, results),
+            nprocs=processes,
             join=True,
             start_method="forkserver",
         )
@@ -81,22 +165,53 @@ def spawn(entry: Callable[[int, Spec, Rendezvous, Any], None], spec: Spec, world
         raise WorkerError(f"training process {exc.error_index} failed: {last}") from exc
     except ProcessExitedException as exc:
         raise WorkerError(f"training process {exc.error_index} exited with code {exc.exit_code}") from exc
-    finally:
-        del store
     return None if results.empty() else results.get()
 
 
+def route_to(url: str) -> str:
+    """The address this host uses to reach ``url``'s host (no packet is sent)."""
+    parts = urlsplit(url if "//" in url else f"http://{url}")
+    host = parts.hostname or LOOPBACK
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((host, parts.port or 80))
+        except OSError as exc:
+            raise WorkerError(f"cannot find a route to the lighthouse at {url}: {exc}") from None
+        return str(probe.getsockname()[0])
+
+
+def interface_of(address: str) -> str | None:
+    """The network interface that holds ``address`` (Linux), or None."""
+    import fcntl
+    import struct
+
+    siocgifaddr = 0x8915
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            try:
+                raw = fcntl.ioctl(probe.fileno(), siocgifaddr, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue
+            if socket.inet_ntoa(raw[20:24]) == address:
+                return name
+    return None
+
+
+def _store(host: str) -> Any:
+    return dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=TIMEOUT)  # type: ignore[attr-defined]
+
+
+def _free_channel() -> Any:
+    return serve_channel(0, host=LOOPBACK)
+
+
 def _in_launch_environment(
-    rank: int,
-    entry: Callable[[int, Spec, Rendezvous, Any], None],
-    environment: dict[str, str],
-    spec: Spec,
-    rendezvous: Rendezvous,
-    results: Any,
+    index: int, entry: Callable[[int, Spec, Any], None], environment: dict[str, str], spec: Spec, results: Any
 ) -> None:
     """Run ``entry`` with the launcher's environment of *this* launch. A forkserver forks
-    ranks from the environment it was started with (at the first launch), so settings changed
-    since -- object-store credentials, ``VERITRAIN_*`` -- would otherwise not reach them."""
+    processes from the environment it was started with (at the first launch), so settings
+    changed since -- object-store credentials, ``VERITRAIN_*`` -- would otherwise not reach them."""
     os.environ.clear()
     os.environ.update(environment)
-    entry(rank, spec, rendezvous, results)
+    entry(index, spec, results)

@@ -1,18 +1,24 @@
-"""Drives one process's outer algorithm through the call order of trainer/outer/protocol.py.
+"""Drives one process's outer algorithm through the call order of trainer/outer/protocol.py,
+with the round's membership from torchft (membership.py).
 
 Blocking (DiLoCo)::
 
-    contribution(t) -> all-gather -> apply(t)
+    contribution(t) -> commit (keep, sign, post header) -> quorum(t) -> all-gather -> apply(t)
 
 One-step delay (DiLoCoX §3.3)::
 
-    contribution(t) -> launch all-gather(t) -> apply(t-1) with the gather launched one step ago
+    contribution(t) -> commit -> wait gather(t-1) -> quorum(t) -> launch gather(t) -> apply(t-1)
     ... round t+1 computes while gather(t) is on the wire ...
     at the run's last step: also wait for gather(t) and apply(t)
 
-After every ``apply`` the caller's ``after_apply`` hook runs (the worker re-syncs the tied
-embedding's copy there). A resumed run re-launches the saved step's pending gather with
-:meth:`OuterSync.restart`, so it completes as it would have without the interruption.
+Round t-1's gather is waited for *before* round t's quorum: torchft rebuilds the process group
+when the members change, which would cut an exchange still on the old one (after a whole round
+of compute it has long arrived; the wait is counted as exposed time).
+
+A quorum whose round is later than this cluster's means it fell behind (it restarted, or was
+dropped and came back): it takes part as a listener and the caller catches up from the
+recorded state (worker.py). After every ``apply`` the caller's ``after_apply`` hook runs (the
+worker re-syncs the tied embedding's copy there).
 """
 
 from __future__ import annotations
@@ -20,13 +26,31 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
-import torch.distributed as dist
 
 from trainer.errors import CheckpointError
 from trainer.outer.protocol import Contribution, OuterAlgorithm, OuterUpdate, RoundSignals
-from trainer.runtime.exchange import PendingExchange, start_exchange
+from trainer.runtime.exchange import (
+    ClusterNumbers,
+    ContributionHeader,
+    PayloadFetch,
+    PendingExchange,
+    completed_exchange,
+    mean_train_loss,
+)
+from trainer.runtime.membership import RoundQuorum
+
+
+class Membership(Protocol):
+    """What the outer loop needs of membership: torchft's (membership.py) or a lone cluster's."""
+
+    def quorum(self, round: int) -> RoundQuorum: ...
+
+    def exchange(
+        self, quorum: RoundQuorum, payload: torch.Tensor | None, *, signals: RoundSignals, fetch: PayloadFetch | None
+    ) -> PendingExchange: ...
 
 
 @dataclass
@@ -34,11 +58,22 @@ class StepExchange:
     """What one outer step did on the wire for this process."""
 
     contribution: Contribution
+    quorum: RoundQuorum | None = None
+    """The round's quorum (None: nothing was exchanged, one cluster re-executing alone)."""
     updates: list[OuterUpdate] = field(default_factory=list)
     comm_seconds: float = 0.0
     """Launch to completion of every exchange applied in this step."""
     exposed_seconds: float = 0.0
     """Time blocked waiting for them."""
+    quorum_seconds: float = 0.0
+    """Time waiting for the round's quorum (the slowest member's arrival, or a silent one's
+    heartbeat timeout)."""
+    listened: PendingExchange | None = None
+    """Set when the quorum was for a later round: the exchange this cluster listened to."""
+
+
+Commit = Callable[[int, Contribution, ClusterNumbers], ContributionHeader]
+"""Keeps and signs a contribution and posts its header (with the cluster's numbers)."""
 
 
 class OuterSync:
@@ -47,30 +82,42 @@ class OuterSync:
         outer: OuterAlgorithm,
         local: Sequence[torch.Tensor],
         *,
-        group: dist.ProcessGroup | None,
-        device: torch.device,
+        membership: Membership,
+        commit: Commit,
+        fetch: PayloadFetch | None,
         last_step: int,
         after_apply: Callable[[], None],
     ) -> None:
         self.outer = outer
         self.local = local
-        self.group = group
-        """The stage's outer group; None when this cluster is alone (C = 1)."""
-        self.device = device
+        self.membership = membership
+        self.commit = commit
+        self.fetch = fetch
         self.last_step = last_step
         self.after_apply = after_apply
         self.pending: PendingExchange | None = None
         """Under the delay: the exchange launched in the previous step, not applied yet."""
 
-    def step(self, step: int, signals: RoundSignals, *, exchange: bool = True) -> StepExchange:
+    def step(self, step: int, numbers: ClusterNumbers, *, exchange: bool = True) -> StepExchange:
         """Contribute round ``step`` and (unless ``exchange`` is False: one cluster re-executing
         alone) exchange and apply what the call order says is due now."""
         result = StepExchange(contribution=self.outer.contribution(step, self.local))
+        self.commit(step, result.contribution, numbers)
         if not exchange:
             return result
-        launched = self._launch(result.contribution, step, signals)
+        due = [self.pending] if self.outer.overlapped and self.pending is not None else []
+        for pending in due:
+            pending.wait()  # before the quorum: a new quorum may rebuild the group it runs on
+        asked = time.perf_counter()
+        quorum = self.membership.quorum(step)
+        result.quorum_seconds = time.perf_counter() - asked
+        result.quorum = quorum
+        if quorum.round != step:
+            result.listened = self.listen(quorum)
+            return result
+        signals = RoundSignals(mean_train_loss=mean_train_loss(quorum.headers))
+        launched = self.membership.exchange(quorum, result.contribution.payload, signals=signals, fetch=self.fetch)
         if self.outer.overlapped:
-            due = [self.pending] if self.pending is not None else []
             self.pending = launched
             if step == self.last_step:  # nothing computes after the last round: finish it now
                 due.append(launched)
@@ -83,24 +130,45 @@ class OuterSync:
             result.exposed_seconds += pending.exposed_seconds
         return result
 
-    def restart(self, round: int, mean_train_loss: float) -> None:
-        """Launch again the gather of the saved step's own payload (resume under the delay)."""
-        pending = getattr(self.outer, "pending_contribution", None)  # trainer/outer's algorithms have it
-        contribution: Contribution | None = pending() if callable(pending) else None
+    def listen(self, quorum: RoundQuorum) -> PendingExchange:
+        """Take part in ``quorum``'s exchange without contributing (this cluster is behind)."""
+        signals = RoundSignals(mean_train_loss=mean_train_loss(quorum.headers)) if quorum.headers else _NO_SIGNALS
+        listened = self.membership.exchange(quorum, None, signals=signals, fetch=self.fetch)
+        listened.wait()
+        return listened
+
+    def restore(
+        self,
+        round: int,
+        mean_train_loss: float,
+        digests: dict[int, str],
+        payloads: dict[int, torch.Tensor],
+    ) -> None:
+        """Resume with round ``round`` still to apply: its payloads come from the saved state
+        (``payloads``, by cluster) or are fetched by their ``digests``."""
+        own = getattr(self.outer, "pending_contribution", None)  # trainer/outer's algorithms have it
+        contribution: Contribution | None = own() if callable(own) else None
         if contribution is None:
             raise CheckpointError(f"expected the pending payload of round {round} in the outer state, it is missing")
-        self.pending = self._launch(contribution, round, RoundSignals(mean_train_loss=mean_train_loss))
-
-    def _launch(self, contribution: Contribution, round: int, signals: RoundSignals) -> PendingExchange:
-        if self.group is None:  # a lone cluster: its own payload is everything there is to gather
-            return PendingExchange(
-                round=round, signals=signals, work=None, gathered=[contribution.payload], started=time.perf_counter()
-            )
-        return start_exchange(contribution.payload, round=round, signals=signals, group=self.group, device=self.device)
+        self.pending = completed_exchange(
+            round=round,
+            signals=RoundSignals(mean_train_loss=mean_train_loss),
+            digests=digests,
+            length=int(contribution.payload.numel()),
+            payloads=payloads,
+            fetch=self.fetch,
+        )
 
     def _apply(self, exchange: PendingExchange) -> OuterUpdate:
-        gathered = exchange.wait()
+        payloads = exchange.wait()
+        clusters = sorted(payloads)
         with torch.no_grad():
-            update = self.outer.apply(exchange.round, gathered, self.local, exchange.signals)
+            update = self.outer.apply(
+                exchange.round, [payloads[c] for c in clusters], self.local, exchange.signals, clusters
+            )
         self.after_apply()
         return update
+
+
+_NO_SIGNALS = RoundSignals(mean_train_loss=float("nan"))
+"""A quorum nobody contributed to has no signals (and nothing to apply)."""

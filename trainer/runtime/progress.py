@@ -73,6 +73,10 @@ def step_line(record: OuterStepRecord, outer_steps: int) -> str:
     if "rank" in m:  # an exchange was applied in this step (not step 0 under the one-step delay)
         parts.append(f"rank {int(m['rank'])} bits {int(m['bits'])}")
     parts.append(f"sent {_bytes(m.get('bytes_sent', 0.0))}")
+    quorum = record.quorum
+    if quorum.joined or quorum.left:
+        changes = [f"{what} {','.join(map(str, clusters))}" for what, clusters in (("joined", quorum.joined), ("left", quorum.left)) if clusters]
+        parts.append(f"clusters {','.join(map(str, quorum.clusters))} ({'; '.join(changes)})")
     parts.append(
         f"{m.get('wall_seconds', 0.0):.1f} s (compute {m.get('compute_seconds', 0.0):.1f} s, "
         f"comm {m.get('comm_seconds', 0.0):.2f} s, exposed {m.get('exposed_comm_seconds', 0.0):.2f} s)"

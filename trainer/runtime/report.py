@@ -1,23 +1,30 @@
-"""From every process's numbers to one OuterStepRecord (on the coordinator).
+"""From the round's headers and the processes' reports to one OuterStepRecord (on the
+coordinator).
 
-Each process sends a small ``RankReport`` (a ``gather_object`` of floats and digests, never
-tensors); the coordinator combines them:
+Two sources, on purpose:
 
-* train loss: mean over clusters (cluster order) of each cluster's mean loss over the step's H
-  inner steps (measured on its last stage); eval loss: cluster 0's held-out loss;
-* seconds: the slowest process (the step waits for it); bytes: what one cluster sent, summed
-  over its stages (for AllReduce, its gradient bytes over the H all-reduces);
-* contribution digests: every (cluster, stage)'s own payload digest for this round;
-* applied rounds: each stage's ``OuterUpdate`` for the same round merged into one entry, with
-  norms combined over stages as sqrt(sum of squares) and anomalies tagged with their stage.
+* the **headers** every contributing process posted before the quorum formed (exchange.py):
+  its payload digest and signature, the contribution's norms, and its cluster's numbers. They
+  exist for every contributor, also one that died after the exchange, so everything a
+  re-execution must reproduce comes from them: train loss (mean over the step's clusters, in
+  cluster order), gradient norm, learning rate, tokens, bytes on the wire, pseudo-gradient norm;
+* the **reports** each process sends after saving its files (``RankReport``): the files'
+  digests, the seconds it measured, the exchanges it applied (cluster 0's processes speak for
+  every applied round: every cluster applies the same payloads), cluster 0's held-out loss. A
+  process that died before reporting leaves its files out of the checkpoint, nothing else.
+
+Seconds are the slowest process's; applied rounds merge each stage's ``OuterUpdate`` of the same
+round into one entry, with norms combined over stages as sqrt(sum of squares) and anomalies
+tagged with their stage.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from records.outer_step import Quorum
 from trainer.data.assignment import AssignmentRule
 from trainer.outer.protocol import OuterUpdate
 from trainer.recorder import (
@@ -26,27 +33,25 @@ from trainer.recorder import (
     ContributionDigest,
     OuterStepRecord,
 )
+from trainer.runtime.exchange import ContributionHeader
 
 
 @dataclass(frozen=True, kw_only=True)
 class RankReport:
-    """One process's share of an outer step."""
+    """One process's share of an outer step, sent once its files are saved."""
 
     cluster: int
     stage: int
     files: Mapping[str, str]
-    contribution_digest: str | None
-    contribution_stats: Mapping[str, float]
     updates: Sequence[OuterUpdate]
-    train_loss: float | None
     eval_loss: float | None
-    grad_norm: float
-    lr: float
     compute_seconds: float
     comm_seconds: float
     exposed_comm_seconds: float
+    quorum_seconds: float
+    """Time waiting for the step's quorum."""
     bytes_sent: int
-    extra: Mapping[str, float] = field(default_factory=dict)
+    """Bytes this process put on the wire between clusters in the step."""
 
 
 def build_record(
@@ -57,30 +62,35 @@ def build_record(
     first_inner_step: int,
     tokens_before: int,
     rule: AssignmentRule,
+    quorum: Quorum,
+    headers: Mapping[tuple[int, int], ContributionHeader],
     reports: Sequence[RankReport],
     wall_seconds: float,
 ) -> OuterStepRecord:
-    clusters = sorted({r.cluster for r in reports})
-    losses = [r.train_loss for r in sorted(reports, key=lambda r: r.cluster) if r.train_loss is not None]
-    evals = [r.eval_loss for r in reports if r.eval_loss is not None]
+    """``headers``: (cluster, stage) -> header, for every stage of every cluster of ``quorum``."""
+    clusters = list(quorum.clusters)
+    numbers = [headers[(c, 0)].numbers for c in clusters if (c, 0) in headers]
+    evals = [r.eval_loss for r in sorted(reports, key=lambda r: (r.cluster, r.stage)) if r.eval_loss is not None]
     step_tokens = len(clusters) * inner_steps * rule.sequences_per_step * rule.context
+    sent = _bytes_sent(method, headers, reports)
     metrics: dict[str, float] = {
-        "train_loss": sum(losses) / len(losses) if losses else math.nan,
-        "lr": reports[0].lr,
-        "grad_norm": max(r.grad_norm for r in reports),
+        "train_loss": _mean([n.train_loss for n in numbers]),
+        "lr": numbers[0].lr if numbers else math.nan,
+        "grad_norm": max((n.grad_norm for n in numbers), default=math.nan),
         "tokens": float(tokens_before + step_tokens),
         "step_tokens": float(step_tokens),
-        "compute_seconds": max(r.compute_seconds for r in reports),
-        "comm_seconds": max(r.comm_seconds for r in reports),
-        "exposed_comm_seconds": max(r.exposed_comm_seconds for r in reports),
+        "compute_seconds": max((r.compute_seconds for r in reports), default=0.0),
+        "comm_seconds": max((r.comm_seconds for r in reports), default=0.0),
+        "exposed_comm_seconds": max((r.exposed_comm_seconds for r in reports), default=0.0),
+        "quorum_seconds": max((r.quorum_seconds for r in reports), default=0.0),
         "wall_seconds": wall_seconds,
-        "bytes_sent": float(max(sum(r.bytes_sent for r in reports if r.cluster == c) for c in clusters)),
-        "bytes_sent_all_clusters": float(sum(r.bytes_sent for r in reports)),
+        "bytes_sent": float(max(sent.values(), default=0)),
+        "bytes_sent_all_clusters": float(sum(sent.values())),
     }
     if evals:
         metrics["eval_loss"] = evals[0]
         metrics["perplexity"] = math.exp(min(evals[0], 80.0))
-    pseudo_norms = _per_cluster_norm(reports, "pseudo_gradient_norm")
+    pseudo_norms = _per_cluster_norm(headers, "pseudo_gradient_norm")
     if pseudo_norms:
         metrics["pseudo_gradient_norm"] = sum(pseudo_norms.values()) / len(pseudo_norms)
     applied = _applied_rounds(reports)
@@ -90,9 +100,9 @@ def build_record(
         metrics["bits"] = float(latest.bits)
         metrics.update({k: v for k, v in latest.stats.items() if not k.startswith("stage")})
     contributions = [
-        ContributionDigest(cluster=r.cluster, stage=r.stage, digest=r.contribution_digest)
-        for r in sorted(reports, key=lambda r: (r.cluster, r.stage))
-        if r.contribution_digest is not None
+        ContributionDigest(cluster=c, stage=s, digest=h.digest)
+        for (c, s), h in sorted(headers.items())
+        if h.digest
     ]
     files: dict[str, str] = {}
     for r in reports:
@@ -102,28 +112,52 @@ def build_record(
         inner_steps=inner_steps,
         method=method,
         metrics=metrics,
-        data_ranges=[
-            rule.data_range(c, first_inner_step, inner_steps)
-            for c in clusters
-        ],
+        data_ranges=[rule.data_range(c, first_inner_step, inner_steps) for c in clusters],
         contribution_digests=contributions,
         applied=applied,
         anomalies=[a for round_ in applied for a in round_.anomalies],
         files=dict(sorted(files.items())),
+        quorum=quorum,
     )
 
 
-def _per_cluster_norm(reports: Sequence[RankReport], key: str) -> dict[int, float]:
+def _mean(values: Sequence[float]) -> float:
+    total = 0.0
+    for value in values:  # in cluster order: the sum's order is part of the result
+        total += value
+    return total / len(values) if values else math.nan
+
+
+def _bytes_sent(
+    method: str, headers: Mapping[tuple[int, int], ContributionHeader], reports: Sequence[RankReport]
+) -> dict[int, int]:
+    """What each cluster put on the wire between clusters, summed over its stages: its payloads
+    (from the headers: known for every contributor), or, for the AllReduce baseline, the
+    gradients its processes reported."""
+    sent: dict[int, int] = {}
+    if method == "allreduce":
+        for r in reports:
+            sent[r.cluster] = sent.get(r.cluster, 0) + r.bytes_sent
+    else:
+        for (cluster, _), header in headers.items():
+            sent[cluster] = sent.get(cluster, 0) + header.length
+    return sent
+
+
+def _per_cluster_norm(headers: Mapping[tuple[int, int], ContributionHeader], key: str) -> dict[int, float]:
     squares: dict[int, float] = {}
-    for r in reports:
-        if key in r.contribution_stats:
-            squares[r.cluster] = squares.get(r.cluster, 0.0) + r.contribution_stats[key] ** 2
+    for (cluster, _), header in sorted(headers.items()):
+        if key in header.stats:
+            squares[cluster] = squares.get(cluster, 0.0) + header.stats[key] ** 2
     return {c: math.sqrt(v) for c, v in squares.items()}
 
 
 def _applied_rounds(reports: Sequence[RankReport]) -> list[AppliedRound]:
     """Merge the per-stage updates of each round. Every cluster applies the same gathered
-    payloads, so cluster 0's processes speak for the round (one per stage)."""
+    payloads, so the lowest-numbered reporting cluster's processes speak for the round (one
+    per stage): cluster 0's, which always reports (it records)."""
+    if not reports:
+        return []
     speakers = [r for r in reports if r.cluster == min(x.cluster for x in reports)]
     by_round: dict[int, list[tuple[int, OuterUpdate]]] = {}
     for r in speakers:
@@ -147,7 +181,7 @@ def _applied_rounds(reports: Sequence[RankReport]) -> list[AppliedRound]:
                     (
                         ContributionDigest(cluster=cluster, stage=stage, digest=digest)
                         for stage, update in stage_updates
-                        for cluster, digest in enumerate(update.contribution_digests)
+                        for cluster, digest in zip(update.clusters, update.contribution_digests, strict=True)
                     ),
                     key=lambda c: (c.cluster, c.stage),
                 ),

@@ -2,14 +2,21 @@
 
 File names and contents are documented in trainer/checkpoint.py. The run's position -- the
 *cursor* -- travels in ``trainer_state.json``: the next step, the data cursor (global inner
-steps done), the next round's H and, under the one-step delay, which round's exchange is still
-in flight together with the signals its ``apply`` will get. Floats there are Python floats,
+steps done), the next round's H, the clusters that took part in the saved step and, under the
+one-step delay, which round's exchange is still in flight, with the signals its ``apply`` will
+get and the digests of the payloads it combines.
+
+A process that starts from a saved step takes its own cluster's files -- or, when the saved
+step has none of its cluster (it joins: it was absent from that step, or died before saving),
+those of the *donor*: the lowest-numbered cluster that saved every stage. The rule depends
+only on the checkpoint, so a re-execution rebuilds exactly the state a joining cluster
+started from. Floats there are Python floats,
 which JSON round-trips exactly (shortest repr), so a resumed apply sees the same bits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -22,6 +29,7 @@ from trainer.outer.protocol import OuterAlgorithm
 from trainer.runtime.inner import InnerOptimizer
 
 FORMAT = "veritrain.trainer-state/v1"
+INNER_PREFIX = "inner-cluster"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,16 +47,32 @@ class Cursor:
     """Under the one-step delay: the round whose exchange is in flight (not yet applied)."""
     pending_mean_train_loss: float | None = None
     """The RoundSignals of the pending round."""
+    clusters: tuple[int, ...] = ()
+    """The clusters that contributed to the saved step (its quorum)."""
+    pending_digests: tuple[tuple[int, int, str], ...] = ()
+    """The pending round's payloads as (cluster, stage, digest)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["clusters"] = list(self.clusters)
+        data["pending_digests"] = [list(d) for d in self.pending_digests]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Cursor:
         try:
-            return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
-        except TypeError as exc:
+            values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+            values["clusters"] = tuple(int(c) for c in values.get("clusters", ()))
+            values["pending_digests"] = tuple(
+                (int(c), int(s), str(d)) for c, s, d in values.get("pending_digests", ())
+            )
+            return cls(**values)
+        except (TypeError, ValueError) as exc:
             raise CheckpointError(f"expected a complete cursor in {TRAINER_STATE}, got {dict(data)}: {exc}") from exc
+
+    def pending_digests_of(self, stage: int) -> dict[int, str]:
+        """The pending round's payload digest of every contributor, for one stage."""
+        return {c: d for c, s, d in self.pending_digests if s == stage}
 
 
 def trainer_state_document(cursor: Cursor, *, step: int, config_digest: str, method: str,
@@ -145,13 +169,57 @@ def restore_stage(
         outer.load_state_dict(files.tensor_file(outer_file(cluster, stage)))
 
 
+PENDING_PAYLOADS = "pending-payloads.safetensors"
+"""Not a checkpoint file: what a resumed process gets besides its own files -- the payloads of
+the round still in flight, taken from every contributor's saved outer state (``str(cluster)``
+-> payload). Payloads whose cluster saved nothing are fetched by digest instead."""
+
+
+def state_owner(names: Collection[str], *, cluster: int, stages: int) -> int:
+    """Whose files a process of ``cluster`` starts from, given a checkpoint's file names: its
+    own cluster's when every stage of them is there, else the donor's (the module docstring)."""
+    def complete(c: int) -> bool:
+        return all(inner_file(c, s) in names for s in range(stages))
+
+    if complete(cluster):
+        return cluster
+    saved = sorted({int(name[len(INNER_PREFIX) :][:5]) for name in names if name.startswith(INNER_PREFIX)})
+    donors = [c for c in saved if complete(c)]
+    if not donors:
+        raise CheckpointError(f"expected the inner state of at least one cluster in the checkpoint, got {sorted(names)}")
+    return donors[0]
+
+
+def share_owner(files: CheckpointFiles, *, stage: int) -> int:
+    """The cluster whose state a process's share (``process_subset``) holds."""
+    owners = [int(n[len(INNER_PREFIX) :][:5]) for n in files.tensors if n.startswith(INNER_PREFIX) and n.endswith(f"stage{stage:05d}.safetensors")]
+    if len(owners) != 1:
+        raise CheckpointError(f"expected the inner state of one cluster for stage {stage}, got {files.names()}")
+    return owners[0]
+
+
 def process_subset(files: CheckpointFiles, *, cluster: int, stage: int, stages: int) -> CheckpointFiles:
-    """The files one process needs to resume (so each spawned process gets only its share)."""
-    wanted = {model_file(stage, stages), inner_file(cluster, stage), outer_file(cluster, stage)}
-    return CheckpointFiles(
-        {name: tensors for name, tensors in files.tensors.items() if name in wanted},
-        dict(files.json),
-    )
+    """The files one process needs to resume (so each spawned process gets only its share):
+    its stage's model file, its own (or its donor's) inner and outer state, and the payloads
+    of the round still in flight."""
+    owner = state_owner(files.names(), cluster=cluster, stages=stages)
+    wanted = {model_file(stage, stages), inner_file(owner, stage), outer_file(owner, stage)}
+    tensors = {name: t for name, t in files.tensors.items() if name in wanted}
+    cursor = files.json_file(TRAINER_STATE).get("cursor", {})
+    pending = cursor.get("pending_round")
+    if pending is not None:
+        payloads = {}
+        for c in sorted({c for c, s, _ in Cursor.from_dict(cursor).pending_digests if s == stage}):
+            saved = files.tensors.get(outer_file(c, stage), {})
+            if f"pending.{pending}" in saved:
+                payloads[str(c)] = saved[f"pending.{pending}"]
+        tensors[PENDING_PAYLOADS] = payloads
+    return CheckpointFiles(tensors, dict(files.json))
+
+
+def pending_payloads(files: CheckpointFiles) -> dict[int, torch.Tensor]:
+    """The in-flight round's payloads a process's share carries, by cluster."""
+    return {int(c): t for c, t in files.tensors.get(PENDING_PAYLOADS, {}).items()}
 
 
 def _cpu(tensor: torch.Tensor) -> torch.Tensor:

@@ -1,14 +1,15 @@
-"""Who runs where: clusters x pipeline stages, and the process groups that connect them.
+"""Who runs where: clusters x pipeline stages, and the process groups inside a cluster.
 
-DESIGN.md §6: ``rank = cluster * S + stage``. Each cluster's S processes form its *pipeline
-group* (activations and gradients flow stage to stage inside a cluster); the processes holding
-the same stage in every cluster form that stage's *outer group* (pseudo-gradients, or the
-AllReduce baseline's gradients, are exchanged there, so each process only ever exchanges its
-own stage's shard). With tied embeddings and S > 1, stage 0 and stage S-1 of a cluster also
-form an *embedding group* to keep their two copies of the matrix equal.
+DESIGN.md §6: each cluster is its own ``torch.distributed`` world of S processes, ranked by
+pipeline stage. The whole world is the cluster's *pipeline group* (activations and gradients
+flow stage to stage); with tied embeddings and S > 1, stage 0 and stage S-1 also form an
+*embedding group* to keep their two copies of the matrix equal. Nothing in a cluster's world
+reaches another cluster: the outer exchange runs over torchft's process group of each round's
+quorum, one per stage (membership.py).
 
-A re-execution of one cluster's contribution launches only that cluster: ``present`` names the
-clusters that have processes, and ranks are numbered over them in the same order.
+A launch on one host starts several clusters at once: ``present`` names them, and the
+launch's processes are numbered ``slot * S + stage`` over them (``place``). A process's
+*global rank* ``cluster * S + stage`` names it in seeds and logs whatever the launch.
 """
 
 from __future__ import annotations
@@ -19,15 +20,19 @@ import torch.distributed as dist
 
 from trainer.errors import ConfigError
 
+RANK_RULE = "stage in its cluster's own world (global rank = cluster * stages + stage)"
+"""How the genesis describes ranks (records.genesis.Topology.rank)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Topology:
     clusters: int
-    """C: clusters in the run (the outer algorithm's n_clusters)."""
+    """C: clusters in the run at most (the genesis maximum; the data rule's cluster count)."""
     stages: int
     """S: pipeline stages per cluster."""
     present: tuple[int, ...]
-    """Clusters with processes in this launch, ascending (all of them unless re-executing one)."""
+    """Clusters with processes in this launch, ascending (all of them on one host; one cluster
+    per host otherwise, or the clusters of one recorded step when re-executing it)."""
 
     def __post_init__(self) -> None:
         if not self.present or list(self.present) != sorted(set(self.present)):
@@ -40,60 +45,46 @@ class Topology:
         return cls(clusters=clusters, stages=stages, present=tuple(range(clusters)))
 
     @property
-    def world_size(self) -> int:
+    def processes(self) -> int:
+        """Processes of this launch."""
         return len(self.present) * self.stages
 
-    def place(self, rank: int) -> tuple[int, int]:
-        """(cluster, stage) of a rank."""
-        if not 0 <= rank < self.world_size:
-            raise ConfigError(f"expected a rank below {self.world_size}, got {rank}")
-        slot, stage = divmod(rank, self.stages)
+    def place(self, index: int) -> tuple[int, int]:
+        """(cluster, stage) of the launch's process ``index``."""
+        if not 0 <= index < self.processes:
+            raise ConfigError(f"expected a process index below {self.processes}, got {index}")
+        slot, stage = divmod(index, self.stages)
         return self.present[slot], stage
 
-    def rank_of(self, cluster: int, stage: int) -> int:
-        return self.present.index(cluster) * self.stages + stage
-
-    def pipeline_ranks(self, cluster: int) -> list[int]:
-        return [self.rank_of(cluster, s) for s in range(self.stages)]
-
-    def outer_ranks(self, stage: int) -> list[int]:
-        return [self.rank_of(c, stage) for c in self.present]
+    def global_rank(self, cluster: int, stage: int) -> int:
+        return cluster * self.stages + stage
 
     def to_dict(self) -> dict[str, object]:
         return {
             "clusters": self.clusters,
             "stages": self.stages,
-            "world_size": self.world_size,
-            "rank": "cluster * stages + stage",
+            "world_size": self.clusters * self.stages,
+            "rank": RANK_RULE,
             "present": list(self.present),
         }
 
 
 @dataclass(frozen=True)
 class ProcessGroups:
-    """The groups one process belongs to (None where a group would be just itself)."""
+    """The groups of one process inside its cluster (None where a group would be just itself)."""
 
     pipeline: dist.ProcessGroup
-    outer: dist.ProcessGroup | None
     embedding: dist.ProcessGroup | None
 
 
-def create_groups(topology: Topology, rank: int, *, tied_embeddings: bool) -> ProcessGroups:
-    """Create every group in the same order on every rank (``new_group`` is collective)."""
-    cluster, stage = topology.place(rank)
-    pipeline = outer = embedding = None
-    for c in topology.present:
-        group = dist.new_group(topology.pipeline_ranks(c))
-        if c == cluster:
-            pipeline = group
-    for s in range(topology.stages):
-        group = dist.new_group(topology.outer_ranks(s))
-        if s == stage and len(topology.present) > 1:
-            outer = group
-    if tied_embeddings and topology.stages > 1:
-        for c in topology.present:
-            group = dist.new_group([topology.rank_of(c, 0), topology.rank_of(c, topology.stages - 1)])
-            if c == cluster and stage in (0, topology.stages - 1):
-                embedding = group
-    assert pipeline is not None  # every present cluster got a pipeline group above
-    return ProcessGroups(pipeline=pipeline, outer=outer, embedding=embedding)
+def create_groups(stages: int, stage: int, *, tied_embeddings: bool) -> ProcessGroups:
+    """Create the cluster's groups in the same order on every one of its ranks (``new_group``
+    is collective over the cluster's world)."""
+    world = dist.group.WORLD
+    assert world is not None  # the cluster's world exists once init_process_group has run
+    embedding = None
+    if tied_embeddings and stages > 1:
+        group = dist.new_group([0, stages - 1])
+        if stage in (0, stages - 1):
+            embedding = group
+    return ProcessGroups(pipeline=world, embedding=embedding)

@@ -1,34 +1,40 @@
 """One training process: its stage of one cluster, from start (or a saved step) to the end.
 
-Per outer step t (H inner steps), in every process:
+Each cluster is its own ``torch.distributed`` world; clusters meet only in torchft's quorums
+(membership.py) and on the run channel (channel.py). Per outer step t (H inner steps), in
+every process:
 
 1. H inner steps through the pipeline (trainer/runtime/pipeline.py, inner.py); the AllReduce
-   baseline all-reduces gradients inside each of them;
-2. the round's mean training loss over clusters is made identical on every rank
-   (``RoundSignals``);
-3. DiLoCo / DiLoCoX (trainer/runtime/outer_sync.py): ``contribution(t)`` -> all-gather over the stage's outer group -> ``apply``
-   in the order of trainer/outer/protocol.py: blocking applies round t now; the one-step delay
-   launches round t's exchange, applies round t-1's (which ran during this step's compute) and,
-   at the run's last step, waits for and applies round t as well. After every apply the tied
-   embedding's copy on the last stage is overwritten with stage 0's (the outer algorithm of
-   the last stage does not own it, so the matrix is exchanged once);
+   baseline all-reduces gradients over the stage's quorum group inside each of them;
+2. the cluster's numbers of the round (training loss, gradient norm, timings) are gathered
+   over the cluster's world, so each of its processes holds the same;
+3. DiLoCo / DiLoCoX (outer_sync.py): ``contribution(t)`` -> the payload is kept and signed and
+   its header posted -> quorum -> all-gather over the stage's quorum group -> ``apply`` in the
+   order of trainer/outer/protocol.py. After every apply the tied embedding's copy on the last
+   stage is overwritten with stage 0's (the last stage's outer algorithm does not own it). A
+   quorum for a later round means this cluster fell behind: it listens to that round's
+   exchange, loads the state recorded after it and goes on from there (``_catch_up``);
 4. cluster 0 evaluates the held-out batches;
-5. adaptive H (when enabled) picks the next round's H from timings every rank agrees on;
+5. adaptive H (when enabled) picks the next round's H from the contributors' headers;
 6. every process hands its own files to ``recorder.save_state`` (the coordinator's include
-   trainer_state.json and the model-repo files: config.json, generation_config.json, the
-   tokenizer's); the coordinator gathers the small per-process reports and calls
-   ``recorder.record_outer_step``.
+   trainer_state.json and the model-repo files); each cluster's stage 0 gathers its processes'
+   reports and posts them on the channel; the coordinator (cluster 0, stage 0) builds the
+   record from the round's headers and the reports, asks every contributor to quote, collects
+   the quotes and calls ``recorder.record_outer_step``. A contributor that stopped beating is
+   not waited for: the step is recorded without its files and quote (docs/records.md).
 
-Modes: ``train`` (a run or its resumption), ``reexecute`` (one step again, same processes, no
-begin/end), ``contribute`` (one cluster alone, up to its contribution: no exchange, no eval,
-no saved files).
+Modes: ``train`` (a run, its resumption, or one cluster of it), ``reexecute`` (one recorded step
+again, with the clusters that took part in it, no begin/end), ``contribute`` (one cluster alone,
+up to its contribution: no exchange, no eval, no saved files).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,19 +42,26 @@ import torch
 import torch.distributed as dist
 
 from records.genesis import ClusterKeys
-from trainer.checkpoint import TRAINER_STATE, CheckpointFiles, load_checkpoint_directory
+from records.outer_step import CheckpointRef, Quorum, StageContribution
+from trainer.checkpoint import (
+    TRAINER_STATE,
+    CheckpointFiles,
+    inner_file,
+    load_checkpoint_directory,
+    model_file,
+    outer_file,
+)
 from trainer.config import TrainConfig
 from trainer.data.assignment import AssignmentRule
 from trainer.data.manifest import DataManifest
 from trainer.data.reader import BatchReader
 from trainer.data.shards import ShardSource
-from trainer.errors import CheckpointError, DataError
+from trainer.errors import CheckpointError, ConfigError, DataError, WorkerError
 from trainer.hf_repo import TokenizerExport, repo_json_files
 from trainer.model import TIED_HEAD, build_stage, stage_layout
 from trainer.outer import build_outer_algorithm, next_inner_steps
-from trainer.outer.protocol import OuterAlgorithm, RoundSignals
+from trainer.outer.protocol import Contribution, OuterAlgorithm
 from trainer.recorder import (
-    AttestationRequest,
     ClusterEvidence,
     ContributionDigest,
     ProcessInfo,
@@ -57,10 +70,33 @@ from trainer.recorder import (
     RunStart,
     RunSummary,
 )
-from trainer.runtime.collectives import broadcast_tensors, gather_floats, ordered_sum
+from trainer.runtime.channel import ChannelError, Heartbeat, Liveness, RunChannel
+from trainer.runtime.collectives import broadcast_tensors, gather_floats
 from trainer.runtime.determinism import make_deterministic, pick_device
+from trainer.runtime.exchange import ClusterNumbers, ContributionHeader, PendingExchange
 from trainer.runtime.inner import InnerOptimizer, InnerStepStats
-from trainer.runtime.launch import Rendezvous, init_process_group, torchrun_rank
+from trainer.runtime.launch import Links, init_cluster_world, torchrun_rank
+from trainer.runtime.lighthouse import SETTINGS_KEY, LighthouseSettings
+from trainer.runtime.membership import (
+    LoneMembership,
+    MembershipSettings,
+    RoundQuorum,
+    TorchftMembership,
+    header_key,
+    post_header,
+)
+from trainer.runtime.messages import (
+    checkpoint_from,
+    checkpoint_message,
+    evidence_from,
+    evidence_message,
+    keys_from,
+    keys_message,
+    report_from,
+    report_message,
+    request_from,
+    request_message,
+)
 from trainer.runtime.outer_sync import OuterSync, StepExchange
 from trainer.runtime.pipeline import PipelineRunner
 from trainer.runtime.poison import poison_local
@@ -68,14 +104,20 @@ from trainer.runtime.progress import ConsoleProgress, Progress, SilentProgress
 from trainer.runtime.report import RankReport, build_record
 from trainer.runtime.state import (
     Cursor,
+    pending_payloads,
     read_cursor,
     restore_stage,
+    share_owner,
     stage_files,
+    state_owner,
     trainer_state_document,
 )
 from trainer.runtime.topology import Topology, create_groups
 
 Mode = Literal["train", "reexecute", "contribute"]
+START_TIMEOUT = timedelta(minutes=10)
+"""How long a cluster waits for the others to start (enrolments, the coordinator's begin)."""
+CONNECT_TIMEOUT = timedelta(seconds=60)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,48 +131,59 @@ class WorkerSpec:
     shards: ShardSource
     recorder_factory: RecorderFactory
     topology: Topology
+    links: Links
     resume: tuple[CheckpointFiles | Path, ...] | None
-    """Per rank: the files of the step to continue from, in memory (torchrun: this process) or
-    in a folder (spawned processes); None: start from the seed."""
+    """Per process of the launch: the files of the step to continue from, in memory (torchrun:
+    this process) or in a folder (spawned processes); None: start from the seed."""
     stop_step: int
     """Exclusive: the process stops before this outer step."""
     mode: Mode
     quiet: bool
     tokenizer: TokenizerExport = field(default_factory=TokenizerExport)
     """The tokenizer files and special ids every checkpoint carries (trainer/hf_repo.py)."""
+    payloads: Mapping[str, bytes] = field(default_factory=dict)
+    """Payloads by digest that a re-execution may need and that no process of it sends (those
+    of clusters that are not re-executed)."""
 
 
-def spawned_entry(rank: int, spec: WorkerSpec, rendezvous: Rendezvous, results: Any) -> None:
-    """Entry point of a spawned process; rank 0 puts the run summary in ``results``."""
-    summary = run_process(rank, spec, rendezvous=rendezvous, local_rank=rank)
+def spawned_entry(index: int, spec: WorkerSpec, results: Any) -> None:
+    """Entry point of a spawned process; the coordinator puts the run summary in ``results``."""
+    summary = run_process(index, spec, local_rank=index, store=spec.links.stores[spec.topology.place(index)[0]])
     if summary is not None:
         results.put(summary)
 
 
 def torchrun_entry(spec: WorkerSpec) -> RunSummary | None:
-    rank, local_rank = torchrun_rank(spec.topology.world_size)
-    return run_process(rank, spec, rendezvous=None, local_rank=local_rank)
+    stage, local_rank = torchrun_rank(spec.topology.stages)
+    return run_process(stage, spec, local_rank=local_rank, store=None)
 
 
-def run_process(rank: int, spec: WorkerSpec, *, rendezvous: Rendezvous, local_rank: int) -> RunSummary | None:
+def run_process(
+    index: int, spec: WorkerSpec, *, local_rank: int, store: tuple[str, int] | None
+) -> RunSummary | None:
+    cluster, stage = spec.topology.place(index)
     device = pick_device(spec.config.device, local_rank)
-    make_deterministic(spec.config.seed, rank, device)
-    init_process_group("nccl" if device.type == "cuda" else "gloo", rank, spec.topology.world_size, rendezvous)
+    make_deterministic(spec.config.seed, spec.topology.global_rank(cluster, stage), device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    init_cluster_world(backend, stage, spec.topology.stages, store)
     try:
-        return _Process(rank, spec, device).run()
+        return _Process(index, spec, device).run()
     finally:
         dist.destroy_process_group()
 
 
 class _Process:
-    def __init__(self, rank: int, spec: WorkerSpec, device: torch.device) -> None:
+    def __init__(self, index: int, spec: WorkerSpec, device: torch.device) -> None:
         config = spec.config
-        self.rank, self.spec, self.config, self.device = rank, spec, config, device
+        self.index, self.spec, self.config, self.device = index, spec, config, device
         self.topology = spec.topology
-        self.cluster, self.stage = self.topology.place(rank)
+        self.cluster, self.stage = self.topology.place(index)
+        self.stages = config.stages
+        self.coordinating = self.stage == 0 and (self.cluster == 0 or spec.mode == "contribute")
+        """Cluster 0's stage 0 records the run (one cluster re-executed alone: its stage 0)."""
         self.info = ProcessInfo(
-            rank=rank,
-            world_size=self.topology.world_size,
+            rank=self.topology.global_rank(self.cluster, self.stage),
+            world_size=config.clusters * config.stages,
             cluster=self.cluster,
             stage=self.stage,
             clusters=config.clusters,
@@ -138,12 +191,12 @@ class _Process:
         )
         self._check_same_data()
         tied = config.model.tie_word_embeddings
-        self.groups = create_groups(self.topology, rank, tied_embeddings=tied)
-        self.module = build_stage(config.model, stage=self.stage, n_stages=config.stages, seed=config.seed).to(device)
+        self.groups = create_groups(self.stages, self.stage, tied_embeddings=tied)
+        self.module = build_stage(config.model, stage=self.stage, n_stages=self.stages, seed=config.seed).to(device)
         self.runner = PipelineRunner(
             self.module,
             stage=self.stage,
-            stages=config.stages,
+            stages=self.stages,
             group=self.groups.pipeline,
             device=device,
             schedule=config.schedule,
@@ -179,13 +232,36 @@ class _Process:
             self.reader.eval_batches(config.eval_batches) if self.cluster == 0 and spec.mode != "contribute" else []
         )
         self.recorder = spec.recorder_factory(self.info)
-        self.repo_files = repo_json_files(config.model, spec.tokenizer) if rank == 0 else {}
+        self.repo_files = repo_json_files(config.model, spec.tokenizer) if self.coordinating else {}
+        self.channel = RunChannel(spec.links.channel, config.run_id, connect_timeout=CONNECT_TIMEOUT)
+        self.settings = self._lighthouse_settings()
+        self.heartbeat = Heartbeat(self.channel, self.cluster) if self.stage == 0 else None
+        self.alive = Liveness(self.channel, self.settings.heartbeat, grace=START_TIMEOUT)
+        self.membership: TorchftMembership | LoneMembership
+        if spec.links.lighthouse is not None and spec.mode != "contribute":
+            host, port = spec.links.stores[self.cluster]
+            self.membership = TorchftMembership(
+                cluster=self.cluster,
+                stage=self.stage,
+                stages=self.stages,
+                settings=MembershipSettings(
+                    lighthouse=spec.links.lighthouse,
+                    store_host=host,
+                    store_port=port,
+                    advertise_host=spec.links.advertise_host,
+                    exchange_timeout=self.settings.exchange,
+                ),
+                channel=self.channel,
+            )
+        else:
+            self.membership = LoneMembership(cluster=self.cluster, stage=self.stage, channel=self.channel)
         self.sync = (
             OuterSync(
                 self.outer,
                 self.outer_params,
-                group=self.groups.outer,
-                device=device,
+                membership=self.membership,
+                commit=self._commit,
+                fetch=self._fetch,
                 last_step=config.outer_steps - 1,
                 after_apply=self._sync_tied_copy,
             )
@@ -194,9 +270,14 @@ class _Process:
         )
         self.progress: Progress = (
             ConsoleProgress(outer_steps=config.outer_steps)
-            if rank == 0 and not spec.quiet and spec.mode == "train"
+            if self.coordinating and not spec.quiet and spec.mode == "train"
             else SilentProgress()
         )
+        self.talkative = self.stage == 0 and not self.coordinating and spec.mode == "train" and not spec.quiet
+        """Another cluster's stage 0 says what its cluster does (the coordinator prints the steps)."""
+        self.previous_clusters: tuple[int, ...] = tuple(range(config.clusters))
+        """The clusters of the step before (the coordinator's joined/left)."""
+        self.last_comm_seconds = 0.0
 
     # ------------------------------------------------------------------------------------
     def run(self) -> RunSummary | None:
@@ -204,13 +285,11 @@ class _Process:
         try:
             cursor = self._start()
             if self.spec.mode == "train":
-                enrollments = self._enrol()
-                if self.rank == 0:
-                    self.recorder.begin(replace(self._run_start(cursor), enrollments=enrollments))
+                cursor = self._begin(cursor)
             metrics: dict[str, float] = {}
-            for step in range(cursor.next_step, self.spec.stop_step):
-                cursor, metrics = self._outer_step(step, cursor)
-            if self.spec.mode != "train" or self.rank != 0:
+            while cursor.next_step < self.spec.stop_step:
+                cursor, metrics = self._outer_step(cursor.next_step, cursor)
+            if self.spec.mode != "train" or not self.coordinating:
                 return None
             summary = RunSummary(
                 run_id=self.config.run_id,
@@ -220,31 +299,156 @@ class _Process:
                 wall_seconds=time.perf_counter() - started,
             )
             self.recorder.end(summary)
+            self.channel.put("finished", {"steps": summary.steps})
             return summary
         finally:
             self.progress.close()
             self.recorder.close()
+            if self.heartbeat is not None:
+                self.heartbeat.close()
+            self.membership.close()
 
     def _start(self) -> Cursor:
-        given = self.spec.resume[self.rank] if self.spec.resume is not None else None
+        given = self.spec.resume[self.index] if self.spec.resume is not None else None
         resume = load_checkpoint_directory(given) if isinstance(given, Path) else given
         if resume is None:
             return Cursor(next_step=0, inner_steps_done=0, next_inner_steps=self.config.inner_steps, tokens=0)
-        cursor = read_cursor(resume, config_digest=self.spec.config_digest)
+        return self._restore(resume, listened=None)
+
+    def _restore(self, files: CheckpointFiles, *, listened: PendingExchange | None) -> Cursor:
+        """Take this process's state from ``files`` (its share of a saved step)."""
+        cursor = read_cursor(files, config_digest=self.spec.config_digest)
         restore_stage(
-            resume,
+            files,
             module=self.module,
             inner=self.inner,
             outer=self.outer,
-            cluster=self.cluster,
+            cluster=share_owner(files, stage=self.stage),
             stage=self.stage,
-            stages=self.config.stages,
+            stages=self.stages,
         )
         self._sync_tied_copy()
-        if self.sync is not None and cursor.pending_round is not None and self.spec.mode != "contribute":
-            if cursor.pending_mean_train_loss is None:
-                raise CheckpointError(f"expected the signals of pending round {cursor.pending_round}, they are missing")
-            self.sync.restart(cursor.pending_round, cursor.pending_mean_train_loss)
+        if cursor.clusters:
+            self.previous_clusters = cursor.clusters
+        if self.sync is not None:
+            self.sync.pending = None
+            if cursor.pending_round is not None and self.spec.mode != "contribute":
+                if cursor.pending_mean_train_loss is None:
+                    raise CheckpointError(f"expected the signals of pending round {cursor.pending_round}, they are missing")
+                payloads = pending_payloads(files)
+                if listened is not None and listened.round == cursor.pending_round:
+                    payloads.update(listened.wait())
+                self.sync.restore(
+                    cursor.pending_round,
+                    cursor.pending_mean_train_loss,
+                    digests=cursor.pending_digests_of(self.stage),
+                    payloads=payloads,
+                )
+        return cursor
+
+    # -- joining the run ----------------------------------------------------------------
+    def _begin(self, cursor: Cursor) -> Cursor:
+        """Enrol; the coordinator begins the run, the other clusters follow it (and catch up
+        if it is already under way)."""
+        keys = self.recorder.enrol(RunIdentity(run_id=self.config.run_id, config_digest=self.spec.config_digest))
+        if self.stage == 0:
+            self.channel.put(f"enrol/{self.cluster}", {"keys": keys_message(keys)})
+        if self.coordinating:
+            fresh = cursor.next_step == 0
+            enrollments = self._enrolments(range(self.config.clusters) if fresh else self.topology.present)
+            self.recorder.begin(replace(self._run_start(cursor, enrollments), enrollments=enrollments))
+            recorded = self.recorder.recorded_checkpoint(cursor.next_step - 1) if cursor.next_step > 0 else None
+            self.channel.put(
+                "begun",
+                {
+                    "next_step": cursor.next_step,
+                    "config_digest": self.spec.config_digest,
+                    "manifest": self.spec.manifest.digest(),
+                    "checkpoint": checkpoint_message(recorded),
+                },
+            )
+            return cursor
+        begun = self.channel.wait("begun", writer_alive=lambda: self.alive(0), what="the coordinator (cluster 0) to begin")
+        if begun["config_digest"] != self.spec.config_digest:
+            raise ConfigError(
+                f"cluster 0 trains run {self.config.run_id!r} with configuration {str(begun['config_digest'])[:12]}, this "
+                f"cluster with {self.spec.config_digest[:12]}: start it without a preset or config to take cluster 0's"
+            )
+        if begun["manifest"] != self.spec.manifest.digest():
+            raise DataError(
+                f"expected the corpus cluster 0 trains on (manifest {str(begun['manifest'])[:16]}…), got "
+                f"{self.spec.manifest.digest()[:16]}… (different Python versions or data files on different hosts?)"
+            )
+        if self.channel.get("finished") is not None:
+            raise WorkerError(f"run {self.config.run_id!r} has finished: there is nothing left to join")
+        start = int(begun["next_step"])
+        if start != cursor.next_step:
+            if start == 0:
+                raise CheckpointError(f"cluster 0 starts run {self.config.run_id!r} afresh, but this cluster was given a saved state")
+            cursor = self._load_recorded(checkpoint_from(begun["checkpoint"], step=start - 1), start - 1, listened=None)
+        progress = self.channel.get("progress")
+        if isinstance(progress, int) and progress >= cursor.next_step:
+            # The run is already past this cluster's next round: listen to the next one, then
+            # load what is recorded after it.
+            quorum = self.membership.quorum(cursor.next_step)
+            listened = self.sync.listen(quorum) if self.sync is not None else None
+            return self._catch_up(quorum, listened)
+        return cursor
+
+    def _enrolments(self, clusters: Sequence[int]) -> tuple[ClusterKeys, ...]:
+        """Every listed cluster's enrolment, made in that cluster's own process and posted by it."""
+        deadline = time.monotonic() + START_TIMEOUT.total_seconds()
+        got: dict[int, ClusterKeys | None] = {}
+        while True:
+            for cluster in clusters:
+                message = self.channel.get(f"enrol/{cluster}") if cluster not in got else None
+                if message is not None:
+                    got[cluster] = keys_from(message["keys"], cluster=cluster)
+            if len(got) == len(clusters):
+                return tuple(k for _, k in sorted(got.items()) if k is not None)
+            if time.monotonic() > deadline:
+                missing = sorted(set(clusters) - set(got))
+                raise WorkerError(
+                    f"cluster(s) {missing} did not enrol within {START_TIMEOUT}: start them "
+                    "(veritrain train --cluster J --lighthouse URL) so that the genesis can name their keys"
+                )
+            time.sleep(0.05)
+
+    def _catch_up(self, quorum: RoundQuorum, listened: PendingExchange | None) -> Cursor:
+        """This cluster listened to round ``quorum.round``: continue from the state recorded
+        after it (docs/trainer.md, "Clusters come and go")."""
+        if self.cluster == 0:
+            raise WorkerError(
+                f"cluster 0 (the coordinator) fell behind the quorum of round {quorum.round}: it cannot record "
+                "steps it did not take part in; restart the run from its last recorded step"
+            )
+        self._say(f"the run is at round {quorum.round}: listening to it, then loading the state recorded after it")
+        message = self.channel.wait(
+            f"recorded/{quorum.round}",
+            writer_alive=lambda: self.alive(0),
+            what=f"the coordinator to record step {quorum.round}",
+        )
+        return self._load_recorded(checkpoint_from(message["checkpoint"], step=quorum.round), quorum.round, listened=listened)
+
+    def _load_recorded(self, checkpoint: CheckpointRef | None, step: int, *, listened: PendingExchange | None) -> Cursor:
+        """Start over from the state recorded after ``step`` (own files, or the donor's)."""
+
+        def names(available: Sequence[str]) -> list[str]:
+            owner = state_owner(available, cluster=self.cluster, stages=self.stages)
+            wanted = {TRAINER_STATE, model_file(self.stage, self.stages), inner_file(owner, self.stage), outer_file(owner, self.stage)}
+            return [n for n in available if n in wanted]
+
+        files = self.recorder.load_checkpoint(checkpoint, names) if checkpoint is not None else None
+        if files is None:
+            raise WorkerError(
+                f"cluster {self.cluster} cannot load the state recorded after step {step}: joining a run under way "
+                "needs a recorder that keeps checkpoints every cluster can fetch (the ledger recorder)"
+            )
+        cursor = self._restore(files, listened=listened)
+        if cursor.next_step != step + 1:
+            raise CheckpointError(f"expected the state recorded after step {step}, got the state after step {cursor.next_step - 1}")
+        owner = share_owner(files, stage=self.stage)
+        self._say(f"loaded the state recorded after step {step} (cluster {owner}'s); contributing from step {step + 1}")
         return cursor
 
     # ------------------------------------------------------------------------------------
@@ -255,48 +459,80 @@ class _Process:
         poisoned = poison is not None and poison.step == step and poison.cluster == self.cluster
         round_start = [p.detach().clone() for p in self.outer_params] if poisoned else []
 
-        losses, last, compute_seconds, inner_comm, inner_bytes = self._inner_round(step, cursor.inner_steps_done, H)
-        signals = RoundSignals(mean_train_loss=self._mean_over_clusters(losses))
+        members: RoundQuorum | None = None
+        quorum_seconds = 0.0
+        if self.outer is None and self.spec.mode != "contribute":
+            asked = time.perf_counter()
+            members = self.membership.quorum(step)  # the AllReduce baseline needs its group now
+            quorum_seconds = time.perf_counter() - asked
+            self._announce(step)
+        n_clusters = len(members.members) if members is not None else 1
+        group = self.membership.process_group() if members is not None else None
+        losses, last, compute_seconds, inner_comm, inner_bytes = self._inner_round(
+            step, cursor.inner_steps_done, H, group, n_clusters
+        )
+        numbers = self._cluster_numbers(losses, last, compute_seconds / H)
 
         exchanged: StepExchange | None = None
         if self.sync is not None:
             if poisoned and poison is not None:
                 poison_local(self.outer_params, round_start, poison, seed=self.config.seed)
-            exchanged = self.sync.step(step, signals, exchange=self.spec.mode != "contribute")
+            exchanged = self.sync.step(step, numbers, exchange=self.spec.mode != "contribute")
+            if exchanged.listened is not None and exchanged.quorum is not None:
+                return self._catch_up(exchanged.quorum, exchanged.listened), {}
+            if exchanged.quorum is not None:
+                self._announce(step)
+        else:
+            post_header(self.channel, self._header(step, None, None, numbers))
+        quorum = exchanged.quorum if exchanged is not None else members
+        contributors = (
+            quorum.contributors if exchanged is not None and quorum is not None
+            else quorum.members if quorum is not None else (self.cluster,)
+        )
+        if self.spec.mode != "contribute" and 0 not in contributors:
+            raise WorkerError(
+                f"cluster 0 (the coordinator) did not take part in round {step}: the run cannot record without it; "
+                "restart the run from its last recorded step"
+            )
 
         eval_loss = self._evaluate() if self.eval_batches else None
         comm_seconds = inner_comm + (exchanged.comm_seconds if exchanged else 0.0)
-        next_H = self._next_inner_steps(H, compute_seconds, comm_seconds)
+        self.last_comm_seconds = comm_seconds
+        next_H = self._next_inner_steps(H, quorum)
         pending = self.sync.pending if self.sync is not None else None
         cursor = Cursor(
             next_step=step + 1,
             inner_steps_done=cursor.inner_steps_done + H,
             next_inner_steps=next_H,
-            tokens=cursor.tokens + self._step_tokens(H),
+            tokens=cursor.tokens + self._step_tokens(H, len(contributors)),
             pending_round=pending.round if pending else None,
             pending_mean_train_loss=pending.signals.mean_train_loss if pending else None,
+            clusters=tuple(contributors),
+            pending_digests=self._pending_digests(pending) if self.coordinating else (),
         )
         files = self._save(step, cursor) if self.spec.mode != "contribute" else {}
         report = RankReport(
             cluster=self.cluster,
             stage=self.stage,
             files=files,
-            contribution_digest=exchanged.contribution.digest if exchanged else None,
-            contribution_stats=dict(exchanged.contribution.stats) if exchanged else {},
             updates=exchanged.updates if exchanged else [],
-            train_loss=sum(losses) / len(losses) if losses else None,
             eval_loss=eval_loss,
-            grad_norm=last.grad_norm,
-            lr=last.lr,
             compute_seconds=compute_seconds,
             comm_seconds=comm_seconds,
             exposed_comm_seconds=inner_comm + (exchanged.exposed_seconds if exchanged else 0.0),
+            quorum_seconds=quorum_seconds + (exchanged.quorum_seconds if exchanged else 0.0),
             bytes_sent=inner_bytes + (int(exchanged.contribution.payload.numel()) if exchanged else 0),
         )
-        return cursor, self._report(step, H, cursor, report, started)
+        quorum_id = quorum.id if quorum is not None else 0
+        return cursor, self._finish(step, H, cursor, report, quorum_id, tuple(contributors), started)
+
+    def _announce(self, step: int) -> None:
+        """The coordinator says which round the run has reached (clusters starting late read it)."""
+        if self.coordinating and self.spec.mode == "train":
+            self.channel.put("progress", step)
 
     def _inner_round(
-        self, step: int, first: int, H: int
+        self, step: int, first: int, H: int, allreduce: dist.ProcessGroup | None, clusters: int
     ) -> tuple[list[float], InnerStepStats, float, float, int]:
         self.progress.start_step(step, H)
         losses: list[float] = []
@@ -304,12 +540,11 @@ class _Process:
         sent = 0
         last: InnerStepStats | None = None
         started = time.perf_counter()
-        allreduce = self.groups.outer if self.config.method == "allreduce" else None
         for i in range(first, first + H):
             inputs, targets = self.reader.train_batch(self.cluster, i)
             self.inner.zero_grad()
             loss = self.runner.train_step(inputs, targets)
-            last = self.inner.step(i, allreduce=allreduce, clusters=len(self.topology.present))
+            last = self.inner.step(i, allreduce=allreduce, clusters=clusters)
             comm += last.comm_seconds
             sent += last.bytes_sent
             if loss is not None:
@@ -318,33 +553,79 @@ class _Process:
         assert last is not None  # H >= 1
         return losses, last, time.perf_counter() - started - comm, comm, sent
 
-    def _step_tokens(self, H: int) -> int:
-        """Input tokens all present clusters train on in a step of H inner steps."""
-        return len(self.topology.present) * H * self.spec.rule.sequences_per_step * self.config.model.context
+    def _cluster_numbers(self, losses: list[float], last: InnerStepStats, compute_per_step: float) -> ClusterNumbers:
+        """The round's numbers of this cluster, the same on each of its processes."""
+        mine = [sum(losses) / len(losses) if losses else math.nan, last.grad_norm, compute_per_step, self.last_comm_seconds]
+        everyone = gather_floats(mine, _world(), self.device)
+        return ClusterNumbers(
+            train_loss=everyone[self.stages - 1][0],  # the last stage measures the loss
+            grad_norm=max(v[1] for v in everyone),
+            lr=last.lr,
+            compute_seconds_per_step=max(v[2] for v in everyone),
+            comm_seconds=max(v[3] for v in everyone),
+        )
 
-    def _mean_over_clusters(self, losses: list[float]) -> float:
-        """The mean over clusters of each cluster's mean loss this round, on every rank."""
-        mine = sum(losses) / len(losses) if losses else math.nan
-        everyone = gather_floats([mine], _world(), self.device)
-        last_stages = [everyone[self.topology.rank_of(c, self.config.stages - 1)][0] for c in self.topology.present]
-        return ordered_sum(last_stages) / len(last_stages)
+    def _commit(self, step: int, contribution: Contribution, numbers: ClusterNumbers) -> ContributionHeader:
+        """Keep and sign this process's payload, then post its header (membership.py)."""
+        signed: StageContribution | None = None
+        if self.spec.mode != "contribute":
+            own = ContributionDigest(cluster=self.cluster, stage=self.stage, digest=contribution.digest)
+            signed = self.recorder.publish_contribution(step, own, contribution.payload.cpu().numpy().tobytes())
+        header = self._header(step, contribution, signed, numbers)
+        post_header(self.channel, header)
+        return header
+
+    def _header(
+        self, step: int, contribution: Contribution | None, signed: StageContribution | None, numbers: ClusterNumbers
+    ) -> ContributionHeader:
+        return ContributionHeader(
+            round=step,
+            cluster=self.cluster,
+            stage=self.stage,
+            digest=contribution.digest if contribution is not None else "",
+            length=int(contribution.payload.numel()) if contribution is not None else 0,
+            signature_object=signed.signature_object if signed is not None else None,
+            stats=dict(contribution.stats) if contribution is not None else {},
+            numbers=numbers,
+        )
+
+    def _fetch(self, digest: str) -> bytes | None:
+        kept = self.spec.payloads.get(digest)
+        return kept if kept is not None else self.recorder.fetch_contribution(digest)
+
+    def _pending_digests(self, pending: PendingExchange | None) -> tuple[tuple[int, int, str], ...]:
+        """(cluster, stage, digest) of the round in flight, every stage (the coordinator saves them)."""
+        if pending is None:
+            return ()
+        digests = []
+        for cluster in pending.contributors:
+            for stage in range(self.stages):
+                message = self.channel.get(header_key(pending.round, cluster, stage))
+                if message is None:
+                    raise WorkerError(f"round {pending.round}: no header of cluster {cluster} stage {stage} on the channel")
+                digests.append((cluster, stage, ContributionHeader.from_message(message).digest))
+        return tuple(digests)
+
+    def _step_tokens(self, H: int, clusters: int) -> int:
+        """Input tokens ``clusters`` clusters train on in a step of H inner steps."""
+        return clusters * H * self.spec.rule.sequences_per_step * self.config.model.context
 
     def _sync_tied_copy(self) -> None:
         if self.groups.embedding is None:
             return
-        source = self.topology.rank_of(self.cluster, 0)
-        broadcast_tensors([self.module.tied_weight()], source=source, group=self.groups.embedding)
+        broadcast_tensors([self.module.tied_weight()], source=0, group=self.groups.embedding)
 
-    def _next_inner_steps(self, H: int, compute_seconds: float, comm_seconds: float) -> int:
+    def _next_inner_steps(self, H: int, quorum: RoundQuorum | None) -> int:
         outer = self.config.outer
-        if self.outer is None or not outer.adaptive_inner_steps or self.spec.mode == "contribute":
+        if self.outer is None or not outer.adaptive_inner_steps or self.spec.mode == "contribute" or quorum is None:
             return H
-        # Every rank must pick the same H: decide from the slowest process's timings.
-        everyone = gather_floats([compute_seconds / H, comm_seconds], _world(), self.device)
+        # Every cluster must pick the same H: decide from the slowest contributor's timings,
+        # which every member read from the same headers.
+        numbers = [h.numbers for h in quorum.headers.values()]
         return next_inner_steps(
             H,
-            comm_seconds=max(v[1] for v in everyone),
-            compute_seconds_per_step=max(v[0] for v in everyone),
+            comm_seconds=max(n.comm_seconds for n in numbers),
+            compute_seconds_per_step=max(n.compute_seconds_per_step for n in numbers),
             min_steps=outer.min_inner_steps,
             max_steps=outer.max_inner_steps,
         )
@@ -380,12 +661,12 @@ class _Process:
             outer=self.outer,
             cluster=self.cluster,
             stage=self.stage,
-            stages=self.config.stages,
+            stages=self.stages,
             save_local=self.outer is not None and self.outer.overlapped,
             weights=dict(zip(self.outer_names, global_params, strict=True)) if global_params is not None else None,
         )
         json_files: dict[str, Any] = {}
-        if self.rank == 0:
+        if self.coordinating:
             # The coordinator makes the step's folder a Hugging Face model repo (DESIGN.md §6).
             json_files.update(self.repo_files)
             json_files[TRAINER_STATE] = trainer_state_document(
@@ -394,62 +675,110 @@ class _Process:
                 config_digest=self.spec.config_digest,
                 method=self.config.method,
                 clusters=self.config.clusters,
-                stages=self.config.stages,
+                stages=self.stages,
             )
         return dict(self.recorder.save_state(step, files, json_files))
 
-    def _enrol(self) -> tuple[ClusterKeys, ...]:
-        """Every process offers its cluster's enrolment (made in its own process, with keys
-        from its own key folder); the coordinator receives them all."""
-        mine = self.recorder.enrol(RunIdentity(run_id=self.config.run_id, config_digest=self.spec.config_digest))
-        offered: list[ClusterKeys | None] = [None] * self.topology.world_size if self.rank == 0 else []
-        dist.gather_object(mine, offered if self.rank == 0 else None, dst=0)
-        return tuple(sorted((k for k in offered if k is not None), key=lambda k: k.cluster))
-
-    def _attest(self, request: AttestationRequest | None, report: RankReport) -> list[ClusterEvidence]:
-        """Every process signs what is its own (its contribution; its cluster's quote) in its own
-        process and hands the signed objects to the coordinator, which cannot make them."""
-        box: list[AttestationRequest | None] = [request]
-        dist.broadcast_object_list(box, src=0)
-        if box[0] is None:
-            return []
-        digest = report.contribution_digest
-        own = ContributionDigest(cluster=self.cluster, stage=self.stage, digest=digest) if digest else None
-        evidence = self.recorder.attest(box[0], own)
-        gathered: list[ClusterEvidence | None] = [None] * self.topology.world_size if self.rank == 0 else []
-        dist.gather_object(evidence, gathered if self.rank == 0 else None, dst=0)
-        return [e for e in gathered if e is not None]
-
-    def _report(self, step: int, H: int, cursor: Cursor, report: RankReport, started: float) -> dict[str, float]:
-        reports: list[RankReport | None] = [None] * self.topology.world_size if self.rank == 0 else []
-        dist.gather_object(report, reports if self.rank == 0 else None, dst=0)
-        if self.rank != 0:
-            self._attest(None, report)
+    # -- the end of a step: reports, attestation, the record ------------------------------
+    def _finish(
+        self,
+        step: int,
+        H: int,
+        cursor: Cursor,
+        report: RankReport,
+        quorum_id: int,
+        contributors: tuple[int, ...],
+        started: float,
+    ) -> dict[str, float]:
+        gathered: list[RankReport | None] = [None] * self.stages if self.stage == 0 else []
+        dist.gather_object(report, gathered if self.stage == 0 else None, dst=0)
+        if self.stage != 0:
             return {}
+        mine = [r for r in gathered if r is not None]
+        if not self.coordinating:
+            self._answer(step, mine)
+            self._say(f"step {step}/{self.config.outer_steps - 1} contributed (quorum {quorum_id}: clusters {','.join(map(str, contributors))})")
+            return {}
+        others = [c for c in contributors if c != self.cluster]
+        arrived = self.channel.wait_all({c: f"step/{step}/reports/{c}" for c in others}, alive=self.alive)
+        reports = mine + [report_from(m) for c in sorted(arrived) for m in arrived[c]]
+        headers = self._round_headers(step, contributors)
         record = build_record(
             step=step,
             inner_steps=H,
             method=self.config.method,
             first_inner_step=cursor.inner_steps_done - H,
-            tokens_before=cursor.tokens - self._step_tokens(H),
+            tokens_before=cursor.tokens - self._step_tokens(H, len(contributors)),
             rule=self.spec.rule,
-            reports=[r for r in reports if r is not None],
+            quorum=Quorum.after(quorum_id, contributors, self.previous_clusters),
+            headers=headers,
+            reports=reports,
             wall_seconds=time.perf_counter() - started,
         )
-        evidence = self._attest(self.recorder.prepare_outer_step(record), report)
-        record = replace(record, evidence=tuple(evidence))
+        request = self.recorder.prepare_outer_step(record)
+        self.channel.put(f"step/{step}/request", request_message(request))
+        evidence: list[ClusterEvidence] = [
+            ClusterEvidence(
+                cluster=c,
+                stage=s,
+                contribution=StageContribution(stage=s, digest=h.digest, signature_object=h.signature_object),
+                quote=None,
+            )
+            for (c, s), h in sorted(headers.items())
+            if h.signature_object is not None
+        ]
+        own = self.recorder.attest(request, None) if request is not None else None
+        if own is not None:
+            evidence.append(own)
+        answered = self.channel.wait_all({c: f"step/{step}/evidence/{c}" for c in arrived}, alive=self.alive)
+        evidence += [evidence_from(m) for c in sorted(answered) for m in answered[c]]
+        record = replace(record, evidence=tuple(evidence), gone=tuple(c for c in others if c not in answered))
         self.recorder.record_outer_step(record)
+        self.previous_clusters = contributors
+        if self.spec.mode == "train":
+            self.channel.put(f"recorded/{step}", {"checkpoint": checkpoint_message(self.recorder.recorded_checkpoint(step))})
         self.progress.finish_step(record)
         return dict(record.metrics)
 
-    def _run_start(self, cursor: Cursor) -> RunStart:
+    def _say(self, text: str) -> None:
+        if self.talkative:
+            print(f"cluster {self.cluster}: {text}", flush=True)
+
+    def _answer(self, step: int, reports: list[RankReport]) -> None:
+        """A cluster other than the coordinator's: post its reports, then quote for the step."""
+        self.channel.put(f"step/{step}/reports/{self.cluster}", [report_message(r) for r in reports])
+        message = self.channel.wait(
+            f"step/{step}/request", writer_alive=lambda: self.alive(0), what=f"the coordinator's request for step {step}"
+        )
+        request = request_from(message)
+        evidence = self.recorder.attest(request, None) if request is not None else None
+        self.channel.put(f"step/{step}/evidence/{self.cluster}", [evidence_message(evidence)] if evidence else [])
+
+    def _round_headers(self, step: int, contributors: Sequence[int]) -> dict[tuple[int, int], ContributionHeader]:
+        """Every stage's header of every contributor of round ``step``."""
+        keys = {}
+        for cluster in contributors:
+            for stage in range(self.stages):
+                keys[cluster * self.stages + stage] = header_key(step, cluster, stage)
+        got = self.channel.wait_all(keys, alive=lambda slot: self.alive(slot // self.stages))
+        return {
+            divmod(slot, self.stages): ContributionHeader.from_message(message) for slot, message in sorted(got.items())
+        }
+
+    def _run_start(self, cursor: Cursor, enrollments: Sequence[ClusterKeys]) -> RunStart:
         config = self.config
         layout = [list(r) for r in stage_layout(config.model.num_hidden_layers, config.stages)]
+        starting = sorted(k.cluster for k in enrollments) or list(self.topology.present)
         return RunStart(
             run_id=config.run_id,
             config=config.to_dict(),
             config_digest=self.spec.config_digest,
-            topology={**self.topology.to_dict(), "backend": dist.get_backend(), "device": self.device.type},
+            topology={
+                **self.topology.to_dict(),
+                "present": starting,
+                "backend": dist.get_backend(),
+                "device": self.device.type,
+            },
             model={
                 **config.model.to_dict(),
                 "parameter_count": config.model.parameter_count(),
@@ -461,9 +790,18 @@ class _Process:
             resumed_from_step=cursor.next_step - 1 if cursor.next_step > 0 else None,
         )
 
+    def _lighthouse_settings(self) -> LighthouseSettings:
+        if self.spec.links.lighthouse is None:
+            return LighthouseSettings()
+        message = self.channel.global_message(SETTINGS_KEY)
+        if message is None:
+            raise ChannelError("the lighthouse published no settings on its channel (is it a veritrain lighthouse?)")
+        return LighthouseSettings.from_message(message)
+
     def _check_same_data(self) -> None:
-        """Every process (on every host) must train on the same corpus bytes."""
-        digests: list[str | None] = [None] * self.topology.world_size
+        """Every process of the cluster must train on the same corpus bytes (the clusters
+        compare with cluster 0 when they join the run)."""
+        digests: list[str | None] = [None] * self.stages
         dist.all_gather_object(digests, self.spec.manifest.digest())
         if len(set(digests)) != 1:
             raise DataError(

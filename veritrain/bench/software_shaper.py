@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 ENVIRONMENT = "VERITRAIN_BENCH_SOFTWARE_LINK"
-"""``<rate bytes/s>:<stages>:<folder of the link files>``, set by the launcher."""
+"""``<rate bytes/s>:<cluster>:<folder of the link files>``, set by the launcher."""
 
 
 @dataclass(frozen=True)
@@ -67,23 +67,21 @@ def install_from_environment() -> bool:
     spec = os.environ.get(ENVIRONMENT)
     if not spec:
         return False
-    rate, stages, folder = spec.split(":", 2)
-    rank = int(os.environ["RANK"])
-    install(
-        LinkModel(Path(folder) / f"cluster-{rank // int(stages)}.link", float(rate)),
-        stages=int(stages),
-    )
+    rate, cluster, folder = spec.split(":", 2)
+    install(LinkModel(Path(folder) / f"cluster-{int(cluster)}.link", float(rate)))
     return True
 
 
-def install(link: LinkModel, *, stages: int) -> None:
+def install(link: LinkModel) -> None:
     """Wrap ``dist.all_reduce`` and ``dist.all_gather`` of this process (see module docstring)."""
+    from torchft.process_group import ProcessGroup as QuorumGroup
+
     real_all_reduce, real_all_gather = dist.all_reduce, dist.all_gather
 
     def members(group: Any) -> int:
-        """Group size if the group spans clusters, else 0 (not shaped)."""
-        ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
-        return len(ranks) if len({r // stages for r in ranks}) > 1 else 0
+        """Group size if the group spans clusters -- torchft's group of a quorum; a cluster's
+        own groups never do -- else 0 (not shaped)."""
+        return group.size() if isinstance(group, QuorumGroup) and group.size() > 1 else 0
 
     def all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any = None, async_op: bool = False) -> Any:
         work = real_all_reduce(tensor, op=op, group=group, async_op=async_op)

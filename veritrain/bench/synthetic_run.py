@@ -48,12 +48,14 @@ from records.outer_step import (
     Compression,
     ContributionRef,
     DataRange,
+    Quorum,
     QuoteRef,
     StageContribution,
     StepAttestation,
     Tokens,
     aggregate_digest,
 )
+from trainer.runtime.topology import RANK_RULE
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,7 @@ def outer_step_record(run_id: str, step: int, *, clusters: int, stages: int) -> 
             nonce=_digest(run_id, f"nonce/{step}"),
             quotes=tuple(QuoteRef(cluster=c, object=_digest(run_id, f"quote/{step}/{c}")) for c in range(clusters)),
         ),
+        quorum=Quorum(id=1, clusters=tuple(range(clusters)), joined=(), left=()),
     )
 
 
@@ -200,7 +203,7 @@ def _genesis(run_id: str, vkey: str, *, clusters: int, stages: int) -> Genesis:
             world_size=clusters * stages,
             backend="gloo",
             device="cpu",
-            rank="cluster * stages + stage",
+            rank=RANK_RULE,
             present=tuple(range(clusters)),
         ),
         seed=0,

@@ -1,11 +1,15 @@
 """Training runs over the emulated link: every rank its own process, placed in its cluster.
 
-With ``netns-tc`` shaping each rank is started as ``ip netns exec <its cluster's namespace>
-python -m veritrain.bench.rank_main``, with torchrun's variables: MASTER_ADDR is cluster 0's
-address (reachable from every namespace through the switch), GLOO_SOCKET_IFNAME the
-namespace's veth, so gloo's connections between clusters cross the shaped link and those
-inside a cluster stay in its namespace. With ``software`` shaping every rank runs on
-127.0.0.1 and software_shaper.py holds inter-cluster collectives back instead.
+Each cluster is its own torch world and the clusters meet at a lighthouse, exactly as a run on
+several hosts does (``veritrain train --cluster J --lighthouse URL``, trainer/runtime/launch.py):
+the exchange between clusters runs over torchft's process group of each round's quorum. With
+``netns-tc`` shaping each rank is started as ``ip netns exec <its cluster's namespace> python -m
+veritrain.bench.rank_main``, with torchrun's variables for its cluster's world (RANK = stage,
+MASTER_ADDR = the cluster's own address) and GLOO_SOCKET_IFNAME the namespace's veth, so the
+exchange between clusters crosses the shaped link and the traffic inside a cluster stays in its
+namespace; cluster 0's stage-0 process serves each run's lighthouse, at cluster 0's address.
+With ``software`` shaping every rank runs on 127.0.0.1 and software_shaper.py holds
+inter-cluster collectives back instead.
 
 If any rank fails the others are stopped and the failure comes back with the tail of its log.
 """
@@ -14,13 +18,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from trainer.config import TrainConfig
 from veritrain.bench.metrics_recorder import StepMetrics, read_steps
@@ -31,6 +36,9 @@ from veritrain.errors import BenchError
 
 Shaping = Literal["netns-tc", "software"]
 NETNS_BASE_PORT = 29_500
+NETNS_LIGHTHOUSE_PORT = 29_600
+CLUSTER_VARIABLE = "VERITRAIN_BENCH_CLUSTER"
+"""Which cluster a rank process belongs to (its torchrun variables describe its cluster's world)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,27 +59,36 @@ class LinkSetup:
             return entry
         return ["ip", "netns", "exec", self.netns.clusters[cluster].namespace, *entry]
 
-    def environment(self, *, rank: int, world_size: int, stage: int, cluster: int, stages: int) -> dict[str, str]:
+    def environment(self, *, stage: int, cluster: int, stages: int) -> dict[str, str]:
         env = {
-            "RANK": str(rank),
-            "WORLD_SIZE": str(world_size),
+            "RANK": str(stage),
+            "WORLD_SIZE": str(stages),
             "LOCAL_RANK": str(stage),
             "OMP_NUM_THREADS": "1",
+            CLUSTER_VARIABLE: str(cluster),
+            "MASTER_ADDR": self.address(cluster),
         }
         if self.netns is not None:
-            env["MASTER_ADDR"] = self.netns.clusters[0].address
             env["GLOO_SOCKET_IFNAME"] = self.netns.clusters[cluster].interface
         else:
             assert self.software_folder is not None  # LinkSetup is built with one or the other
-            env["MASTER_ADDR"] = "127.0.0.1"
             env["GLOO_SOCKET_IFNAME"] = "lo"
-            env[SOFTWARE_LINK] = f"{self.rate_mbit * 1e6 / 8}:{stages}:{self.software_folder}"
+            env[SOFTWARE_LINK] = f"{self.rate_mbit * 1e6 / 8}:{cluster}:{self.software_folder}"
         return env
 
-    def master_port(self, index: int) -> int:
-        """A port for run ``index``'s rendezvous on rank 0: fixed in a fresh namespace (nothing
-        else listens there), chosen by the OS on the shared host."""
-        return NETNS_BASE_PORT + index if self.netns is not None else free_port()
+    def address(self, cluster: int) -> str:
+        return self.netns.clusters[cluster].address if self.netns is not None else "127.0.0.1"
+
+    def ports(self, index: int, clusters: int) -> dict[str, Any]:
+        """Ports of run ``index``: each cluster's world, and the lighthouse (the channel takes
+        the next one). Fixed in fresh namespaces (nothing else listens there), chosen by the OS
+        on the shared host."""
+        if self.netns is not None:
+            return {"clusters": [NETNS_BASE_PORT + index] * clusters, "lighthouse": NETNS_LIGHTHOUSE_PORT + 2 * index}
+        lighthouse = free_port()
+        while not _free(lighthouse + 1):
+            lighthouse = free_port()
+        return {"clusters": [free_port() for _ in range(clusters)], "lighthouse": lighthouse}
 
 
 @dataclass(frozen=True)
@@ -98,8 +115,10 @@ def run_on_link(
     workdir.mkdir(parents=True, exist_ok=True)
     spec = {
         "data_dir": str(data_dir),
+        "lighthouse_host": link.address(0),
         "runs": [
-            {"config": run.config.to_dict(), "records": str(workdir / f"{run.name}.jsonl"), "master_port": link.master_port(i)}
+            {"config": run.config.to_dict(), "records": str(workdir / f"{run.name}.jsonl"),
+             **link.ports(i, first.clusters)}
             for i, run in enumerate(runs)
         ],
     }
@@ -110,13 +129,12 @@ def run_on_link(
 
 
 def _launch(spec_path: Path, link: LinkSetup, *, clusters: int, stages: int, workdir: Path, timeout_s: float) -> None:
-    world = clusters * stages
     processes: list[tuple[int, subprocess.Popen[bytes], Path]] = []
     try:
-        for rank in range(world):
+        for rank in range(clusters * stages):
             cluster, stage = divmod(rank, stages)
             log = workdir / f"rank-{rank}.log"
-            env = {**os.environ, **link.environment(rank=rank, world_size=world, stage=stage, cluster=cluster, stages=stages)}
+            env = {**os.environ, **link.environment(stage=stage, cluster=cluster, stages=stages)}
             with open(log, "wb") as output:
                 process = subprocess.Popen(
                     [*link.command(cluster), str(spec_path)], env=env, stdout=output, stderr=subprocess.STDOUT
@@ -138,6 +156,15 @@ def _launch(spec_path: Path, link: LinkSetup, *, clusters: int, stages: int, wor
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def _free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def _failure(rank: int, process: subprocess.Popen[bytes], log: Path) -> BenchError:

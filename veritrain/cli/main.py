@@ -15,6 +15,7 @@ from veritrain.cli import (
     bench,
     db,
     demo,
+    lighthouse,
     note,
     plan,
     reproduce,
@@ -38,6 +39,7 @@ app.add_typer(bench.app, name="bench")
 app.add_typer(witness.app, name="witness")
 app.command("demo")(demo.demo)
 app.command("train")(train.train)
+app.command("lighthouse")(lighthouse.lighthouse)
 app.command("serve")(serve.serve)
 app.command("runs")(runs.runs)
 app.command("verify")(verify.verify)

@@ -1,9 +1,12 @@
 """`veritrain train`: run a DiLoCoX / DiLoCo / AllReduce training job (DESIGN.md §7).
 
-Spawns clusters x stages processes on this host, or runs as one of them under
-``torchrun ... -m veritrain train``. Every outer step is recorded in the ledger and the object
-store of the ``VERITRAIN_*`` settings (signed, attested); ``--workdir DIR`` records plain
-files into a folder instead (no ledger, no signatures: for experiments).
+Without ``--cluster`` it spawns every cluster on this host (clusters x stages processes) and the
+lighthouse they meet at. With ``--cluster J --lighthouse URL`` it runs cluster J only (its
+stages' processes, or this one process under ``torchrun ... -m veritrain train``), meeting the
+other clusters at a lighthouse started with ``veritrain lighthouse``; cluster 0 records. Every
+outer step is recorded in the ledger and the object store of the ``VERITRAIN_*`` settings
+(signed, attested); ``--workdir DIR`` records plain files into a folder instead (no ledger, no
+signatures: for experiments).
 """
 
 from __future__ import annotations
@@ -49,8 +52,21 @@ def train(
         Path | None,
         typer.Option(
             help="Where the clusters keep their own keys (created there; only public keys leave): cluster j uses "
-            "DIR/cluster-<j>. Default: <VERITRAIN_DATA_DIR>/cluster-keys. The coordinator's keys stay in VERITRAIN_KEY_DIR."
+            "DIR/cluster-<j>, or DIR itself with --cluster. Default: <VERITRAIN_DATA_DIR>/cluster-keys. The "
+            "coordinator's keys stay in VERITRAIN_KEY_DIR."
         ),
+    ] = None,
+    cluster: Annotated[
+        int | None,
+        typer.Option(min=0, help="Run only this cluster (with --lighthouse); cluster 0 also records to the ledger."),
+    ] = None,
+    lighthouse: Annotated[
+        str | None,
+        typer.Option(help="The lighthouse the clusters meet at, http://host:port (`veritrain lighthouse`)."),
+    ] = None,
+    advertise: Annotated[
+        str | None,
+        typer.Option(help="This host's address as the other clusters reach it (default: the one that reaches the lighthouse)."),
     ] = None,
     verification: Annotated[
         str,
@@ -62,27 +78,36 @@ def train(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or per-step lines.")] = False,
 ) -> None:
     """Train, printing one line per outer step and recording every step."""
+    from trainer.api import run_configuration
     from trainer.config import load_config_file, with_overrides
     from trainer.presets import run_preset
     from veritrain.local_run import recorded_config, run_directory_of, train_into_directory
     from veritrain.policy import PolicyChoice
     from veritrain.settings import load_settings
-    from veritrain.training import default_run_id, resume_recorded, train_recorded
+    from veritrain.training import ClusterPlacement, default_run_id, resume_recorded, train_recorded
 
     settings = load_settings()
     if verification not in ("bitwise", "tolerance"):
         raise typer.BadParameter(f"expected 'bitwise' or 'tolerance', got {verification!r}", param_hint="--verification")
+    if lighthouse is not None and cluster is None:
+        raise typer.BadParameter("--lighthouse URL needs --cluster J: the cluster this host runs")
+    placement = ClusterPlacement(cluster=cluster, lighthouse=lighthouse, advertise=advertise) if cluster is not None else None
     folder_resume = Path(resume) if resume is not None and Path(resume).is_dir() else None
     if resume is not None and folder_resume is None:
         # A run id: the ledger holds its configuration, data and state.
         if config or preset or any(v is not None for v in (clusters, stages, outer_steps, inner_steps, method, seed, run_id, text_field)) or data:
             raise typer.BadParameter("--resume RUN_ID continues the run as recorded; drop the other options")
-        summary = resume_recorded(settings, resume, cluster_keys=key_dir, quiet=quiet)
+        summary = resume_recorded(settings, resume, cluster_keys=key_dir, placement=placement, quiet=quiet)
         if summary is not None and not quiet:
             typer.echo(f"run {summary.run_id!r}: {summary.steps} outer steps recorded in the ledger")
         return
 
-    if config is not None:
+    if placement is not None and placement.cluster != 0 and config is None and preset is None and folder_resume is None:
+        # A cluster other than the coordinator takes the run's configuration from cluster 0.
+        if run_id is None or placement.lighthouse is None:
+            raise typer.BadParameter("a cluster joining a run names it and its lighthouse: --run-id ID --lighthouse URL")
+        base = run_configuration(placement.lighthouse, run_id)
+    elif config is not None:
         base = load_config_file(config)
     elif preset is not None or folder_resume is None:
         base = run_preset(preset or "tiny")
@@ -102,9 +127,12 @@ def train(
     )
     if workdir is None and folder_resume is None:
         if run_id is None and config is None:
+            if placement is not None:
+                raise typer.BadParameter("every cluster of a run on several hosts must name it: pass --run-id")
             chosen = with_overrides(chosen, run_id=default_run_id())
         summary = train_recorded(
-            settings, chosen, policy=PolicyChoice(mode=verification), cluster_keys=key_dir, quiet=quiet
+            settings, chosen, policy=PolicyChoice(mode=verification), cluster_keys=key_dir, placement=placement,
+            quiet=quiet,
         )
         if summary is not None and not quiet:
             typer.echo(
@@ -113,6 +141,8 @@ def train(
             )
         return
     out = workdir if workdir is not None else run_directory_of(folder_resume)  # type: ignore[arg-type]
-    summary = train_into_directory(chosen, out, resume=folder_resume, data_dir=settings.data_dir / "corpus", quiet=quiet)
+    summary = train_into_directory(
+        chosen, out, resume=folder_resume, data_dir=settings.data_dir / "corpus", placement=placement, quiet=quiet
+    )
     if summary is not None and not quiet:
         typer.echo(f"recorded {summary.steps} outer steps of run {summary.run_id!r} in {out}")

@@ -97,7 +97,7 @@ def _check_ranges(report: Report, run: RecordedRun, data: DataIndex, config: Tra
     first_inner_step, total = 0, 0
     for entry, step in run.outer_steps:
         result.checked += 1
-        expected = tuple(rule.data_range(c, first_inner_step, step.inner_steps) for c in genesis.topology.present)
+        expected = tuple(rule.data_range(c, first_inner_step, step.inner_steps) for c in step.quorum.clusters)
         if step.data_ranges != expected:
             claimed = {r.cluster: r for r in step.data_ranges}
             wrong = [r.cluster for r in expected if claimed.get(r.cluster) != r] or sorted(claimed)

@@ -7,7 +7,7 @@ taken from the object being checked.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from attestation.attester import SOFTWARE_TEE_TYPE, QuoteExpectations
 from attestation.canonical import canonical_digest
@@ -138,14 +138,16 @@ def check_quotes(report: Report, run: RecordedRun, genesis: Genesis | None, sour
     result.notes.append(f"TEE type {tee.type!r}: binds steps to keys and measurements, not hardware isolation")
     leaves = [e.leaf for e in run.entries]
     statements: list[str] = []
-    for entry, step in run.outer_steps:
+    steps = run.outer_steps
+    for position, (entry, step) in enumerate(steps):
         attestation = step.attestation
         statements.append(attestation.statement_digest)
         nonce = root_hash(leaves[: entry.index])
         quotes = {q.cluster: q.object for q in attestation.quotes}
+        following = steps[position + 1][1].quorum.clusters if position + 1 < len(steps) else None
         try:
             expect("nonce (log root before this entry)", nonce.hex(), attestation.nonce)
-            expect("quoting clusters", list(range(len(attesters))), sorted(quotes))
+            _check_quoting(step.quorum.clusters, sorted(quotes), following)
             if entry.recorded_at is None:
                 raise Mismatch("the entry has no recorded_at to check the quotes' validity against")
         except Mismatch as exc:
@@ -167,6 +169,21 @@ def check_quotes(report: Report, run: RecordedRun, genesis: Genesis | None, sour
                 result.fail(f"cluster {cluster} quote: {exc}", index=entry.index, step=step.step)
 
 
+def _check_quoting(clusters: Sequence[int], quoting: Sequence[int], following: Sequence[int] | None) -> None:
+    """Quotes come from the step's clusters, every one of them -- but a cluster that left the
+    run during the step (it is gone from the next step's quorum) may have stopped before it
+    could quote. The last step of a run that ended has no next step to show that."""
+    strangers = [c for c in quoting if c not in clusters]
+    if strangers:
+        raise Mismatch(f"quotes from cluster(s) {strangers}, which are not in the step's quorum {list(clusters)}")
+    missing = [c for c in clusters if c not in quoting]
+    if following is None:
+        expect("quoting clusters", list(clusters), list(quoting))
+    elif any(c in following for c in missing):
+        stayed = [c for c in missing if c in following]
+        raise Mismatch(f"no quote from cluster(s) {stayed} of the step's quorum, which took part in the next step too")
+
+
 def check_contributions(report: Report, run: RecordedRun, genesis: Genesis | None, source: RunSource) -> None:
     """6. Every (cluster, stage) contribution is signed by that cluster's genesis key; every
     exchange applied in a step names a round that was signed, in order, none twice and none
@@ -181,14 +198,17 @@ def check_contributions(report: Report, run: RecordedRun, genesis: Genesis | Non
     except AttestationError as exc:
         result.fail(f"the genesis names no valid cluster keys: {exc}", index=0)
         return
-    expected_pairs = (
-        set()
-        if genesis.method == "allreduce"
-        else {(c, s) for c in genesis.topology.present for s in range(genesis.topology.stages)}
-    )
     signed: dict[int, dict[tuple[int, int], str]] = {}
     next_round = 0
+    previous = genesis.topology.present
     for entry, step in run.outer_steps:
+        _check_quorum(report, entry, step, previous, genesis.topology.clusters)
+        previous = step.quorum.clusters
+        expected_pairs = (
+            set()
+            if genesis.method == "allreduce"
+            else {(c, s) for c in step.quorum.clusters for s in range(genesis.topology.stages)}
+        )
         own = step.signed_contributions()
         if set(own) != expected_pairs:
             result.fail(
@@ -203,6 +223,23 @@ def check_contributions(report: Report, run: RecordedRun, genesis: Genesis | Non
     if run.final_entry is not None and next_round != len(signed):
         missing = [r for r in sorted(signed) if r >= next_round]
         result.fail(f"the run finished without applying the exchange of round(s) {missing}", index=run.final_entry.index)
+
+
+def _check_quorum(
+    report: Report, entry: LogEntry, step: OuterStep, previous: Sequence[int], clusters: int
+) -> None:
+    """The step's clusters are clusters of the run, and what joined and left is what changed
+    since the step before (the genesis' starting clusters, for step 0)."""
+    result = report.check(6)
+    quorum = step.quorum
+    try:
+        outside = [c for c in quorum.clusters if c >= clusters]
+        if outside:
+            raise Mismatch(f"the quorum names cluster(s) {outside}, but the run has clusters 0..{clusters - 1}")
+        expect("clusters that joined", sorted(set(quorum.clusters) - set(previous)), list(quorum.joined))
+        expect("clusters that left", sorted(set(previous) - set(quorum.clusters)), list(quorum.left))
+    except Mismatch as exc:
+        result.fail(f"quorum: {exc}", index=entry.index, step=step.step)
 
 
 def _check_signatures(

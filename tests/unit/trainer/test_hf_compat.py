@@ -18,6 +18,7 @@ import pytest
 import torch
 import transformers
 
+from records.outer_step import Quorum
 from trainer.checkpoint import MODEL_INDEX, TRAINER_STATE, model_file
 from trainer.errors import CheckpointError, ConfigError
 from trainer.generate import greedy_generate, model_from_state
@@ -107,6 +108,7 @@ def write_step(
             applied=[],
             anomalies=[],
             files=digests,
+            quorum=Quorum(id=1, clusters=(0,), joined=(), left=()),
         )
     )
     return step_directory(root, 0)

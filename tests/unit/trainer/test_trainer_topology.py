@@ -11,18 +11,18 @@ from trainer.runtime.poison import poison_local
 from trainer.runtime.topology import Topology
 
 
-def test_rank_is_cluster_times_stages_plus_stage() -> None:
+def test_a_launch_numbers_its_processes_cluster_by_cluster() -> None:
     topology = Topology.full(clusters=3, stages=2)
-    assert topology.world_size == 6
-    assert [topology.place(r) for r in range(6)] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
-    assert topology.pipeline_ranks(1) == [2, 3]
-    assert topology.outer_ranks(1) == [1, 3, 5]
+    assert topology.processes == 6
+    assert [topology.place(i) for i in range(6)] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
+    assert topology.global_rank(2, 1) == 5  # names a process in seeds: cluster * stages + stage
+    assert topology.to_dict()["world_size"] == 6  # processes over all clusters, each its own world
 
 
 def test_one_cluster_alone_is_numbered_from_zero() -> None:
     topology = Topology(clusters=3, stages=2, present=(2,))
-    assert topology.world_size == 2
-    assert [topology.place(r) for r in range(2)] == [(2, 0), (2, 1)]
+    assert topology.processes == 2
+    assert [topology.place(i) for i in range(2)] == [(2, 0), (2, 1)]
     with pytest.raises(ConfigError, match="below 3"):
         Topology(clusters=3, stages=2, present=(3,))
 

@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from records import DataManifest
+from records.outer_step import Quorum
 from trainer.checkpoint import (
     MODEL_INDEX,
     TRAINER_STATE,
@@ -41,6 +42,7 @@ def record(step: int, files: dict[str, str]) -> OuterStepRecord:
     return OuterStepRecord(
         step=step, inner_steps=3, method="diloco", metrics={"train_loss": 1.5}, data_ranges=[],
         contribution_digests=[], applied=[], anomalies=[], files=files,
+        quorum=Quorum(id=1, clusters=(0,), joined=(), left=()),
     )
 
 

@@ -27,6 +27,7 @@ from ledger.db import create_engine
 from ledger.service import Ledger
 from records import DataManifest, Shard, Source
 from records.data_manifest import TokenizerIdentity
+from records.outer_step import Quorum
 from storage.checkpoint import Manifest, read_manifest
 from storage.factory import open_store
 from trainer.api import assignment_rule, config_digest
@@ -167,6 +168,7 @@ def record_demo_run(
                 applied=[_applied(run_id, step)],
                 anomalies=list(_applied(run_id, step).anomalies),
                 files=files,
+                quorum=Quorum(id=1, clusters=tuple(range(CLUSTERS)), joined=(), left=()),
             )
             request = recorder.prepare_outer_step(record)
             evidence = [r.attest(request, own) for r, own in zip(recorders, _contributions(run_id, step), strict=True)]

@@ -12,6 +12,7 @@ from outer_helpers import (
     start_locals,
     train_locals,
 )
+from safetensors.torch import load, save
 
 from trainer.outer import OuterConfig, RoundSignals
 from trainer.outer.quantize import levels
@@ -201,7 +202,8 @@ def test_overlap_with_one_cluster_and_own_look_ahead_starts_each_round_at_the_ne
 
 
 def resume_matches(config, named_params, n_clusters, rounds, split, overlapped):
-    """Run `rounds` rounds straight, and again with a state_dict save/load after `split`."""
+    """Run `rounds` rounds straight, and again with a state_dict save/load after `split` -- through
+    safetensors bytes, as a checkpoint stores it (every tensor comes back row-major)."""
     def drive(algos, locals_, start, stop, in_flight):
         for t in range(start, stop):
             train_locals(locals_, named_params, t)
@@ -219,7 +221,7 @@ def resume_matches(config, named_params, n_clusters, rounds, split, overlapped):
     algos = build_clusters(config, named_params, n_clusters)
     locals_ = start_locals(named_params, n_clusters)
     in_flight = drive(algos, locals_, 0, split, None)
-    saved = [a.state_dict() for a in algos]
+    saved = [load(save(a.state_dict())) for a in algos]
     saved_locals = [[p.clone() for p in local] for local in locals_]
     drive(algos, locals_, split, rounds, in_flight)
 
