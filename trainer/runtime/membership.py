@@ -256,4 +256,3 @@ class _QuorumGroup(ProcessGroupGloo):  # type: ignore[misc]
         super().configure(
             store_addr, replica_id, rank, world_size, quorum_id, group_rank, group_world_size, list(global_ranks)
         )
-
