@@ -160,6 +160,7 @@ def outer_step_record(run_id: str, step: int, *, clusters: int, stages: int) -> 
                         stage=s,
                         digest=_digest(run_id, f"contribution/{step}/{c}/{s}"),
                         signature_object=_digest(run_id, f"signature/{step}/{c}/{s}"),
+                        commitments=_digest(run_id, f"commitments/{step}/{c}/{s}"),
                     )
                     for s in range(stages)
                 ),

@@ -222,7 +222,12 @@ def _check_signatures(
                     envelope,
                     key=keys[cluster],
                     expected=Contribution(
-                        run_id=run.run_id, step=step.step, cluster=cluster, stage=stage, payload_digest=stage_record.digest
+                        run_id=run.run_id,
+                        step=step.step,
+                        cluster=cluster,
+                        stage=stage,
+                        payload_digest=stage_record.digest,
+                        commitments_digest=stage_record.commitments,
                     ),
                 )
             except _FETCH_ERRORS as exc:
