@@ -14,7 +14,7 @@ composition root (``veritrain/``) implements with ledger + storage + attestation
                           # model in one process; returns file name -> sha256
         coordinator:      request = recorder.prepare_outer_step(OuterStepRecord)
                           # after every process's save_state; .files holds all their digests
-        every process:    evidence = recorder.attest(request, own contribution)
+        every process:    evidence = recorder.attest(request, own contribution, own commitments)
                           # what the process signs for its own cluster, in its own process
         coordinator:      recorder.record_outer_step(OuterStepRecord with .evidence)
     coordinator:          recorder.end(RunSummary)               # after the last step
@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 import torch
 
+from records.commitments import InnerCommitments
 from records.data_manifest import DataManifest
 from records.genesis import ClusterKeys
 from records.outer_step import Anomaly, ContributionRef, DataRange, QuoteRef, StageContribution
@@ -162,6 +163,9 @@ class OuterStepRecord:
     """Checkpoint file name -> sha256, from every process's ``save_state``."""
     evidence: Sequence[ClusterEvidence] = ()
     """What every process signed for this step (``Recorder.attest``)."""
+    commitments: Sequence[InnerCommitments] = ()
+    """Every (cluster, stage)'s per-inner-step commitments, in that order (each process also
+    hands its own to ``Recorder.attest``, which stores and signs them)."""
 
     @property
     def flagged_clusters(self) -> list[int]:
@@ -209,9 +213,15 @@ class Recorder(Protocol):
         what the entry will name and say what the clusters must attest (None: nothing)."""
         ...
 
-    def attest(self, request: AttestationRequest, own: ContributionDigest | None) -> ClusterEvidence | None:
-        """Every process: sign ``own`` (this process's contribution) and, for the process that
-        speaks for its cluster, quote ``request``."""
+    def attest(
+        self,
+        request: AttestationRequest,
+        own: ContributionDigest | None,
+        commitments: InnerCommitments | None = None,
+    ) -> ClusterEvidence | None:
+        """Every process: sign ``own`` (this process's contribution) together with its
+        per-inner-step ``commitments`` and, for the process that speaks for its cluster, quote
+        ``request``."""
         ...
 
     def record_outer_step(self, record: OuterStepRecord) -> None:
@@ -237,7 +247,12 @@ class SignsNothing:
     def prepare_outer_step(self, record: OuterStepRecord) -> AttestationRequest | None:
         return None
 
-    def attest(self, request: AttestationRequest, own: ContributionDigest | None) -> ClusterEvidence | None:
+    def attest(
+        self,
+        request: AttestationRequest,
+        own: ContributionDigest | None,
+        commitments: InnerCommitments | None = None,
+    ) -> ClusterEvidence | None:
         return None
 
 

@@ -18,6 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from records.commitments import InnerCommitments
 from trainer.data.assignment import AssignmentRule
 from trainer.outer.protocol import OuterUpdate
 from trainer.recorder import (
@@ -47,6 +48,8 @@ class RankReport:
     exposed_comm_seconds: float
     bytes_sent: int
     extra: Mapping[str, float] = field(default_factory=dict)
+    commitments: InnerCommitments | None = None
+    """This process's per-inner-step commitments (None for AllReduce)."""
 
 
 def build_record(
@@ -110,6 +113,9 @@ def build_record(
         applied=applied,
         anomalies=[a for round_ in applied for a in round_.anomalies],
         files=dict(sorted(files.items())),
+        commitments=[
+            r.commitments for r in sorted(reports, key=lambda r: (r.cluster, r.stage)) if r.commitments is not None
+        ],
     )
 
 

@@ -58,8 +58,10 @@ from trainer.recorder import (
     RunSummary,
 )
 from trainer.runtime.collectives import broadcast_tensors, gather_floats, ordered_sum
+from trainer.runtime.commitments import StageCommitments
 from trainer.runtime.determinism import make_deterministic, pick_device
-from trainer.runtime.inner import InnerOptimizer, InnerStepStats
+from trainer.runtime.forgery import Forgery
+from trainer.runtime.inner import InnerOptimizer, InnerStepStats, parameter_dtype
 from trainer.runtime.launch import Rendezvous, init_process_group, torchrun_rank
 from trainer.runtime.outer_sync import OuterSync, StepExchange
 from trainer.runtime.pipeline import PipelineRunner
@@ -98,6 +100,8 @@ class WorkerSpec:
     quiet: bool
     tokenizer: TokenizerExport = field(default_factory=TokenizerExport)
     """The tokenizer files and special ids every checkpoint carries (trainer/hf_repo.py)."""
+    forgery: Forgery | None = None
+    """TESTS AND BENCHMARKS ONLY (trainer/runtime/forgery.py): a cluster that cheats unrecorded."""
 
 
 def spawned_entry(rank: int, spec: WorkerSpec, rendezvous: Rendezvous, results: Any) -> None:
@@ -114,7 +118,7 @@ def torchrun_entry(spec: WorkerSpec) -> RunSummary | None:
 
 def run_process(rank: int, spec: WorkerSpec, *, rendezvous: Rendezvous, local_rank: int) -> RunSummary | None:
     device = pick_device(spec.config.device, local_rank)
-    make_deterministic(spec.config.seed, rank, device)
+    make_deterministic(spec.config.seed, rank, device, threads=spec.config.threads)
     init_process_group("nccl" if device.type == "cuda" else "gloo", rank, spec.topology.world_size, rendezvous)
     try:
         return _Process(rank, spec, device).run()
@@ -139,7 +143,9 @@ class _Process:
         self._check_same_data()
         tied = config.model.tie_word_embeddings
         self.groups = create_groups(self.topology, rank, tied_embeddings=tied)
-        self.module = build_stage(config.model, stage=self.stage, n_stages=config.stages, seed=config.seed).to(device)
+        self.module = build_stage(config.model, stage=self.stage, n_stages=config.stages, seed=config.seed).to(
+            device, dtype=parameter_dtype(config.precision)
+        )
         self.runner = PipelineRunner(
             self.module,
             stage=self.stage,
@@ -148,6 +154,7 @@ class _Process:
             device=device,
             schedule=config.schedule,
             micro_batches=config.micro_batches,
+            precision=config.precision,
         )
         self.inner = InnerOptimizer(
             self.module,
@@ -165,6 +172,13 @@ class _Process:
         ]
         self.outer_names = [name for name, _ in outer_named]
         self.outer_params = [p for _, p in outer_named]
+        # Per-inner-step commitments of the parameters the outer algorithm owns, signed with
+        # the contribution (trainer/runtime/commitments.py); AllReduce contributes nothing.
+        self.commitments = (
+            StageCommitments(outer_named, run_id=config.run_id, cluster=self.cluster, stage=self.stage)
+            if config.method != "allreduce"
+            else None
+        )
         self.outer: OuterAlgorithm | None = None
         if config.method != "allreduce":
             self.outer = build_outer_algorithm(
@@ -251,7 +265,10 @@ class _Process:
     def _outer_step(self, step: int, cursor: Cursor) -> tuple[Cursor, dict[str, float]]:
         started = time.perf_counter()
         H = cursor.next_inner_steps
-        poison = self.config.poison_for_testing
+        forgery = self.spec.forgery
+        poison = self.config.poison_for_testing or (forgery.poison() if forgery is not None else None)
+        if self.commitments is not None:
+            self.commitments.begin(step)
         poisoned = poison is not None and poison.step == step and poison.cluster == self.cluster
         round_start = [p.detach().clone() for p in self.outer_params] if poisoned else []
 
@@ -262,6 +279,8 @@ class _Process:
         if self.sync is not None:
             if poisoned and poison is not None:
                 poison_local(self.outer_params, round_start, poison, seed=self.config.seed)
+            if self.commitments is not None:
+                self.commitments.contributed()
             exchanged = self.sync.step(step, signals, exchange=self.spec.mode != "contribute")
 
         eval_loss = self._evaluate() if self.eval_batches else None
@@ -278,6 +297,7 @@ class _Process:
         )
         files = self._save(step, cursor) if self.spec.mode != "contribute" else {}
         report = RankReport(
+            commitments=self.commitments.take() if self.commitments is not None else None,
             cluster=self.cluster,
             stage=self.stage,
             files=files,
@@ -305,15 +325,21 @@ class _Process:
         last: InnerStepStats | None = None
         started = time.perf_counter()
         allreduce = self.groups.outer if self.config.method == "allreduce" else None
+        forgery = self.spec.forgery
         for i in range(first, first + H):
-            inputs, targets = self.reader.train_batch(self.cluster, i)
-            self.inner.zero_grad()
-            loss = self.runner.train_step(inputs, targets)
-            last = self.inner.step(i, allreduce=allreduce, clusters=len(self.topology.present))
-            comm += last.comm_seconds
-            sent += last.bytes_sent
-            if loss is not None:
-                losses.append(loss)
+            if forgery is None or not forgery.skips(self.cluster, step, i - first):
+                window = i if forgery is None else forgery.window_step(self.cluster, step, i - first, i)
+                inputs, targets = self.reader.train_batch(self.cluster, window)
+                self.inner.zero_grad()
+                loss = self.runner.train_step(inputs, targets)
+                lr_scale = 1.0 if forgery is None else forgery.lr_factor(self.cluster, step)
+                last = self.inner.step(i, allreduce=allreduce, clusters=len(self.topology.present), lr_scale=lr_scale)
+                comm += last.comm_seconds
+                sent += last.bytes_sent
+                if loss is not None:
+                    losses.append(loss)
+            if self.commitments is not None:
+                self.commitments.after_inner_step(i)
             self.progress.advance()
         assert last is not None  # H >= 1
         return losses, last, time.perf_counter() - started - comm, comm, sent
@@ -415,7 +441,7 @@ class _Process:
             return []
         digest = report.contribution_digest
         own = ContributionDigest(cluster=self.cluster, stage=self.stage, digest=digest) if digest else None
-        evidence = self.recorder.attest(box[0], own)
+        evidence = self.recorder.attest(box[0], own, report.commitments)
         gathered: list[ClusterEvidence | None] = [None] * self.topology.world_size if self.rank == 0 else []
         dist.gather_object(evidence, gathered if self.rank == 0 else None, dst=0)
         return [e for e in gathered if e is not None]
