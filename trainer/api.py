@@ -21,9 +21,11 @@ from trainer.data.assignment import AssignmentRule
 from trainer.data.build import PreparedData, prepare_data
 from trainer.data.manifest import DataManifest
 from trainer.errors import CheckpointError, ConfigError, DataError
+from trainer.execution import Execution
 from trainer.hf_repo import TokenizerExport
 from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
 from trainer.recorder import OuterStepRecord, RecorderFactory, RunSummary
+from trainer.runtime.forgery import Forgery
 from trainer.runtime.launch import spawn, under_torchrun
 from trainer.runtime.state import process_subset, read_cursor
 from trainer.runtime.topology import Topology
@@ -48,6 +50,7 @@ def train(
     data: PreparedData | None = None,
     data_dir: Path | None = None,
     quiet: bool = False,
+    forgery: Forgery | None = None,
 ) -> RunSummary | None:
     """Run (or, given the files of its last recorded step, continue) a training run.
 
@@ -56,6 +59,7 @@ def train(
     prepared = data or prepare_data(config.data, data_dir or default_data_dir())
     topology = Topology.full(config.clusters, config.stages)
     spec = _spec(config, prepared, recorder_factory, topology, stop_step=config.outer_steps, mode="train", quiet=quiet)
+    spec = replace(spec, forgery=forgery)  # tests and benchmarks only (trainer/runtime/forgery.py)
     if resume_state is not None and _next_step(resume_state, config) >= config.outer_steps:
         raise CheckpointError(f"expected a state before the last step ({config.outer_steps - 1}), got one after it")
     if under_torchrun():
@@ -90,6 +94,8 @@ def reexecute_outer_step(
     *,
     data: PreparedData | None = None,
     data_dir: Path | None = None,
+    execution: Execution | None = None,
+    forgery: Forgery | None = None,
 ) -> Reexecution:
     """Re-run outer step ``step`` from the state recorded after step ``step - 1`` (None for
     step 0: the seed's initial state), with the recorded data.
@@ -97,7 +103,9 @@ def reexecute_outer_step(
     With ``cluster=J`` only cluster J's S stage processes run its H inner steps and stop at
     its contribution, so one cluster's claimed digests can be checked without the others.
     ``data`` lets the caller serve the shards (e.g. downloaded from the object store); the
-    manifest's digests are checked against the corpus the configuration names."""
+    manifest's digests are checked against the corpus the configuration names. ``execution``
+    runs the recorded configuration at another precision, thread count or device (the state
+    is still the one recorded under the configuration's digest: trainer/execution.py)."""
     if not 0 <= step < config.outer_steps:
         raise ConfigError(f"expected a step in [0, {config.outer_steps}), got {step}")
     if cluster is not None and not 0 <= cluster < config.clusters:
@@ -116,7 +124,9 @@ def reexecute_outer_step(
     with context.Manager() as manager, _staged(state_before, topology, config) as staged:
         sink = manager.list()
         spec = _spec(config, prepared, InMemoryRecorder.factory(sink), topology, stop_step=step + 1, mode=mode, quiet=True)
-        spawn(spawned_entry, replace(spec, resume=staged), topology.world_size)
+        executed = execution.applied_to(config) if execution is not None else config
+        spec = replace(spec, resume=staged, config=executed, forgery=forgery)
+        spawn(spawned_entry, spec, topology.world_size)
         recording = MemoryRecording(list(sink))
     records = recording.records
     if len(records) != 1:
