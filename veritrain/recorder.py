@@ -50,6 +50,7 @@ from records import (
     OuterStep,
     RunFinal,
 )
+from records.commitments import InnerCommitments
 from records.generations import GenerationsRef
 from records.genesis import ClusterKeys
 from records.outer_step import (
@@ -164,10 +165,15 @@ class LedgerRecorder:
             upload_files(self._store, folder, digests)
         return digests
 
-    def attest(self, request: AttestationRequest, own: ContributionDigest | None) -> ClusterEvidence | None:
+    def attest(
+        self,
+        request: AttestationRequest,
+        own: ContributionDigest | None,
+        commitments: InnerCommitments | None = None,
+    ) -> ClusterEvidence | None:
         if self._signer is None:
             raise RecorderError("the recorder was asked to attest before enrol()")
-        return self._signer.attest(request, own)
+        return self._signer.attest(request, own, commitments)
 
     def close(self) -> None:
         if self._pusher is not None:
