@@ -7,15 +7,19 @@ inside its contribution statement (attestation/contribution.py, ``commitments_di
 
     {"schema": "veritrain/inner-commitments/v1", "run_id": ..., "step": t, "cluster": j,
      "stage": s, "fingerprint": {"method": "count-sketch-splitmix64/v1", "dims": 32},
+     "start": {"digest": <hex>, "tensors": {<parameter name>: [32 numbers], ...}},
      "inner_steps": [{"inner_step": i, "digest": <hex>, "fingerprint": [32 numbers]}, ... H],
      "contributed": {"digest": <hex>, "tensors": {<parameter name>: [32 numbers], ...}}}
 
+* ``start``: the parameters the outer step's inner steps started from (restored from the
+  recorded state, so a re-execution anywhere reproduces them exactly): their digest and one
+  fingerprint per tensor;
 * ``inner_steps[k]``: the stage's parameters after global inner step ``i`` (the k-th of the
   outer step): their ``digest`` (compared under bitwise) and their ``fingerprint``, a fixed
-  seeded random projection to a few dozen numbers (compared under tolerance);
+  random projection to a few dozen numbers (compared under tolerance);
 * ``contributed``: the parameters the cluster computed its contribution from (its
-  pseudo-gradient is measured against them): their digest and one fingerprint per tensor,
-  so a contribution is judged tensor by tensor.
+  pseudo-gradient is measured against them), in the same form as ``start``, so a contribution
+  is judged tensor by tensor.
 
 The digest and the fingerprint are defined in trainer/runtime/commitments.py, precisely
 enough to re-implement. A fingerprint value that is not finite (a diverged run) is ``null``.
@@ -72,8 +76,8 @@ class InnerStepCommitment:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ContributedParameters:
-    """The parameters a contribution was computed from."""
+class ParameterCommitment:
+    """A stage's parameters at one moment, tensor by tensor (``start`` and ``contributed``)."""
 
     digest: str
     tensors: Mapping[str, Fingerprint]
@@ -86,7 +90,7 @@ class ContributedParameters:
         }
 
     @classmethod
-    def read(cls, f: Fields) -> ContributedParameters:
+    def read(cls, f: Fields) -> ParameterCommitment:
         tensors = f.obj("tensors")
         value = cls(
             digest=f.digest("digest"),
@@ -104,9 +108,10 @@ class InnerCommitments:
     step: int
     cluster: int
     stage: int
+    start: ParameterCommitment
     inner_steps: tuple[InnerStepCommitment, ...]
     """One per inner step of the outer step, in order."""
-    contributed: ContributedParameters
+    contributed: ParameterCommitment
     method: str = FINGERPRINT_METHOD
     dims: int = FINGERPRINT_DIMS
     schema: str = field(default=SCHEMA)
@@ -123,6 +128,7 @@ class InnerCommitments:
             "cluster": self.cluster,
             "stage": self.stage,
             "fingerprint": {"method": self.method, "dims": self.dims},
+            "start": self.start.to_payload(),
             "inner_steps": [c.to_payload() for c in self.inner_steps],
             "contributed": self.contributed.to_payload(),
         }
@@ -140,8 +146,9 @@ class InnerCommitments:
             step=f.integer("step", minimum=0),
             cluster=f.integer("cluster", minimum=0),
             stage=f.integer("stage", minimum=0),
+            start=ParameterCommitment.read(f.obj("start")),
             inner_steps=f.items("inner_steps", InnerStepCommitment.read),
-            contributed=ContributedParameters.read(f.obj("contributed")),
+            contributed=ParameterCommitment.read(f.obj("contributed")),
             method=method,
             dims=dims,
         )
@@ -154,9 +161,12 @@ class InnerCommitments:
                 raise f.fail(f"inner_steps[{k}].inner_step", f"{first + k} (consecutive)", commitment.inner_step)
             if len(commitment.fingerprint) != dims:
                 raise f.fail(f"inner_steps[{k}].fingerprint", f"{dims} numbers", len(commitment.fingerprint))
-        for name, values in value.contributed.tensors.items():
-            if len(values) != dims:
-                raise f.fail(f"contributed.tensors.{name}", f"{dims} numbers", len(values))
+        for where, parameters in (("start", value.start), ("contributed", value.contributed)):
+            for name, values in parameters.tensors.items():
+                if len(values) != dims:
+                    raise f.fail(f"{where}.tensors.{name}", f"{dims} numbers", len(values))
+        if list(value.start.tensors) != list(value.contributed.tensors):
+            raise f.fail("contributed.tensors", f"the tensors of start, {list(value.start.tensors)}", list(value.contributed.tensors))
         return value
 
 

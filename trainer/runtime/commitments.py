@@ -40,10 +40,10 @@ import torch
 
 from records.commitments import (
     FINGERPRINT_DIMS,
-    ContributedParameters,
     Fingerprint,
     InnerCommitments,
     InnerStepCommitment,
+    ParameterCommitment,
 )
 
 NamedTensors = Sequence[tuple[str, torch.Tensor]]
@@ -119,11 +119,20 @@ class StageCommitments:
         self.run_id, self.cluster, self.stage = run_id, cluster, stage
         self.fingerprinter = Fingerprinter()
         self._step: int | None = None
+        self._start: ParameterCommitment | None = None
         self._inner: list[InnerStepCommitment] = []
-        self._contributed: ContributedParameters | None = None
+        self._contributed: ParameterCommitment | None = None
 
     def begin(self, step: int) -> None:
+        """Commit to the parameters outer step ``step``'s inner steps start from."""
         self._step, self._inner, self._contributed = step, [], None
+        self._start = self._tensors()
+
+    def _tensors(self) -> ParameterCommitment:
+        return ParameterCommitment(
+            digest=parameters_digest(self.named),
+            tensors={name: as_fingerprint(self.fingerprinter.tensor(name, t)) for name, t in self.named},
+        )
 
     def after_inner_step(self, inner_step: int) -> None:
         """Commit to the parameters as global inner step ``inner_step`` left them."""
@@ -137,19 +146,17 @@ class StageCommitments:
 
     def contributed(self) -> None:
         """Commit to the parameters the contribution is computed from, tensor by tensor."""
-        self._contributed = ContributedParameters(
-            digest=parameters_digest(self.named),
-            tensors={name: as_fingerprint(self.fingerprinter.tensor(name, t)) for name, t in self.named},
-        )
+        self._contributed = self._tensors()
 
     def take(self) -> InnerCommitments:
-        if self._step is None or not self._inner or self._contributed is None:
+        if self._step is None or self._start is None or not self._inner or self._contributed is None:
             raise RuntimeError("commitments taken before an outer step's inner steps and contribution")
         return InnerCommitments(
             run_id=self.run_id,
             step=self._step,
             cluster=self.cluster,
             stage=self.stage,
+            start=self._start,
             inner_steps=tuple(self._inner),
             contributed=self._contributed,
             dims=self.fingerprinter.dims,

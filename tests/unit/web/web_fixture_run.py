@@ -28,9 +28,9 @@ from ledger.service import Ledger
 from records import DataManifest, Shard, Source
 from records.commitments import (
     FINGERPRINT_DIMS,
-    ContributedParameters,
     InnerCommitments,
     InnerStepCommitment,
+    ParameterCommitment,
 )
 from records.data_manifest import TokenizerIdentity
 from storage.checkpoint import Manifest, read_manifest
@@ -241,11 +241,12 @@ def _commitments(run_id: str, step: int, cluster: int) -> InnerCommitments:
         step=step,
         cluster=cluster,
         stage=0,
+        start=ParameterCommitment(digest=made_up[0], tensors={"model.embed_tokens.weight": zeros}),
         inner_steps=tuple(
             InnerStepCommitment(inner_step=step * INNER_STEPS + k, digest=made_up[k], fingerprint=zeros)
             for k in range(INNER_STEPS)
         ),
-        contributed=ContributedParameters(digest=made_up[-1], tensors={"model.embed_tokens.weight": zeros}),
+        contributed=ParameterCommitment(digest=made_up[-1], tensors={"model.embed_tokens.weight": zeros}),
     )
 
 
