@@ -81,7 +81,7 @@ class ParameterCommitment:
 
     digest: str
     tensors: Mapping[str, Fingerprint]
-    """Parameter name -> its fingerprint, in the stage's parameter order."""
+    """Parameter name -> its fingerprint (canonical JSON orders the names)."""
 
     def to_payload(self) -> dict[str, Any]:
         return {
