@@ -8,6 +8,7 @@ files into a folder instead (no ledger, no signatures: for experiments).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -59,6 +60,10 @@ def train(
             "class must match byte for byte; elsewhere the tolerance applies) or 'tolerance' (everywhere)."
         ),
     ] = "bitwise",
+    precision: Annotated[
+        str | None,
+        typer.Option(help="fp32 (default), bf16 (autocast of the inner steps' passes) or fp64; recorded in the configuration."),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or per-step lines.")] = False,
 ) -> None:
     """Train, printing one line per outer step and recording every step."""
@@ -75,7 +80,7 @@ def train(
     folder_resume = Path(resume) if resume is not None and Path(resume).is_dir() else None
     if resume is not None and folder_resume is None:
         # A run id: the ledger holds its configuration, data and state.
-        if config or preset or any(v is not None for v in (clusters, stages, outer_steps, inner_steps, method, seed, run_id, text_field)) or data:
+        if config or preset or any(v is not None for v in (clusters, stages, outer_steps, inner_steps, method, seed, run_id, text_field, precision)) or data:
             raise typer.BadParameter("--resume RUN_ID continues the run as recorded; drop the other options")
         summary = resume_recorded(settings, resume, cluster_keys=key_dir, quiet=quiet)
         if summary is not None and not quiet:
@@ -100,6 +105,8 @@ def train(
         method=method,
         seed=seed,
     )
+    if precision is not None:
+        chosen = replace(chosen, precision=precision)  # type: ignore[arg-type]  # TrainConfig checks the value
     if workdir is None and folder_resume is None:
         if run_id is None and config is None:
             chosen = with_overrides(chosen, run_id=default_run_id())
