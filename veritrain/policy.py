@@ -27,6 +27,11 @@ PARAMETER_DISTANCE_BOUND = 1e-2
 ‖θ' − θ_t‖ / ‖θ_t − θ_{t−1}‖ <= this (the re-execution's error against the size of the step's
 own update); provisional until ``veritrain bench audit`` measures the legitimate spread."""
 
+CROSS_PRECISION_DISTANCE_BOUND = 1e-1
+"""The parameter distance a re-execution at another precision than the recorded one (bf16
+autocast on one side, fp32 or fp64 on the other) is held to: eight significant bits drift
+further than any re-ordering of fp32 sums (measured by ``veritrain bench audit``)."""
+
 DEVICES = ("cpu", "cuda")
 MACHINES = ("x86_64", "amd64", "aarch64", "arm64", "ppc64le", "s390x")
 _TORCH_VERSION = re.compile(r"\d+\.\d+(\.\d+)?([a-z0-9.+_-]*)")

@@ -47,7 +47,7 @@ from trainer.config import TrainConfig
 from trainer.execution import Execution
 from trainer.recorder import TIMING_METRICS
 from veritrain.audit.comparison import Bisection, Comparison
-from veritrain.audit.distance import largest, tensor_distances
+from veritrain.audit.distance import global_distance, largest, tensor_distances
 from veritrain.audit.fetch import (
     CountingSource,
     DownloadReport,
@@ -153,9 +153,9 @@ def reproduce_step(
                 _compare_metrics(comparison, recorded, result)
             else:
                 comparison.notes.append("contribution digests are compared bitwise only on the recorded hardware class")
-                _compare_metric(comparison, genesis.verification_policy, recorded, result)
+                _compare_metric(comparison, genesis.verification_policy, recorded, result, judged=choice.judge_metric)
                 after = download_model(counting, recorded.checkpoint, work / "after")
-                _compare_parameters(comparison, before, after, result.files, choice.bound)
+                _compare_parameters(comparison, before, after, result.files, choice)
     comparison.download = _download_report(counting, run, previous, manifest)
     if execution is not None and execution.differences(config):
         comparison.notes.append(f"re-executed with {', '.join(execution.differences(config))}")
@@ -183,7 +183,7 @@ def _compare_commitments(
         if key not in again:
             comparison.mismatched.append(f"cluster {key[0]} stage {key[1]}: the re-execution made no commitments")
             continue
-        verdict = judge_stage(signed[key], again[key], mode=choice.mode, bound=choice.bound)
+        verdict = judge_stage(signed[key], again[key], mode=choice.mode, bound=choice.bound, granularity=choice.granularity)
         verdicts.append(verdict)
         (comparison.matched if verdict.ok else comparison.mismatched).append(f"commitments of {verdict.describe()}")
     return verdicts
@@ -310,11 +310,17 @@ def _compare_trainer_state(comparison: Comparison, source: RunSource, recorded_d
         comparison.mismatched.append(f"{TRAINER_STATE}: differs in {sorted(differing) or 'its header'}")
 
 
-def _compare_metric(comparison: Comparison, policy: VerificationPolicy, recorded: OuterStep, result: Reexecution) -> None:
+def _compare_metric(
+    comparison: Comparison, policy: VerificationPolicy, recorded: OuterStep, result: Reexecution, *, judged: bool
+) -> None:
     metric, delta = policy.fallback.metric, policy.fallback.delta
     want = recorded.metrics.get(metric)
     got = result.record.metrics.get(metric)
-    if want is None or got is None:
+    if not judged:
+        comparison.notes.append(
+            f"{metric}: recorded {want}, re-executed {got} (evaluated at another precision: reported, not judged)"
+        )
+    elif want is None or got is None:
         comparison.mismatched.append(f"{metric}: not recorded or not re-computed")
     elif abs(float(got) - want) <= delta:
         comparison.matched.append(f"{metric}: recorded {want:.6f}, re-executed {got:.6f} (|Δ| ≤ {delta})")
@@ -327,13 +333,23 @@ def _compare_parameters(
     before: CheckpointFiles | None,
     after: CheckpointFiles,
     again: CheckpointFiles,
-    bound: float,
+    choice: ModeChoice,
 ) -> None:
     """Each recorded model tensor θ_t against its re-execution θ': ‖θ' − θ_t‖ / ‖θ_t − θ_{t−1}‖
-    (against ‖θ_t‖ for step 0, whose starting point is not stored) within the bound."""
-    distances, problems = tensor_distances(
-        _model_tensors(after), _model_tensors(again), _model_tensors(before) if before is not None else None
-    )
+    (against ‖θ_t‖ for step 0, whose starting point is not stored) within the bound; across
+    precisions the whole model at once."""
+    bound = choice.bound
+    recorded, reexecuted = _model_tensors(after), _model_tensors(again)
+    previous = _model_tensors(before) if before is not None else None
+    if choice.granularity == "stage":
+        distance = global_distance(recorded, reexecuted, previous)
+        line = f"all {len(recorded)} model tensors at once: relative distance {distance:.3g}"
+        if distance <= bound:
+            comparison.matched.append(f"{line} <= {bound}")
+        else:
+            comparison.mismatched.append(f"{line} > {bound}")
+        return
+    distances, problems = tensor_distances(recorded, reexecuted, previous)
     problems += [f"{d.name}: relative distance {d.value:.3g} > {bound}" for d in distances if d.value > bound]
     if problems:
         comparison.mismatched.extend(problems[:10])

@@ -186,7 +186,12 @@ class InnerOptimizer:
                 continue  # no step taken yet when this state was saved
             if not all(present):
                 raise CheckpointError(f"expected AdamW state {keys} for {name}, got only some of them")
-            self.optimizer.state[p] = {k: state[f"{name}.{k}"].clone().to(p.device if k != "step" else "cpu") for k in keys}
+            # Moments follow the parameter's dtype: a state saved at one precision resumes at another
+            # (an fp64 re-execution of an fp32 run); the step counter stays a CPU scalar.
+            self.optimizer.state[p] = {
+                k: state[f"{name}.{k}"].clone().to(p.device, p.dtype) if k != "step" else state[f"{name}.{k}"].clone()
+                for k in keys
+            }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

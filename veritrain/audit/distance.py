@@ -71,6 +71,25 @@ def tensor_distances(
     return distances, problems
 
 
+def global_distance(
+    recorded: Mapping[str, torch.Tensor],
+    again: Mapping[str, torch.Tensor],
+    start: Mapping[str, torch.Tensor] | None,
+) -> float:
+    """d over every tensor of ``recorded`` at once (as one concatenated vector)."""
+    error = update = 0.0
+    for name, theta in recorded.items():
+        other = again.get(name)
+        if other is None or other.shape != theta.shape:
+            return math.inf
+        t = theta.detach().to("cpu", torch.float64)
+        error += float((other.detach().to("cpu", torch.float64) - t).pow(2).sum())
+        previous = start.get(name) if start is not None else None
+        u = t - previous.detach().to("cpu", torch.float64) if previous is not None else t
+        update += float(u.pow(2).sum())
+    return _ratio(math.sqrt(error), math.sqrt(update))
+
+
 def stage_fingerprint(tensors: Mapping[str, Fingerprint]) -> Fingerprint:
     """A stage's fingerprint from its tensors' (their sum, in order; see the commitments)."""
     total = np.zeros(len(next(iter(tensors.values()))), dtype=np.float64) if tensors else np.zeros(0)

@@ -11,7 +11,8 @@ parameters. Under ``tolerance`` (veritrain/audit/distance.py, bound b):
   not from the previous inner step: drift that honest hardware accumulates over i steps is
   then held against i steps of progress, while a forged inner step still stands out (skipping
   step i of H removes about 1/i of the update made so far);
-* the contributed parameters, tensor by tensor: ‖g − f‖ / ‖f − s‖ <= b per tensor.
+* the contributed parameters, tensor by tensor: ‖g − f‖ / ‖f − s‖ <= b per tensor (across
+  precisions the stage's tensors at once: veritrain/audit/modes.py).
 
 The first inner step that breaks its rule is where the dispute lies: everything before it was
 executed as recorded, so what happened in that one step (one forward, backward and optimiser
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 
 from records.commitments import InnerCommitments
 from veritrain.audit.distance import Distance, fingerprint_distance, stage_fingerprint
-from veritrain.audit.modes import Rule
+from veritrain.audit.modes import Granularity, Rule
 
 START_EXACT = 1e-12
 """Relative difference (against the tensor's own norm) below which two fingerprints of the
@@ -92,13 +93,20 @@ class StageVerdict:
         return f" (relative distance {distance:.3g} > {self.bound})"
 
 
-def judge_stage(recorded: InnerCommitments, again: InnerCommitments, *, mode: Rule, bound: float) -> StageVerdict:
+def judge_stage(
+    recorded: InnerCommitments,
+    again: InnerCommitments,
+    *,
+    mode: Rule,
+    bound: float,
+    granularity: Granularity = "tensor",
+) -> StageVerdict:
     """``recorded`` (what the cluster signed) against ``again`` (the re-execution)."""
     problems: list[str] = []
     steps = [c.inner_step for c in recorded.inner_steps]
     if steps != [c.inner_step for c in again.inner_steps]:
         problems.append(f"recorded inner steps {steps[:1]}..{steps[-1:]}, re-executed {len(again.inner_steps)} others")
-    if list(recorded.start.tensors) != list(again.start.tensors):
+    if sorted(recorded.start.tensors) != sorted(again.start.tensors):
         problems.append("the recorded tensors are not the re-executed stage's")
     if recorded.dims != again.dims or recorded.method != again.method:
         problems.append(f"recorded fingerprints of {recorded.dims} numbers by {recorded.method}")
@@ -128,6 +136,21 @@ def judge_stage(recorded: InnerCommitments, again: InnerCommitments, *, mode: Ru
         for name in again.start.tensors
     )
     start = stage_fingerprint(again.start.tensors)
+    contributed = (
+        tuple(
+            Distance(name, fingerprint_distance(values, again.contributed.tensors[name], again.start.tensors[name]))
+            for name, values in recorded.contributed.tensors.items()
+        )
+        if granularity == "tensor"
+        else (
+            Distance(
+                "the stage's tensors at once",
+                fingerprint_distance(
+                    stage_fingerprint(recorded.contributed.tensors), stage_fingerprint(again.contributed.tensors), start
+                ),
+            ),
+        )
+    )
     return StageVerdict(
         cluster=recorded.cluster,
         stage=recorded.stage,
@@ -138,10 +161,7 @@ def judge_stage(recorded: InnerCommitments, again: InnerCommitments, *, mode: Ru
             (r.inner_step, fingerprint_distance(r.fingerprint, a.fingerprint, start))
             for r, a in zip(recorded.inner_steps, again.inner_steps, strict=True)
         ),
-        contributed=tuple(
-            Distance(name, fingerprint_distance(values, again.contributed.tensors[name], again.start.tensors[name]))
-            for name, values in recorded.contributed.tensors.items()
-        ),
+        contributed=contributed,
     )
 
 

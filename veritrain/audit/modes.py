@@ -7,6 +7,13 @@
   re-executes under other settings (``--precision``, ``--threads``) to emulate other
   hardware: the policy's fallback applies (metric within its delta, every parameter tensor and
   every commitment within its relative distance).
+* ``tolerance`` across precisions: when exactly one of the record and the re-execution runs
+  bf16 autocast, eight significant bits make tensors whose update is mostly rounding noise
+  drift by a large share of it (attention key biases: softmax ignores a shift shared by all
+  keys, so their true gradient is zero). Per-tensor distances then say nothing, so parameters
+  and contributions are measured a stage (and the whole model) at a time, against the
+  published cross-precision bound, and the metric -- itself evaluated at another precision --
+  is reported, not judged (``veritrain bench audit`` measures both regimes).
 
 An auditor may also demand one rule (``--mode bitwise|tolerance``): a bitwise comparison
 across hardware classes is expected to fail, and says so.
@@ -23,9 +30,11 @@ from records.genesis import Tolerance
 from trainer.config import TrainConfig
 from trainer.execution import Execution
 from veritrain.hardware import reexecution_hardware
+from veritrain.policy import CROSS_PRECISION_DISTANCE_BOUND
 
 Rule = Literal["bitwise", "tolerance"]
 Requested = Literal["auto", "bitwise", "tolerance"]
+Granularity = Literal["tensor", "stage"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +42,17 @@ class ModeChoice:
     mode: Rule
     reason: str
     bound: float
-    """The relative parameter distance of the genesis' tolerance (used under tolerance)."""
+    """The relative parameter distance a tolerance comparison holds to."""
+    granularity: Granularity = "tensor"
+    """``tensor``: every tensor on its own; ``stage``: a stage's (or the model's) tensors at once."""
+    judge_metric: bool = True
+    """Whether the policy's metric is judged (not across precisions)."""
+
+
+def crosses_precision(config: TrainConfig, execution: Execution | None) -> bool:
+    """Whether exactly one of the record and the re-execution runs bf16 autocast."""
+    again = execution.applied_to(config).precision if execution is not None else config.precision
+    return (config.precision == "bf16") != (again == "bf16")
 
 
 def choose_mode(
@@ -43,6 +62,17 @@ def choose_mode(
     fallback = policy.fallback
     bound = fallback.parameter_distance
     rule = describe(fallback)
+    if crosses_precision(config, execution) and requested != "bitwise":
+        again = execution.applied_to(config).precision if execution is not None else config.precision
+        return ModeChoice(
+            "tolerance",
+            f"the run trained at {config.precision} and this re-execution runs at {again}: across precisions "
+            f"parameters and contributions are judged a stage at a time within the published bound "
+            f"{CROSS_PRECISION_DISTANCE_BOUND}, commitments within it, and {fallback.metric} is reported, not judged",
+            CROSS_PRECISION_DISTANCE_BOUND,
+            granularity="stage",
+            judge_metric=False,
+        )
     if requested == "tolerance":
         return ModeChoice("tolerance", f"tolerance requested (--mode tolerance): {rule}", bound)
     differences = _differences(policy.hardware.to_payload(), reexecution_hardware(config, execution).to_payload())
