@@ -158,15 +158,25 @@ class InnerCommitments:
         first = value.first_inner_step
         for k, commitment in enumerate(value.inner_steps):
             if commitment.inner_step != first + k:
-                raise f.fail(f"inner_steps[{k}].inner_step", f"{first + k} (consecutive)", commitment.inner_step)
+                raise f.fail(
+                    f"inner_steps[{k}].inner_step",
+                    f"{first + k} (consecutive)",
+                    commitment.inner_step,
+                )
             if len(commitment.fingerprint) != dims:
-                raise f.fail(f"inner_steps[{k}].fingerprint", f"{dims} numbers", len(commitment.fingerprint))
+                raise f.fail(
+                    f"inner_steps[{k}].fingerprint", f"{dims} numbers", len(commitment.fingerprint)
+                )
         for where, parameters in (("start", value.start), ("contributed", value.contributed)):
             for name, values in parameters.tensors.items():
                 if len(values) != dims:
                     raise f.fail(f"{where}.tensors.{name}", f"{dims} numbers", len(values))
-        if list(value.start.tensors) != list(value.contributed.tensors):
-            raise f.fail("contributed.tensors", f"the tensors of start, {list(value.start.tensors)}", list(value.contributed.tensors))
+        if sorted(value.start.tensors) != sorted(value.contributed.tensors):
+            raise f.fail(
+                "contributed.tensors",
+                f"the tensors of start, {list(value.start.tensors)}",
+                list(value.contributed.tensors),
+            )
         return value
 
 

@@ -29,11 +29,15 @@ class Execution:
 
     def __post_init__(self) -> None:
         if self.precision is not None and self.precision not in PRECISIONS:
-            raise ConfigError(f"Execution.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+            raise ConfigError(
+                f"Execution.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
+            )
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"Execution.threads must be >= 1, got {self.threads}")
         if self.device is not None and self.device not in ("auto", "cpu", "cuda"):
-            raise ConfigError(f"Execution.device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
+            raise ConfigError(
+                f"Execution.device must be 'auto', 'cpu' or 'cuda', got {self.device!r}"
+            )
 
     def applied_to(self, config: TrainConfig) -> TrainConfig:
         """``config`` as this execution runs it."""

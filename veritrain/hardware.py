@@ -59,7 +59,9 @@ def reexecution_hardware(config: TrainConfig, execution: Execution | None = None
         deterministic=DeterministicFlags(
             algorithms=True,
             cudnn_benchmark=False if cuda else None,
-            cublas_workspace_config=os.environ.get("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC_WORKSPACE)
+            cublas_workspace_config=os.environ.get(
+                "CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC_WORKSPACE
+            )
             if cuda
             else None,
         ),

@@ -71,7 +71,11 @@ def parameters_digest(named: NamedTensors) -> str:
 
 def _buckets(name: str, count: int, dims: int) -> tuple[np.ndarray, np.ndarray]:
     """(bucket, sign) of every element of a tensor named ``name`` with ``count`` elements."""
-    key = np.uint64(int.from_bytes(hashlib.sha256(f"veritrain-fingerprint:{name}".encode()).digest()[:8], "little"))
+    key = np.uint64(
+        int.from_bytes(
+            hashlib.sha256(f"veritrain-fingerprint:{name}".encode()).digest()[:8], "little"
+        )
+    )
     z = key + (np.arange(1, count + 1, dtype=np.uint64) * _GAMMA)  # wraps mod 2^64
     z = (z ^ (z >> np.uint64(30))) * _MIX1
     z = (z ^ (z >> np.uint64(27))) * _MIX2
@@ -131,7 +135,9 @@ class StageCommitments:
     def _tensors(self) -> ParameterCommitment:
         return ParameterCommitment(
             digest=parameters_digest(self.named),
-            tensors={name: as_fingerprint(self.fingerprinter.tensor(name, t)) for name, t in self.named},
+            tensors={
+                name: as_fingerprint(self.fingerprinter.tensor(name, t)) for name, t in self.named
+            },
         )
 
     def after_inner_step(self, inner_step: int) -> None:
@@ -149,8 +155,15 @@ class StageCommitments:
         self._contributed = self._tensors()
 
     def take(self) -> InnerCommitments:
-        if self._step is None or self._start is None or not self._inner or self._contributed is None:
-            raise RuntimeError("commitments taken before an outer step's inner steps and contribution")
+        if (
+            self._step is None
+            or self._start is None
+            or not self._inner
+            or self._contributed is None
+        ):
+            raise RuntimeError(
+                "commitments taken before an outer step's inner steps and contribution"
+            )
         return InnerCommitments(
             run_id=self.run_id,
             step=self._step,

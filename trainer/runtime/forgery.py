@@ -24,7 +24,12 @@ from typing import Literal
 from trainer.config import PoisonForTesting
 
 ForgeryKind = Literal["skip_inner_step", "other_window", "lr_scale", "contribution_scale"]
-FORGERY_KINDS: tuple[ForgeryKind, ...] = ("skip_inner_step", "other_window", "lr_scale", "contribution_scale")
+FORGERY_KINDS: tuple[ForgeryKind, ...] = (
+    "skip_inner_step",
+    "other_window",
+    "lr_scale",
+    "contribution_scale",
+)
 WINDOW_OFFSET = 1_000_003
 """How far ahead (in global inner steps) ``other_window`` reads: beyond any run's budget."""
 
@@ -42,7 +47,9 @@ class Forgery:
 
     def __post_init__(self) -> None:
         if self.kind not in FORGERY_KINDS:
-            raise ValueError(f"Forgery.kind: expected one of {', '.join(FORGERY_KINDS)}, got {self.kind!r}")
+            raise ValueError(
+                f"Forgery.kind: expected one of {', '.join(FORGERY_KINDS)}, got {self.kind!r}"
+            )
         if min(self.cluster, self.step, self.inner_step) < 0:
             raise ValueError(f"Forgery: expected a cluster, step and inner step >= 0, got {self}")
 
@@ -51,11 +58,17 @@ class Forgery:
 
     def skips(self, cluster: int, step: int, offset: int) -> bool:
         """Whether inner step ``offset`` of ``step`` is skipped by ``cluster``."""
-        return self.kind == "skip_inner_step" and self._here(cluster, step) and offset == self.inner_step
+        return (
+            self.kind == "skip_inner_step"
+            and self._here(cluster, step)
+            and offset == self.inner_step
+        )
 
     def window_step(self, cluster: int, step: int, offset: int, inner_step: int) -> int:
         """The global inner step whose windows ``cluster`` reads at ``inner_step``."""
-        forged = self.kind == "other_window" and self._here(cluster, step) and offset == self.inner_step
+        forged = (
+            self.kind == "other_window" and self._here(cluster, step) and offset == self.inner_step
+        )
         return inner_step + WINDOW_OFFSET if forged else inner_step
 
     def lr_factor(self, cluster: int, step: int) -> float:
@@ -65,4 +78,6 @@ class Forgery:
         """The contribution scaling as the poison rule it is."""
         if self.kind != "contribution_scale":
             return None
-        return PoisonForTesting(cluster=self.cluster, step=self.step, kind="scale", factor=self.factor)
+        return PoisonForTesting(
+            cluster=self.cluster, step=self.step, kind="scale", factor=self.factor
+        )

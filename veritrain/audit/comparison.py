@@ -43,7 +43,9 @@ class Bisection:
                     f"(inner step {d.offset} of {self.inner_steps} in this outer step), stage(s) {stages}"
                 )
             elif d.where == "start":
-                lines.append(f"bisect    cluster {d.cluster}: stage(s) {stages} did not start from the recorded state")
+                lines.append(
+                    f"bisect    cluster {d.cluster}: stage(s) {stages} did not start from the recorded state"
+                )
             else:
                 lines.append(
                     f"bisect    cluster {d.cluster}: every inner step agrees; its contribution (stage(s) {stages}) does not"
@@ -95,7 +97,10 @@ class Comparison:
             if self.cluster is not None
             else f"outer step {self.step}"
         )
-        lines = [f"reproduced {what} of run {self.run_id!r} ({self.mode} comparison)", f"  policy    {self.reason}"]
+        lines = [
+            f"reproduced {what} of run {self.run_id!r} ({self.mode} comparison)",
+            f"  policy    {self.reason}",
+        ]
         lines += [f"  match     {m}" for m in self.matched]
         lines += [f"  MISMATCH  {m}" for m in self.mismatched]
         lines += [f"  {line}" for line in (self.bisection.lines() if self.bisection else [])]

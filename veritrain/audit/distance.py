@@ -34,7 +34,9 @@ class Distance:
     value: float
 
 
-def relative_distance(recorded: torch.Tensor, again: torch.Tensor, start: torch.Tensor | None) -> float:
+def relative_distance(
+    recorded: torch.Tensor, again: torch.Tensor, start: torch.Tensor | None
+) -> float:
     """d of the module docstring, accumulated in float64 (``start`` None: against ‖θ_t‖)."""
     theta = recorded.detach().to("cpu", torch.float64)
     error = float(torch.linalg.vector_norm(again.detach().to("cpu", torch.float64) - theta))
@@ -92,7 +94,9 @@ def global_distance(
 
 def stage_fingerprint(tensors: Mapping[str, Fingerprint]) -> Fingerprint:
     """A stage's fingerprint from its tensors' (their sum, in order; see the commitments)."""
-    total = np.zeros(len(next(iter(tensors.values()))), dtype=np.float64) if tensors else np.zeros(0)
+    total = (
+        np.zeros(len(next(iter(tensors.values()))), dtype=np.float64) if tensors else np.zeros(0)
+    )
     for values in tensors.values():
         array = _array(values)
         if array is None:

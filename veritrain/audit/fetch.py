@@ -105,19 +105,29 @@ class CountingSource:
 # -- the state -------------------------------------------------------------------------------
 
 
-def state_names(manifest: Manifest, *, clusters: int, stages: int, cluster: int | None) -> list[str]:
+def state_names(
+    manifest: Manifest, *, clusters: int, stages: int, cluster: int | None
+) -> list[str]:
     """The state files a re-execution reads (model shards decided later for ``--cluster``)."""
     names = set(manifest.digests)
     wanted = {TRAINER_STATE}
     for c in range(clusters) if cluster is None else (cluster,):
-        wanted |= {inner_file(c, s) for s in range(stages)} | {outer_file(c, s) for s in range(stages)}
+        wanted |= {inner_file(c, s) for s in range(stages)} | {
+            outer_file(c, s) for s in range(stages)
+        }
     if cluster is None:
         wanted |= {n for n in names if n.startswith("model-") and n.endswith(".safetensors")}
     return sorted(wanted & names)
 
 
 def download_state(
-    source: RunSource, checkpoint: CheckpointRef, directory: Path, *, clusters: int, stages: int, cluster: int | None
+    source: RunSource,
+    checkpoint: CheckpointRef,
+    directory: Path,
+    *,
+    clusters: int,
+    stages: int,
+    cluster: int | None,
 ) -> CheckpointFiles:
     """The files of ``state_names``, each verified as it arrives; for ``--cluster`` also the
     model shards when the cluster's inner files hold no local parameters of their own."""
@@ -135,7 +145,9 @@ def download_state(
     return files
 
 
-def download_model(source: RunSource, checkpoint: CheckpointRef, directory: Path) -> CheckpointFiles:
+def download_model(
+    source: RunSource, checkpoint: CheckpointRef, directory: Path
+) -> CheckpointFiles:
     """Only the model shards of a checkpoint (and its trainer state, which a folder needs)."""
     manifest = read_checkpoint_manifest(source, checkpoint)
     directory.mkdir(parents=True, exist_ok=True)
@@ -147,7 +159,8 @@ def download_model(source: RunSource, checkpoint: CheckpointRef, directory: Path
 
 def _holds_local_parameters(files: CheckpointFiles, cluster: int, stages: int) -> bool:
     return all(
-        any(key.startswith("local.") for key in files.tensor_file(inner_file(cluster, s))) for s in range(stages)
+        any(key.startswith("local.") for key in files.tensor_file(inner_file(cluster, s)))
+        for s in range(stages)
     )
 
 
@@ -177,7 +190,12 @@ def windows_read(
 
 
 def download_windows(
-    source: RunSource, manifest: DataManifest, windows: Mapping[int, set[int]], *, window_tokens: int, directory: Path
+    source: RunSource,
+    manifest: DataManifest,
+    windows: Mapping[int, set[int]],
+    *,
+    window_tokens: int,
+    directory: Path,
 ) -> PreparedData:
     """The windows (verified) and the tokenizer's file, as data a re-execution reads from."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -191,16 +209,26 @@ def download_windows(
                 download_object(source, shard.sha256, target)
             continue
         spans = [(s * token_bytes, (s + window_tokens) * token_bytes) for s in starts]
-        _fetch_chunks(source, shard, manifest.chunk_bytes, shard.tokens * token_bytes, spans, directory)
+        _fetch_chunks(
+            source, shard, manifest.chunk_bytes, shard.tokens * token_bytes, spans, directory
+        )
     if manifest.tokenizer.sha256 is not None:
         target = directory / shard_file_name(manifest.tokenizer.sha256)
         if not target.is_file():
             download_object(source, manifest.tokenizer.sha256, target)
-    return PreparedData(manifest=manifest, source=FetchedWindows(directory=directory, chunk_bytes=manifest.chunk_bytes))
+    return PreparedData(
+        manifest=manifest,
+        source=FetchedWindows(directory=directory, chunk_bytes=manifest.chunk_bytes),
+    )
 
 
 def _fetch_chunks(
-    source: RunSource, shard: Shard, chunk_bytes: int, size: int, spans: list[tuple[int, int]], directory: Path
+    source: RunSource,
+    shard: Shard,
+    chunk_bytes: int,
+    size: int,
+    spans: list[tuple[int, int]],
+    directory: Path,
 ) -> None:
     """Fetch the chunks covering ``spans`` (byte ranges) of ``shard``, one Range request per run
     of consecutive chunks, each chunk checked against the shard's chunk index."""
@@ -209,7 +237,13 @@ def _fetch_chunks(
     if not index_path.is_file():
         download_object(source, shard.chunks, index_path)
     index = index_path.read_bytes()
-    needed = sorted({k for start, end in spans for k in range(start // chunk_bytes, (end - 1) // chunk_bytes + 1)})
+    needed = sorted(
+        {
+            k
+            for start, end in spans
+            for k in range(start // chunk_bytes, (end - 1) // chunk_bytes + 1)
+        }
+    )
     needed = [k for k in needed if not _chunk_path(directory, shard.sha256, k).is_file()]
     for first, last in _runs(needed):
         start, end = first * chunk_bytes, min((last + 1) * chunk_bytes, size)
@@ -287,7 +321,9 @@ class FetchedWindows:
         for k in range(first // self.chunk_bytes, (end - 1) // self.chunk_bytes + 1):
             path = _chunk_path(self.directory, info.sha256, k)
             if not path.is_file():
-                raise DataError(f"a window of shard {info.index} lies in chunk {k}, which was not fetched")
+                raise DataError(
+                    f"a window of shard {info.index} lies in chunk {k}, which was not fetched"
+                )
             piece = path.read_bytes()
             _check_chunk(info, index, k, piece)
             pieces.append(piece)
@@ -341,4 +377,6 @@ def corpus_bytes(manifest: DataManifest) -> int:
 def checkpoint_bytes(source: RunSource, checkpoint: CheckpointRef) -> int:
     """Every file of a checkpoint, as the source reports their sizes (its manifest included)."""
     manifest = Manifest.from_json(read_verified(source, checkpoint.manifest_object))
-    return sum(source.object_size(d) for d in manifest.digests.values()) + source.object_size(checkpoint.manifest_object)
+    return sum(source.object_size(d) for d in manifest.digests.values()) + source.object_size(
+        checkpoint.manifest_object
+    )

@@ -105,15 +105,23 @@ def judge_stage(
     problems: list[str] = []
     steps = [c.inner_step for c in recorded.inner_steps]
     if steps != [c.inner_step for c in again.inner_steps]:
-        problems.append(f"recorded inner steps {steps[:1]}..{steps[-1:]}, re-executed {len(again.inner_steps)} others")
+        problems.append(
+            f"recorded inner steps {steps[:1]}..{steps[-1:]}, re-executed {len(again.inner_steps)} others"
+        )
     if sorted(recorded.start.tensors) != sorted(again.start.tensors):
         problems.append("the recorded tensors are not the re-executed stage's")
     if recorded.dims != again.dims or recorded.method != again.method:
         problems.append(f"recorded fingerprints of {recorded.dims} numbers by {recorded.method}")
     if problems:
         return StageVerdict(
-            cluster=recorded.cluster, stage=recorded.stage, mode=mode, bound=bound, start_agrees=False,
-            inner_distances=(), contributed=(), problems=tuple(problems),
+            cluster=recorded.cluster,
+            stage=recorded.stage,
+            mode=mode,
+            bound=bound,
+            start_agrees=False,
+            inner_distances=(),
+            contributed=(),
+            problems=tuple(problems),
         )
     if mode == "bitwise":
         return StageVerdict(
@@ -127,18 +135,27 @@ def judge_stage(
                 for r, a in zip(recorded.inner_steps, again.inner_steps, strict=True)
             ),
             contributed=(
-                Distance("parameters", 0.0 if recorded.contributed.digest == again.contributed.digest else math.inf),
+                Distance(
+                    "parameters",
+                    0.0 if recorded.contributed.digest == again.contributed.digest else math.inf,
+                ),
             ),
         )
     zeros = tuple(0.0 for _ in range(again.dims))
     start_agrees = all(
-        fingerprint_distance(again.start.tensors[name], recorded.start.tensors[name], zeros) <= START_EXACT
+        fingerprint_distance(again.start.tensors[name], recorded.start.tensors[name], zeros)
+        <= START_EXACT
         for name in again.start.tensors
     )
     start = stage_fingerprint(again.start.tensors)
     contributed = (
         tuple(
-            Distance(name, fingerprint_distance(values, again.contributed.tensors[name], again.start.tensors[name]))
+            Distance(
+                name,
+                fingerprint_distance(
+                    values, again.contributed.tensors[name], again.start.tensors[name]
+                ),
+            )
             for name, values in recorded.contributed.tensors.items()
         )
         if granularity == "tensor"
@@ -146,7 +163,9 @@ def judge_stage(
             Distance(
                 "the stage's tensors at once",
                 fingerprint_distance(
-                    stage_fingerprint(recorded.contributed.tensors), stage_fingerprint(again.contributed.tensors), start
+                    stage_fingerprint(recorded.contributed.tensors),
+                    stage_fingerprint(again.contributed.tensors),
+                    start,
                 ),
             ),
         )
@@ -195,7 +214,11 @@ def first_dispute(verdicts: list[StageVerdict], *, first_inner_step: int) -> Dis
         step = min(i for i, _ in firsts)
         stages = tuple(sorted(s for i, s in firsts if i == step))
         return Dispute(
-            cluster=cluster, inner_step=step, where="inner step", stages=stages, offset=step - first_inner_step
+            cluster=cluster,
+            inner_step=step,
+            where="inner step",
+            stages=stages,
+            offset=step - first_inner_step,
         )
     contributed = tuple(v.stage for v in verdicts if not v.contributed_agrees)
     if contributed:

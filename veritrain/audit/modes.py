@@ -56,14 +56,19 @@ def crosses_precision(config: TrainConfig, execution: Execution | None) -> bool:
 
 
 def choose_mode(
-    genesis: Genesis, config: TrainConfig, execution: Execution | None = None, requested: Requested = "auto"
+    genesis: Genesis,
+    config: TrainConfig,
+    execution: Execution | None = None,
+    requested: Requested = "auto",
 ) -> ModeChoice:
     policy = genesis.verification_policy
     fallback = policy.fallback
     bound = fallback.parameter_distance
     rule = describe(fallback)
     if crosses_precision(config, execution) and requested != "bitwise":
-        again = execution.applied_to(config).precision if execution is not None else config.precision
+        again = (
+            execution.applied_to(config).precision if execution is not None else config.precision
+        )
         return ModeChoice(
             "tolerance",
             f"the run trained at {config.precision} and this re-execution runs at {again}: across precisions "
@@ -75,8 +80,12 @@ def choose_mode(
         )
     if requested == "tolerance":
         return ModeChoice("tolerance", f"tolerance requested (--mode tolerance): {rule}", bound)
-    differences = _differences(policy.hardware.to_payload(), reexecution_hardware(config, execution).to_payload())
-    differences += [f"re-executed with {d}" for d in (execution.differences(config) if execution else [])]
+    differences = _differences(
+        policy.hardware.to_payload(), reexecution_hardware(config, execution).to_payload()
+    )
+    differences += [
+        f"re-executed with {d}" for d in (execution.differences(config) if execution else [])
+    ]
     elsewhere = "; ".join(differences) or "none"
     if requested == "bitwise":
         return ModeChoice(
@@ -110,7 +119,9 @@ def describe(tolerance: Tolerance) -> str:
     )
 
 
-def _differences(recorded: Mapping[str, Any], here: Mapping[str, Any], prefix: str = "") -> list[str]:
+def _differences(
+    recorded: Mapping[str, Any], here: Mapping[str, Any], prefix: str = ""
+) -> list[str]:
     found: list[str] = []
     for key in sorted(set(recorded) | set(here)):
         there, mine = recorded.get(key), here.get(key)

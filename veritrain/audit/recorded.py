@@ -53,12 +53,25 @@ def recorded_commitments(
                     ),
                 )
                 commitments = InnerCommitments.from_payload(
-                    json.loads(read_verified(source, stage.commitments)), where=f"{where} {stage.commitments[:16]}…"
+                    json.loads(read_verified(source, stage.commitments)),
+                    where=f"{where} {stage.commitments[:16]}…",
                 )
-            except (AttestationError, RecordError, StorageError, VeritrainError, ValueError, IndexError) as exc:
+            except (
+                AttestationError,
+                RecordError,
+                StorageError,
+                VeritrainError,
+                ValueError,
+                IndexError,
+            ) as exc:
                 problems.append(f"{where}: {exc}")
                 continue
-            identity = (commitments.run_id, commitments.step, commitments.cluster, commitments.stage)
+            identity = (
+                commitments.run_id,
+                commitments.step,
+                commitments.cluster,
+                commitments.stage,
+            )
             if identity != (genesis.run_id, step.step, cluster, stage.stage):
                 problems.append(f"{where}: made for run, step, cluster and stage {identity}")
                 continue

@@ -91,7 +91,12 @@ class AuditBenchConfig:
     def run_config(self) -> TrainConfig:
         # One step more than the audited one: a run's last step also applies its own round,
         # which would make the audited step unrepresentative of the others.
-        base = with_overrides(run_preset(self.preset), method=self.method, outer_steps=AUDITED_STEP + 2, seed=self.seed)
+        base = with_overrides(
+            run_preset(self.preset),
+            method=self.method,
+            outer_steps=AUDITED_STEP + 2,
+            seed=self.seed,
+        )
         inner = self.inner_steps or (8 if self.quick else base.inner_steps)
         return with_overrides(base, inner_steps=inner, run_id="bench-audit")
 
@@ -115,16 +120,31 @@ def plans(config: TrainConfig) -> list[Plan]:
     chosen = [
         Plan("2 intra-op threads", "legit", Execution(threads=2)),
         Plan("float64 re-execution", "legit", Execution(precision="fp64")),
-        Plan("bf16 at 2 threads vs bf16 at 1", "legit", Execution(precision="bf16", threads=2), auditor=Execution(precision="bf16")),
+        Plan(
+            "bf16 at 2 threads vs bf16 at 1",
+            "legit",
+            Execution(precision="bf16", threads=2),
+            auditor=Execution(precision="bf16"),
+        ),
         Plan("bf16 autocast vs fp32", "cross-precision", Execution(precision="bf16")),
-        Plan(f"skip inner step {last}", "forged", None, Forgery(cluster=FORGER, step=AUDITED_STEP, kind="skip_inner_step", inner_step=last)),
+        Plan(
+            f"skip inner step {last}",
+            "forged",
+            None,
+            Forgery(cluster=FORGER, step=AUDITED_STEP, kind="skip_inner_step", inner_step=last),
+        ),
         Plan(
             f"other data window at inner step {last}",
             "forged",
             None,
             Forgery(cluster=FORGER, step=AUDITED_STEP, kind="other_window", inner_step=last),
         ),
-        Plan("inner lr x1.1", "forged", None, Forgery(cluster=FORGER, step=AUDITED_STEP, kind="lr_scale", factor=1.1)),
+        Plan(
+            "inner lr x1.1",
+            "forged",
+            None,
+            Forgery(cluster=FORGER, step=AUDITED_STEP, kind="lr_scale", factor=1.1),
+        ),
         Plan(
             "contribution x1.05",
             "forged",
@@ -156,7 +176,9 @@ class Measure:
             "median": _json_float(statistics.median(self.values)) if self.values else 0.0,
             "count": len(self.values),
             "worst": self.worst,
-            "quantiles": [_json_float(float(q)) for q in np.quantile(finite, [0.5, 0.9, 0.99])] if finite else [],
+            "quantiles": [_json_float(float(q)) for q in np.quantile(finite, [0.5, 0.9, 0.99])]
+            if finite
+            else [],
         }
 
 
@@ -241,18 +263,24 @@ class AuditBenchResult:
             "ratio": _json_float(self.forged_min / self.legit_max) if self.legit_max else None,
             "bound": PARAMETER_DISTANCE_BOUND,
             "recommended_bound": _json_float(self.recommended_bound),
-            "every_forgery_flagged": all(s > PARAMETER_DISTANCE_BOUND for s in self._scores("forged")),
+            "every_forgery_flagged": all(
+                s > PARAMETER_DISTANCE_BOUND for s in self._scores("forged")
+            ),
             "no_legit_flagged": all(s <= PARAMETER_DISTANCE_BOUND for s in self._scores("legit")),
             "cross_precision": {
                 "legit_max": _json_float(max(cross, default=0.0)),
                 "forged_min": _json_float(min(forged, default=math.inf)),
                 "bound": CROSS_PRECISION_DISTANCE_BOUND,
                 "forgeries_missed": [
-                    p.name for p in self.pairs if p.kind == "forged" and p.stage_score <= CROSS_PRECISION_DISTANCE_BOUND
+                    p.name
+                    for p in self.pairs
+                    if p.kind == "forged" and p.stage_score <= CROSS_PRECISION_DISTANCE_BOUND
                 ],
             },
             "pairs": [p.to_dict() for p in self.pairs],
-            "distributions": {k: [_json_float(v) for v in values] for k, values in self.distributions.items()},
+            "distributions": {
+                k: [_json_float(v) for v in values] for k, values in self.distributions.items()
+            },
             "train_seconds": self.train_seconds,
         }
 
@@ -282,11 +310,15 @@ class AuditBenchResult:
         return out
 
 
-def run_audit_bench(config: AuditBenchConfig, *, say: Callable[[str], None] = lambda _: None) -> AuditBenchResult:
+def run_audit_bench(
+    config: AuditBenchConfig, *, say: Callable[[str], None] = lambda _: None
+) -> AuditBenchResult:
     run = config.run_config()
     with scratch_dir(config.workdir, prefix="veritrain-bench-audit-") as folder:
         data = prepare_data(run.data, folder / "corpus")
-        say(f"training outer steps 0..{AUDITED_STEP} of the {config.preset} preset (H={run.inner_steps})")
+        say(
+            f"training outer steps 0..{AUDITED_STEP} of the {config.preset} preset (H={run.inner_steps})"
+        )
         started = time.perf_counter()
         recording = _train(run, data)
         train_seconds = time.perf_counter() - started
@@ -294,12 +326,23 @@ def run_audit_bench(config: AuditBenchConfig, *, say: Callable[[str], None] = la
         stale = _stale_state(before, recording.state(AUDITED_STEP - 2), run)
         cache: dict[str, Reexecution] = {}
 
-        def execute(what: Execution | None, forgery: Forgery | None = None, *, stale_start: bool = False) -> Reexecution:
+        def execute(
+            what: Execution | None, forgery: Forgery | None = None, *, stale_start: bool = False
+        ) -> Reexecution:
             key = f"{what}|{forgery}|{stale_start}"
             if key not in cache:
-                say(f"executing outer step {AUDITED_STEP}: {what or 'fp32, 1 thread'}" + (f", forged: {forgery}" if forgery else "") + (", stale" if stale_start else ""))
+                say(
+                    f"executing outer step {AUDITED_STEP}: {what or 'fp32, 1 thread'}"
+                    + (f", forged: {forgery}" if forgery else "")
+                    + (", stale" if stale_start else "")
+                )
                 cache[key] = reexecute_outer_step(
-                    run, stale if stale_start else before, AUDITED_STEP, data=data, execution=what, forgery=forgery
+                    run,
+                    stale if stale_start else before,
+                    AUDITED_STEP,
+                    data=data,
+                    execution=what,
+                    forgery=forgery,
                 )
             return cache[key]
 
@@ -325,7 +368,12 @@ def run_audit_bench(config: AuditBenchConfig, *, say: Callable[[str], None] = la
         pairs=pairs,
         train_seconds=train_seconds,
         distributions={
-            kind: sorted(v for p in pairs if p.kind == kind for v in (*p.checkpoint.values, *p.contribution.values))
+            kind: sorted(
+                v
+                for p in pairs
+                if p.kind == kind
+                for v in (*p.checkpoint.values, *p.contribution.values)
+            )
             for kind in ("legit", "cross-precision", "forged")
         },
     )
@@ -338,18 +386,27 @@ def _train(config: TrainConfig, data: PreparedData) -> MemoryRecording:
         return MemoryRecording(list(sink))
 
 
-def _stale_state(before: CheckpointFiles, earlier: CheckpointFiles, config: TrainConfig) -> CheckpointFiles:
+def _stale_state(
+    before: CheckpointFiles, earlier: CheckpointFiles, config: TrainConfig
+) -> CheckpointFiles:
     """``before`` with the forger's inner-loop files (its local parameters and AdamW moments)
     taken from a round earlier: it trains this round from where it stood a round ago. (Its
     outer algorithm's state stays current, or the round could not even be contributed.)"""
     own = {inner_file(FORGER, s) for s in range(config.stages)}
-    tensors = {name: (earlier.tensors[name] if name in own else files) for name, files in before.tensors.items()}
+    tensors = {
+        name: (earlier.tensors[name] if name in own else files)
+        for name, files in before.tensors.items()
+    }
     return CheckpointFiles(tensors, dict(before.json))
 
 
-def _pair(plan: Plan, recorded: Reexecution, auditor: Reexecution, before: CheckpointFiles, seconds: float) -> PairResult:
+def _pair(
+    plan: Plan, recorded: Reexecution, auditor: Reexecution, before: CheckpointFiles, seconds: float
+) -> PairResult:
     checkpoint, _ = tensor_distances(_model(recorded.files), _model(auditor.files), _model(before))
-    checkpoint_global = global_distance(_model(recorded.files), _model(auditor.files), _model(before))
+    checkpoint_global = global_distance(
+        _model(recorded.files), _model(auditor.files), _model(before)
+    )
     signed = {(c.cluster, c.stage): c for c in recorded.record.commitments}
     again = {(c.cluster, c.stage): c for c in auditor.record.commitments}
     contribution: list[tuple[str, float]] = []
@@ -372,7 +429,10 @@ def _pair(plan: Plan, recorded: Reexecution, auditor: Reexecution, before: Check
         contribution_stage=_measure(stage_level),
         inner_steps=_measure(inner),
         start_agrees=start_agrees,
-        eval_loss_delta=abs(recorded.record.metrics.get("eval_loss", math.nan) - auditor.record.metrics.get("eval_loss", math.nan)),
+        eval_loss_delta=abs(
+            recorded.record.metrics.get("eval_loss", math.nan)
+            - auditor.record.metrics.get("eval_loss", math.nan)
+        ),
         seconds=seconds,
     )
 
@@ -400,4 +460,3 @@ def _model(files: CheckpointFiles) -> dict[str, torch.Tensor]:
 
 def _json_float(value: float) -> float | str:
     return value if math.isfinite(value) else ("inf" if value > 0 else "nan")
-

@@ -11,25 +11,40 @@ import typer
 
 
 def reproduce(
-    run_id: Annotated[str | None, typer.Argument(help="The run (default: the most recent one).")] = None,
+    run_id: Annotated[
+        str | None, typer.Argument(help="The run (default: the most recent one).")
+    ] = None,
     step: Annotated[int, typer.Option(help="The outer step T to re-execute.")] = ...,  # type: ignore[assignment]
     cluster: Annotated[
         int | None,
-        typer.Option(help="Re-run only cluster J's H inner steps and judge its contribution and commitments."),
+        typer.Option(
+            help="Re-run only cluster J's H inner steps and judge its contribution and commitments."
+        ),
     ] = None,
-    api: Annotated[str | None, typer.Option(help="Read the run from the public HTTP API at this URL.")] = None,
+    api: Annotated[
+        str | None, typer.Option(help="Read the run from the public HTTP API at this URL.")
+    ] = None,
     bisect: Annotated[
-        bool, typer.Option("--bisect", help="Report the first inner step whose commitment disagrees, and the cost.")
+        bool,
+        typer.Option(
+            "--bisect", help="Report the first inner step whose commitment disagrees, and the cost."
+        ),
     ] = False,
     precision: Annotated[
-        str | None, typer.Option(help="Re-execute at this precision (fp32, bf16, fp64) instead of the recorded one.")
+        str | None,
+        typer.Option(
+            help="Re-execute at this precision (fp32, bf16, fp64) instead of the recorded one."
+        ),
     ] = None,
     threads: Annotated[
-        int | None, typer.Option(min=1, help="Re-execute with this many intra-op threads per process.")
+        int | None,
+        typer.Option(min=1, help="Re-execute with this many intra-op threads per process."),
     ] = None,
     mode: Annotated[
         str,
-        typer.Option(help="auto: the policy decides (bitwise on its hardware class); bitwise or tolerance: demand one."),
+        typer.Option(
+            help="auto: the policy decides (bitwise on its hardware class); bitwise or tolerance: demand one."
+        ),
     ] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
 ) -> None:
@@ -40,13 +55,19 @@ def reproduce(
     from veritrain.sources import open_source
 
     if mode not in ("auto", "bitwise", "tolerance"):
-        raise typer.BadParameter(f"expected auto, bitwise or tolerance, got {mode!r}", param_hint="--mode")
+        raise typer.BadParameter(
+            f"expected auto, bitwise or tolerance, got {mode!r}", param_hint="--mode"
+        )
     try:
-        execution = Execution(precision=precision, threads=threads) if precision or threads else None  # type: ignore[arg-type]
+        execution = (
+            Execution(precision=precision, threads=threads) if precision or threads else None
+        )  # type: ignore[arg-type]
     except ConfigError as exc:
         raise typer.BadParameter(str(exc), param_hint="--precision / --threads") from None
     chosen: Any = mode
     with open_source(api) as source:
-        comparison = reproduce_step(source, run_id, step, cluster, execution=execution, mode=chosen, bisect=bisect)
+        comparison = reproduce_step(
+            source, run_id, step, cluster, execution=execution, mode=chosen, bisect=bisect
+        )
     typer.echo(json.dumps(comparison.to_json(), indent=2) if as_json else comparison.render())
     raise typer.Exit(code=0 if comparison.ok else 1)
