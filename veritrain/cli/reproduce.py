@@ -58,10 +58,9 @@ def reproduce(
         raise typer.BadParameter(
             f"expected auto, bitwise or tolerance, got {mode!r}", param_hint="--mode"
         )
+    chosen_precision: Any = precision  # Execution checks the value
     try:
-        execution = (
-            Execution(precision=precision, threads=threads) if precision or threads else None
-        )  # type: ignore[arg-type]
+        execution = Execution(precision=chosen_precision, threads=threads) if precision or threads else None
     except ConfigError as exc:
         raise typer.BadParameter(str(exc), param_hint="--precision / --threads") from None
     chosen: Any = mode
