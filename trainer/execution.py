@@ -29,8 +29,9 @@ class Execution:
 
     def __post_init__(self) -> None:
         if self.precision is not None and self.precision not in PRECISIONS:
+            choices = ", ".join(PRECISIONS)
             raise ConfigError(
-                f"Execution.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
+                f"Execution.precision must be one of {choices}, got {self.precision!r}"
             )
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"Execution.threads must be >= 1, got {self.threads}")

@@ -29,26 +29,26 @@ class Bisection:
 
     def lines(self) -> list[str]:
         cost = (
-            f"cost: {self.clusters} cluster(s) x {self.inner_steps} inner steps re-executed in {self.seconds:.1f} s, "
-            f"{self.commitments_compared} commitments compared, {self.downloaded / 1e6:.2f} MB downloaded"
+            f"cost: {self.clusters} cluster(s) x {self.inner_steps} inner steps re-executed in "
+            f"{self.seconds:.1f} s, {self.commitments_compared} commitments compared, "
+            f"{self.downloaded / 1e6:.2f} MB downloaded"
         )
         if not self.disputes:
             return [f"bisect    every commitment agrees; {cost}"]
         lines = []
         for d in self.disputes:
             stages = ", ".join(str(s) for s in d.stages)
+            who = f"bisect    cluster {d.cluster}:"
             if d.where == "inner step":
                 lines.append(
-                    f"bisect    cluster {d.cluster}: first disagreeing inner step {d.inner_step} "
-                    f"(inner step {d.offset} of {self.inner_steps} in this outer step), stage(s) {stages}"
+                    f"{who} first disagreeing inner step {d.inner_step} (inner step {d.offset} of "
+                    f"{self.inner_steps} in this outer step), stage(s) {stages}"
                 )
             elif d.where == "start":
-                lines.append(
-                    f"bisect    cluster {d.cluster}: stage(s) {stages} did not start from the recorded state"
-                )
+                lines.append(f"{who} stage(s) {stages} did not start from the recorded state")
             else:
                 lines.append(
-                    f"bisect    cluster {d.cluster}: every inner step agrees; its contribution (stage(s) {stages}) does not"
+                    f"{who} every inner step agrees; its contribution (stage(s) {stages}) does not"
                 )
         return [*lines, f"bisect    {cost}"]
 

@@ -10,8 +10,8 @@ for a tensor that moved a lot and one that barely moved, at the start of trainin
 it. When the update is zero (a frozen tensor), d is 0 if θ′ equals θ_t and infinite otherwise.
 
 The same measure applies to fingerprints (trainer/runtime/commitments.py): the projection is
-linear, so with f(·) the fingerprint, ‖f(θ′) − f(θ_t)‖ / ‖f(θ_t) − f(θ_{t−1})‖ estimates d
-from a few dozen numbers (each norm within about sqrt(2/k) of the true one).
+linear, so with f(·) the fingerprint, ‖f(θ′) − f(θ_t)‖ / ‖f(θ_t) − f(θ_{t−1})‖ estimates
+d from a few dozen numbers (each norm within about sqrt(2/k) of the true one).
 """
 
 from __future__ import annotations

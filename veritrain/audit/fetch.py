@@ -275,7 +275,8 @@ def _check_chunk(shard: Shard, index: bytes, k: int, piece: bytes) -> None:
     expected = index[32 * k : 32 * (k + 1)]
     if len(expected) != 32 or hashlib.sha256(piece).digest() != expected:
         raise CorruptObjectError(
-            f"chunk {k} of shard {shard.index} ({shard.sha256[:16]}…) does not hash to its entry in the shard's chunk index"
+            f"chunk {k} of shard {shard.index} ({shard.sha256[:16]}…) does not hash to its entry "
+            "in the shard's chunk index"
         )
 
 
@@ -353,10 +354,12 @@ class DownloadReport:
             return f"{n / 1e6:.2f} MB"
 
         share = self.downloaded / self.full_fetch if self.full_fetch else 0.0
+        of_run = self.downloaded / self.run_total if self.run_total else 0.0
         return (
-            f"downloaded {mb(self.downloaded)} ({self.objects} objects, {self.ranges} ranged reads): "
-            f"{share:.0%} of a full fetch ({mb(self.full_fetch)}: the whole state before the step and every shard), "
-            f"{self.downloaded / self.run_total if self.run_total else 0.0:.1%} of the run's {mb(self.run_total)}"
+            f"downloaded {mb(self.downloaded)} ({self.objects} objects, "
+            f"{self.ranges} ranged reads): "
+            f"{share:.0%} of a full fetch ({mb(self.full_fetch)}: the whole state before the step "
+            f"and every shard), {of_run:.1%} of the run's {mb(self.run_total)}"
         )
 
     def to_json(self) -> dict[str, int]:

@@ -78,13 +78,18 @@ class StageVerdict:
             return f"{where}: first disagreement after inner step {first}{self._shown(distance)}"
         worst_inner = max((d for _, d in self.inner_distances), default=0.0)
         worst = max(self.contributed, key=lambda d: d.value, default=None)
+        steps = len(self.inner_distances)
         if not self.contributed_agrees and worst is not None:
-            return f"{where}: every inner step agrees, but the contributed {worst.name} does not{self._shown(worst.value)}"
+            return (
+                f"{where}: every inner step agrees, but the contributed {worst.name} does not"
+                f"{self._shown(worst.value)}"
+            )
         if self.mode == "bitwise":
-            return f"{where}: {len(self.inner_distances)} inner-step digests and the contributed parameters equal"
+            return f"{where}: {steps} inner-step digests and the contributed parameters equal"
+        largest = worst.value if worst else 0.0
         return (
-            f"{where}: {len(self.inner_distances)} inner steps within {self.bound} (largest {worst_inner:.3g}), "
-            f"{len(self.contributed)} contributed tensors within it (largest {worst.value if worst else 0.0:.3g})"
+            f"{where}: {steps} inner steps within {self.bound} (largest {worst_inner:.3g}), "
+            f"{len(self.contributed)} contributed tensors within it (largest {largest:.3g})"
         )
 
     def _shown(self, distance: float) -> str:
@@ -106,7 +111,8 @@ def judge_stage(
     steps = [c.inner_step for c in recorded.inner_steps]
     if steps != [c.inner_step for c in again.inner_steps]:
         problems.append(
-            f"recorded inner steps {steps[:1]}..{steps[-1:]}, re-executed {len(again.inner_steps)} others"
+            f"recorded inner steps {steps[:1]}..{steps[-1:]}, "
+            f"re-executed {len(again.inner_steps)} others"
         )
     if sorted(recorded.start.tensors) != sorted(again.start.tensors):
         problems.append("the recorded tensors are not the re-executed stage's")

@@ -44,7 +44,7 @@ class ModeChoice:
     bound: float
     """The relative parameter distance a tolerance comparison holds to."""
     granularity: Granularity = "tensor"
-    """``tensor``: every tensor on its own; ``stage``: a stage's (or the model's) tensors at once."""
+    """``tensor``: each tensor on its own; ``stage``: a stage's (or the model's) tensors at once."""
     judge_metric: bool = True
     """Whether the policy's metric is judged (not across precisions)."""
 
@@ -71,9 +71,10 @@ def choose_mode(
         )
         return ModeChoice(
             "tolerance",
-            f"the run trained at {config.precision} and this re-execution runs at {again}: across precisions "
-            f"parameters and contributions are judged a stage at a time within the published bound "
-            f"{CROSS_PRECISION_DISTANCE_BOUND}, commitments within it, and {fallback.metric} is reported, not judged",
+            f"the run trained at {config.precision} and this re-execution runs at {again}: across "
+            "precisions parameters and contributions are judged a stage at a time within the "
+            f"published bound {CROSS_PRECISION_DISTANCE_BOUND}, commitments within it, and "
+            f"{fallback.metric} is reported, not judged",
             CROSS_PRECISION_DISTANCE_BOUND,
             granularity="stage",
             judge_metric=False,
@@ -90,7 +91,8 @@ def choose_mode(
     if requested == "bitwise":
         return ModeChoice(
             "bitwise",
-            f"bitwise requested (--mode bitwise); differences from the recorded hardware class and settings: {elsewhere}",
+            "bitwise requested (--mode bitwise); differences from the recorded hardware class and "
+            f"settings: {elsewhere}",
             bound,
         )
     if policy.mode != "bitwise":
@@ -98,24 +100,25 @@ def choose_mode(
     if differences:
         return ModeChoice(
             "tolerance",
-            f"the genesis fixed bitwise on its hardware class, but this re-execution differs ({elsewhere}): "
-            f"falling back to its tolerance ({rule})",
+            "the genesis fixed bitwise on its hardware class, but this re-execution differs "
+            f"({elsewhere}): falling back to its tolerance ({rule})",
             bound,
         )
     hardware = policy.hardware
-    where = f"{hardware.device} {hardware.gpu or hardware.machine + '/' + hardware.cpu_capability}, torch {hardware.torch}"
+    model = hardware.gpu or f"{hardware.machine}/{hardware.cpu_capability}"
+    where = f"{hardware.device} {model}, torch {hardware.torch}"
     return ModeChoice(
         "bitwise",
-        f"the genesis fixed bitwise, and this machine is in its hardware class ({where}); re-executed with the "
-        "recorded settings",
+        f"the genesis fixed bitwise, and this machine is in its hardware class ({where}); "
+        "re-executed with the recorded settings",
         bound,
     )
 
 
 def describe(tolerance: Tolerance) -> str:
     return (
-        f"{tolerance.metric} within {tolerance.delta}, every parameter tensor and commitment within a relative "
-        f"distance of {tolerance.parameter_distance}"
+        f"{tolerance.metric} within {tolerance.delta}, every parameter tensor and commitment "
+        f"within a relative distance of {tolerance.parameter_distance}"
     )
 
 

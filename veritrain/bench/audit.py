@@ -248,13 +248,13 @@ class AuditBenchResult:
 
     @property
     def recommended_bound(self) -> float:
-        """The geometric mean of legit_max and forged_min: the same factor of margin on both sides."""
+        """The geometric mean of legit_max and forged_min: the same margin on both sides."""
         if self.legit_max <= 0 or not math.isfinite(self.forged_min):
             return math.nan
         return math.sqrt(self.legit_max * self.forged_min)
 
     def to_dict(self) -> dict[str, Any]:
-        cross = [p.stage_score for p in self.pairs if p.kind == "cross-precision"]
+        cross = [p.stage_score for p in self.pairs if p.kind != "forged"]
         forged = [p.stage_score for p in self.pairs if p.kind == "forged"]
         return {
             "config": dict(self.config),
@@ -285,27 +285,47 @@ class AuditBenchResult:
         }
 
     def lines(self) -> list[str]:
+        c = self.config
+        columns = [
+            "checkpt",
+            "(all)",
+            "contrib",
+            "(stage)",
+            "inner",
+            "start",
+            "|Δeval|",
+            "score",
+            "(stage)",
+        ]
         out = [
-            f"audit: {self.config['preset']} preset, {self.config['method']}, {self.config['clusters']} clusters x "
-            f"{self.config['stages']} stages, H={self.config['inner_steps']}, outer step {AUDITED_STEP} executed "
+            f"audit: {c['preset']} preset, {c['method']}, {c['clusters']} clusters x {c['stages']} "
+            f"stages, H={c['inner_steps']}, outer step {AUDITED_STEP} executed "
             f"{len(self.pairs) + 1} ways (trained in {self.train_seconds:.0f} s)",
-            f"  {'execution':40} {'kind':15} {'checkpt':>8} {'(all)':>8} {'contrib':>8} {'(stage)':>8} {'inner':>8} "
-            f"{'start':>5} {'|Δeval|':>8} {'score':>8} {'(stage)':>8}",
+            f"  {'execution':40} {'kind':15} " + " ".join(f"{name:>8}" for name in columns),
         ]
         for p in self.pairs:
-            out.append(
-                f"  {p.name:40} {p.kind:15} {p.checkpoint.max:8.2g} {p.checkpoint_global:8.2g} {p.contribution.max:8.2g} "
-                f"{p.contribution_stage.max:8.2g} {p.inner_steps.max:8.2g} {'ok' if p.start_agrees else 'DIFF':>5} "
-                f"{p.eval_loss_delta:8.2g} {p.score:8.2g} {p.stage_score:8.2g}"
-            )
+            values = [
+                p.checkpoint.max,
+                p.checkpoint_global,
+                p.contribution.max,
+                p.contribution_stage.max,
+                p.inner_steps.max,
+            ]
+            start = "ok" if p.start_agrees else "DIFF"
+            shown = [f"{v:8.2g}" for v in values] + [f"{start:>8}"]
+            shown += [f"{v:8.2g}" for v in (p.eval_loss_delta, p.score, p.stage_score)]
+            out.append(f"  {p.name:40} {p.kind:15} " + " ".join(shown))
         data = self.to_dict()
+        cross = data["cross_precision"]
         out += [
-            f"  legit_max {self.legit_max:.3g}, forged_min {self.forged_min:.3g} (ratio {data['ratio'] or 0:.3g}); "
-            f"published bound {PARAMETER_DISTANCE_BOUND} (geometric mean {self.recommended_bound:.3g}): "
-            f"every forgery flagged: {data['every_forgery_flagged']}, no legitimate execution flagged: {data['no_legit_flagged']}",
-            f"  across precisions, a stage at a time: bf16 vs fp32 {data['cross_precision']['legit_max']:.3g}, forged_min "
-            f"{data['cross_precision']['forged_min']:.3g}, bound {CROSS_PRECISION_DISTANCE_BOUND}; missed: "
-            f"{data['cross_precision']['forgeries_missed'] or 'none'}",
+            f"  legit_max {self.legit_max:.3g}, forged_min {self.forged_min:.3g} "
+            f"(ratio {data['ratio'] or 0:.3g}); published bound {PARAMETER_DISTANCE_BOUND} "
+            f"(geometric mean {self.recommended_bound:.3g})",
+            f"  every forgery flagged: {data['every_forgery_flagged']}; "
+            f"no legitimate execution flagged: {data['no_legit_flagged']}",
+            f"  across precisions, a stage at a time: legit max {cross['legit_max']:.3g}, "
+            f"forged_min {cross['forged_min']:.3g}, bound {CROSS_PRECISION_DISTANCE_BOUND}; "
+            f"missed: {cross['forgeries_missed'] or 'none'}",
         ]
         return out
 
@@ -316,9 +336,7 @@ def run_audit_bench(
     run = config.run_config()
     with scratch_dir(config.workdir, prefix="veritrain-bench-audit-") as folder:
         data = prepare_data(run.data, folder / "corpus")
-        say(
-            f"training outer steps 0..{AUDITED_STEP} of the {config.preset} preset (H={run.inner_steps})"
-        )
+        say(f"training {run.outer_steps} outer steps of {config.preset} (H={run.inner_steps})")
         started = time.perf_counter()
         recording = _train(run, data)
         train_seconds = time.perf_counter() - started
@@ -331,10 +349,11 @@ def run_audit_bench(
         ) -> Reexecution:
             key = f"{what}|{forgery}|{stale_start}"
             if key not in cache:
+                how = ", ".join(what.differences(run)) if what is not None else ""
                 say(
-                    f"executing outer step {AUDITED_STEP}: {what or 'fp32, 1 thread'}"
-                    + (f", forged: {forgery}" if forgery else "")
-                    + (", stale" if stale_start else "")
+                    f"executing outer step {AUDITED_STEP}: {how or 'as recorded'}"
+                    + (f", forged: {forgery.kind} by cluster {forgery.cluster}" if forgery else "")
+                    + (", from a stale state" if stale_start else "")
                 )
                 cache[key] = reexecute_outer_step(
                     run,

@@ -43,7 +43,8 @@ def reproduce(
     mode: Annotated[
         str,
         typer.Option(
-            help="auto: the policy decides (bitwise on its hardware class); bitwise or tolerance: demand one."
+            help="auto: the policy decides (bitwise on its hardware class); "
+            "bitwise or tolerance: demand one."
         ),
     ] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
@@ -60,7 +61,9 @@ def reproduce(
         )
     chosen_precision: Any = precision  # Execution checks the value
     try:
-        execution = Execution(precision=chosen_precision, threads=threads) if precision or threads else None
+        execution = (
+            Execution(precision=chosen_precision, threads=threads) if precision or threads else None
+        )
     except ConfigError as exc:
         raise typer.BadParameter(str(exc), param_hint="--precision / --threads") from None
     chosen: Any = mode
