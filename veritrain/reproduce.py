@@ -112,9 +112,12 @@ def reproduce_step(
     previous = run.step(step - 1) if step > 0 else None  # the state to start from must be recorded
     genesis = run.genesis
     if cluster is not None and cluster not in genesis.topology.present:
-        raise ReproduceError(f"run {run.run_id!r} has no cluster {cluster} (clusters: {list(genesis.topology.present)})")
+        present = list(genesis.topology.present)
+        raise ReproduceError(f"run {run.run_id!r} has no cluster {cluster} (clusters: {present})")
     choice = choose_mode(genesis, config, execution, mode)
-    comparison = Comparison(run_id=run.run_id, step=step, cluster=cluster, mode=choice.mode, reason=choice.reason)
+    comparison = Comparison(
+        run_id=run.run_id, step=step, cluster=cluster, mode=choice.mode, reason=choice.reason
+    )
     clusters = [cluster] if cluster is not None else list(genesis.topology.present)
 
     with tempfile.TemporaryDirectory(prefix="veritrain-reproduce-") as folder:
@@ -129,10 +132,17 @@ def reproduce_step(
             inner_steps=recorded.inner_steps,
             eval_windows=config.eval_batches * rule.sequences_per_step if cluster is None else 0,
         )
-        data = download_windows(counting, manifest, windows, window_tokens=rule.context + 1, directory=work / "data")
+        data = download_windows(
+            counting, manifest, windows, window_tokens=rule.context + 1, directory=work / "data"
+        )
         before = (
             download_state(
-                counting, previous.checkpoint, work / "before", clusters=config.clusters, stages=config.stages, cluster=cluster
+                counting,
+                previous.checkpoint,
+                work / "before",
+                clusters=config.clusters,
+                stages=config.stages,
+                cluster=cluster,
             )
             if previous is not None
             else None
@@ -143,17 +153,25 @@ def reproduce_step(
 
         verdicts = _compare_commitments(comparison, counting, run, recorded, result, clusters, choice)
         if bisect:
-            comparison.bisection = _bisection(comparison, verdicts, clusters, recorded, first_inner_step, seconds, counting)
-        if cluster is not None or choice.mode == "bitwise":
+            comparison.bisection = _bisection(
+                comparison, verdicts, clusters, recorded, first_inner_step, seconds, counting
+            )
+        if choice.mode == "bitwise":
             _compare_contributions(comparison, recorded, result, cluster)
+        else:
+            comparison.notes.append(
+                "contribution digests are compared bitwise only on the recorded hardware class; "
+                "under tolerance the commitments judge each contribution"
+            )
         if cluster is None:
-            _compare_generations(comparison, counting, recorded, generate(config, data.tokenizer(), model_state(result.files.tensors)))
+            said = generate(config, data.tokenizer(), model_state(result.files.tensors))
+            _compare_generations(comparison, counting, recorded, said)
             if choice.mode == "bitwise":
                 _compare_files(comparison, counting, recorded, result.files)
                 _compare_metrics(comparison, recorded, result)
             else:
-                comparison.notes.append("contribution digests are compared bitwise only on the recorded hardware class")
-                _compare_metric(comparison, genesis.verification_policy, recorded, result, judged=choice.judge_metric)
+                policy = genesis.verification_policy
+                _compare_metric(comparison, policy, recorded, result, judged=choice.judge_metric)
                 after = download_model(counting, recorded.checkpoint, work / "after")
                 _compare_parameters(comparison, before, after, result.files, choice)
     comparison.download = _download_report(counting, run, previous, manifest)
@@ -173,19 +191,28 @@ def _compare_commitments(
 ) -> list[StageVerdict]:
     """Every re-run (cluster, stage)'s recorded commitments against the re-execution's."""
     if run.genesis.method == "allreduce":
-        comparison.notes.append("AllReduce exchanges gradients every inner step and records no per-inner-step commitments")
+        comparison.notes.append(
+            "AllReduce exchanges gradients every inner step and records no per-inner-step commitments"
+        )
         return []
     signed, problems = recorded_commitments(source, run.genesis, recorded, clusters)
     comparison.mismatched.extend(problems)
-    again: Mapping[tuple[int, int], InnerCommitments] = {(c.cluster, c.stage): c for c in result.record.commitments}
+    again: Mapping[tuple[int, int], InnerCommitments] = {
+        (c.cluster, c.stage): c for c in result.record.commitments
+    }
     verdicts = []
     for key in sorted(signed):
         if key not in again:
-            comparison.mismatched.append(f"cluster {key[0]} stage {key[1]}: the re-execution made no commitments")
+            comparison.mismatched.append(
+                f"cluster {key[0]} stage {key[1]}: the re-execution made no commitments"
+            )
             continue
-        verdict = judge_stage(signed[key], again[key], mode=choice.mode, bound=choice.bound, granularity=choice.granularity)
+        verdict = judge_stage(
+            signed[key], again[key], mode=choice.mode, bound=choice.bound, granularity=choice.granularity
+        )
         verdicts.append(verdict)
-        (comparison.matched if verdict.ok else comparison.mismatched).append(f"commitments of {verdict.describe()}")
+        judged = comparison.matched if verdict.ok else comparison.mismatched
+        judged.append(f"commitments of {verdict.describe()}")
     return verdicts
 
 
@@ -200,7 +227,8 @@ def _bisection(
 ) -> Bisection:
     disputes = []
     for c in clusters:
-        dispute = first_dispute([v for v in verdicts if v.cluster == c], first_inner_step=first_inner_step)
+        own = [v for v in verdicts if v.cluster == c]
+        dispute = first_dispute(own, first_inner_step=first_inner_step)
         if dispute is not None:
             disputes.append(dispute)
     if not verdicts:
@@ -222,7 +250,7 @@ def _download_report(
     the uncounted source)."""
     downloaded, objects, ranges = counting.object_bytes, counting.objects, counting.ranges
     corpus = corpus_bytes(manifest)
-    sizes = {step.step: checkpoint_bytes(counting.inner, step.checkpoint) for _, step in run.outer_steps}
+    sizes = {s.step: checkpoint_bytes(counting.inner, s.checkpoint) for _, s in run.outer_steps}
     return DownloadReport(
         downloaded=downloaded,
         objects=objects,
@@ -233,9 +261,6 @@ def _download_report(
 
 
 def _compare_contributions(comparison: Comparison, recorded: OuterStep, result: Reexecution, cluster: int | None) -> None:
-    if comparison.mode != "bitwise" and cluster is None:
-        comparison.notes.append("contribution digests are compared bitwise only on the recorded hardware class")
-        return
     expected = {key: digest for key, digest in recorded.signed_contributions().items() if cluster is None or key[0] == cluster}
     actual = result.contribution_digests
     for key in sorted(expected):
@@ -311,14 +336,20 @@ def _compare_trainer_state(comparison: Comparison, source: RunSource, recorded_d
 
 
 def _compare_metric(
-    comparison: Comparison, policy: VerificationPolicy, recorded: OuterStep, result: Reexecution, *, judged: bool
+    comparison: Comparison,
+    policy: VerificationPolicy,
+    recorded: OuterStep,
+    result: Reexecution,
+    *,
+    judged: bool,
 ) -> None:
     metric, delta = policy.fallback.metric, policy.fallback.delta
     want = recorded.metrics.get(metric)
     got = result.record.metrics.get(metric)
     if not judged:
         comparison.notes.append(
-            f"{metric}: recorded {want}, re-executed {got} (evaluated at another precision: reported, not judged)"
+            f"{metric}: recorded {want}, re-executed {got} "
+            "(evaluated at another precision: reported, not judged)"
         )
     elif want is None or got is None:
         comparison.mismatched.append(f"{metric}: not recorded or not re-computed")
@@ -350,7 +381,9 @@ def _compare_parameters(
             comparison.mismatched.append(f"{line} > {bound}")
         return
     distances, problems = tensor_distances(recorded, reexecuted, previous)
-    problems += [f"{d.name}: relative distance {d.value:.3g} > {bound}" for d in distances if d.value > bound]
+    problems += [
+        f"{d.name}: relative distance {d.value:.3g} > {bound}" for d in distances if d.value > bound
+    ]
     if problems:
         comparison.mismatched.extend(problems[:10])
         if len(problems) > 10:
@@ -358,7 +391,8 @@ def _compare_parameters(
         return
     worst = largest(distances)
     comparison.matched.append(
-        f"{len(distances)} model tensors within a relative distance of {bound} of the recorded checkpoint "
+        f"{len(distances)} model tensors within a relative distance of {bound} of the recorded "
+        "checkpoint "
         f"(largest {worst.value if worst else 0.0:.3g}, {worst.name if worst else 'none'})"
     )
 
