@@ -73,6 +73,9 @@ from veritrain.verify.report import Report
 __all__ = ["Comparison", "choose_mode", "reproduce_step", "verified_run"]
 
 _TIMING_DEPENDENT = ("next_inner_steps",)
+SIZED_CHECKPOINTS = 16
+"""Checkpoints whose files ``reproduce`` sizes to report the run's total (one request per file
+with ``--api``)."""
 
 
 def verified_run(source: RunSource, run_id: str | None) -> tuple[RecordedRun, TrainConfig]:
@@ -247,16 +250,24 @@ def _download_report(
     counting: CountingSource, run: RecordedRun, previous: OuterStep | None, manifest: DataManifest
 ) -> DownloadReport:
     """What was fetched, against a full fetch and the whole run (sized after counting, through
-    the uncounted source)."""
+    the uncounted source). Up to ``SIZED_CHECKPOINTS`` checkpoints are sized one by one; a
+    longer run's total is estimated from the ones sized (checkpoints of a run are alike)."""
     downloaded, objects, ranges = counting.object_bytes, counting.objects, counting.ranges
     corpus = corpus_bytes(manifest)
-    sizes = {s.step: checkpoint_bytes(counting.inner, s.checkpoint) for _, s in run.outer_steps}
+    steps = [s for _, s in run.outer_steps]
+    spread = (len(steps) - 1) / (SIZED_CHECKPOINTS - 1)  # evenly over the run, first and last
+    chosen = {steps[round(k * spread)].step for k in range(SIZED_CHECKPOINTS)}
+    if previous is not None:
+        chosen.add(previous.step)
+    sizes = {s.step: checkpoint_bytes(counting.inner, s.checkpoint) for s in steps if s.step in chosen}
+    mean = sum(sizes.values()) / len(sizes) if sizes else 0.0
     return DownloadReport(
         downloaded=downloaded,
         objects=objects,
         ranges=ranges,
         full_fetch=corpus + (sizes[previous.step] if previous is not None else 0),
-        run_total=corpus + sum(sizes.values()),
+        run_total=corpus + round(mean * len(steps)),
+        run_total_estimated=len(sizes) < len(steps),
     )
 
 

@@ -348,6 +348,8 @@ class DownloadReport:
     fetched before it fetched only what it needs."""
     run_total: int
     """Every checkpoint of the run plus the corpus (sizes as the source reports them)."""
+    run_total_estimated: bool = False
+    """True when a long run's total was extrapolated from some of its checkpoints."""
 
     def describe(self) -> str:
         def mb(n: int) -> str:
@@ -359,16 +361,18 @@ class DownloadReport:
             f"downloaded {mb(self.downloaded)} ({self.objects} objects, "
             f"{self.ranges} ranged reads): "
             f"{share:.0%} of a full fetch ({mb(self.full_fetch)}: the whole state before the step "
-            f"and every shard), {of_run:.1%} of the run's {mb(self.run_total)}"
+            f"and every shard), {of_run:.1%} of the run's "
+            f"{'about ' if self.run_total_estimated else ''}{mb(self.run_total)}"
         )
 
-    def to_json(self) -> dict[str, int]:
+    def to_json(self) -> dict[str, int | bool]:
         return {
             "downloaded": self.downloaded,
             "objects": self.objects,
             "ranges": self.ranges,
             "full_fetch": self.full_fetch,
             "run_total": self.run_total,
+            "run_total_estimated": self.run_total_estimated,
         }
 
 
