@@ -1,6 +1,6 @@
 """`veritrain reproduce [RUN_ID] --step T [--cluster J] [--api URL] [--bisect] [--precision P]
-[--threads N] [--mode auto|bitwise|tolerance]`: re-execute one outer step and compare it with
-the ledger; exit 0 only on a match."""
+[--threads N] [--device D] [--mode auto|bitwise|tolerance]`: re-execute one outer step and
+compare it with the ledger; exit 0 only on a match."""
 
 from __future__ import annotations
 
@@ -40,6 +40,10 @@ def reproduce(
         int | None,
         typer.Option(min=1, help="Re-execute with this many intra-op threads per process."),
     ] = None,
+    device: Annotated[
+        str | None,
+        typer.Option(help="Re-execute on this device (cpu or cuda) instead of the recorded choice."),
+    ] = None,
     mode: Annotated[
         str,
         typer.Option(
@@ -59,13 +63,16 @@ def reproduce(
         raise typer.BadParameter(
             f"expected auto, bitwise or tolerance, got {mode!r}", param_hint="--mode"
         )
-    chosen_precision: Any = precision  # Execution checks the value
+    chosen_precision: Any = precision  # Execution checks the values
+    chosen_device: Any = device
     try:
         execution = (
-            Execution(precision=chosen_precision, threads=threads) if precision or threads else None
+            Execution(precision=chosen_precision, threads=threads, device=chosen_device)
+            if precision or threads or device
+            else None
         )
     except ConfigError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--precision / --threads") from None
+        raise typer.BadParameter(str(exc), param_hint="--precision / --threads / --device") from None
     chosen: Any = mode
     with open_source(api) as source:
         comparison = reproduce_step(
