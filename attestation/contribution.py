@@ -2,8 +2,9 @@
 
 DESIGN.md §5: "Each cluster signs its own contribution digest with its own key; the outer step
 records all of them." A contribution statement names the run, outer step, cluster, pipeline
-stage and the SHA-256 of the cluster's (compressed) pseudo-gradient payload. It travels as a
-DSSE envelope, so any DSSE tool can check it, with its own payload type so the signature can
+stage, the SHA-256 of the cluster's (compressed) pseudo-gradient payload and the SHA-256 of its
+per-inner-step commitments (records/commitments.py: what the stage's parameters were after
+each inner step, so a dispute narrows to one of them). It travels as a DSSE envelope, so any DSSE tool can check it, with its own payload type so the signature can
 never be taken for another kind of statement.
 """
 
@@ -19,7 +20,7 @@ from attestation.keys import PublicKey, SigningKey
 
 CONTRIBUTION_PAYLOAD_TYPE = "application/vnd.veritrain.contribution.v1+json"
 
-_FIELDS = ("run_id", "step", "cluster", "stage", "payload_digest")
+_FIELDS = ("run_id", "step", "cluster", "stage", "payload_digest", "commitments_digest")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +33,8 @@ class Contribution:
     """Pipeline stage whose shard of the pseudo-gradient this is."""
     payload_digest: str
     """Hex SHA-256 of the contribution payload exactly as exchanged."""
+    commitments_digest: str
+    """Hex SHA-256 of the stage's per-inner-step commitments object (its canonical JSON)."""
 
     def __post_init__(self) -> None:
         if not self.run_id:
@@ -41,11 +44,13 @@ class Contribution:
             if value < 0:
                 raise ValueError(f"{name}: expected >= 0, got {value}")
         check_sha256_hex(self.payload_digest, "payload_digest")
+        check_sha256_hex(self.commitments_digest, "commitments_digest")
 
     def to_json(self) -> bytes:
         return canonical_json(
             {
                 "cluster": self.cluster,
+                "commitments_digest": self.commitments_digest,
                 "payload_digest": self.payload_digest,
                 "run_id": self.run_id,
                 "stage": self.stage,
@@ -65,6 +70,7 @@ class Contribution:
                 cluster=read_int(obj, "cluster", what=what),
                 stage=read_int(obj, "stage", what=what),
                 payload_digest=read_str(obj, "payload_digest", what=what),
+                commitments_digest=read_str(obj, "commitments_digest", what=what),
             )
         except ValueError as exc:
             raise ParseError(f"{what}: {exc}") from None

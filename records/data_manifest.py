@@ -9,10 +9,17 @@ store; the entry names it and, when it fits, copies it inline::
      "sources": [{"uri", "sha256", "bytes", "license"}, ...],
      "tokenizer": {"kind", "vocab_size", "end_of_text", ...},
      "shard_format": {"dtype": "uint16" | "uint32", "byte_order": "little", "header_bytes": 0,
-                      "tokens_per_shard": n, "file_name": "<sha256>.bin"},
-     "shards": [{"index", "sha256", "tokens", "split": "train" | "eval"}, ...],
+                      "tokens_per_shard": n, "file_name": "<sha256>.bin", "chunk_bytes": 4096},
+     "shards": [{"index", "sha256", "tokens", "split": "train" | "eval", "chunks": <digest>}, ...],
      "dropped_tokens": k,
      "assignment": {"rule": ..., see trainer/data/assignment.py}}   # once a run attaches it
+
+Chunk indices let a re-executor download only the windows a step read (HTTP Range) and still
+verify every byte: a shard's ``chunks`` names an object holding the raw 32-byte SHA-256 of each
+consecutive ``chunk_bytes``-byte piece of the shard (the last may be shorter), in order
+(:func:`chunk_index`). The index is checked against its digest, each fetched chunk against the
+index; ``veritrain verify`` checks that the index is the shard's. Manifests built before chunk
+indices existed have neither field and are read whole.
 """
 
 from __future__ import annotations
@@ -31,6 +38,17 @@ TokenDtype = Literal["uint16", "uint32"]
 TOKEN_DTYPES: tuple[TokenDtype, ...] = ("uint16", "uint32")
 TOKEN_BYTES: Mapping[str, int] = {"uint16": 2, "uint32": 4}
 SPLITS = ("train", "eval")
+CHUNK_BYTES = 4096
+"""Bytes per verifiable piece of a shard: a page, so a Range request for a 65-token window
+(130 bytes at uint16) costs at most two chunks, and the index adds 32 / 4096 = 0.8 % to the
+corpus."""
+
+
+def chunk_index(data: bytes, chunk_bytes: int = CHUNK_BYTES) -> bytes:
+    """The chunk index of a shard's bytes: the SHA-256 of each ``chunk_bytes`` piece, concatenated."""
+    return b"".join(
+        hashlib.sha256(data[start : start + chunk_bytes]).digest() for start in range(0, len(data), chunk_bytes)
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,6 +151,8 @@ class Shard:
     """Position in the corpus's token stream (shard i holds tokens [i*n, (i+1)*n))."""
     sha256: str
     tokens: int
+    chunks: str | None = None
+    """Digest of the shard's chunk index object (:func:`chunk_index`), if it has one."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,6 +170,8 @@ class DataManifest:
     dropped_tokens: int
     assignment: Mapping[str, Any] | None = field(default=None)
     """The assignment rule's parameters (trainer/data/assignment.py ``AssignmentRule.to_dict``)."""
+    chunk_bytes: int | None = None
+    """The chunk size of every shard's chunk index (None: the shards have none)."""
 
     @property
     def train_shards(self) -> tuple[int, ...]:
@@ -162,11 +184,11 @@ class DataManifest:
 
     @property
     def object_digests(self) -> list[str]:
-        """Every content-addressed file of the corpus: the shards in order, then the
-        tokenizer's ``tokenizer.json`` when it has one. What a recorder uploads and a
-        re-executor downloads."""
+        """Every content-addressed file of the corpus: the shards in order, their chunk indices,
+        then the tokenizer's ``tokenizer.json`` when it has one. What a recorder uploads."""
         extra = [self.tokenizer.sha256] if self.tokenizer.sha256 is not None else []
-        return [s.sha256 for s in self.shards] + extra
+        indices = [s.chunks for s in self.shards if s.chunks is not None]
+        return [s.sha256 for s in self.shards] + indices + extra
 
     @property
     def token_bytes(self) -> int:
@@ -192,6 +214,7 @@ class DataManifest:
                 "header_bytes": 0,
                 "tokens_per_shard": self.shard_tokens,
                 "file_name": "<sha256>.bin",
+                **({"chunk_bytes": self.chunk_bytes} if self.chunk_bytes is not None else {}),
             },
             "shards": [
                 {
@@ -199,6 +222,7 @@ class DataManifest:
                     "sha256": s.sha256,
                     "tokens": s.tokens,
                     "split": "eval" if s.index in held_out else "train",
+                    **({"chunks": s.chunks} if s.chunks is not None else {}),
                 }
                 for s in self.shards
             ],
@@ -222,11 +246,15 @@ class DataManifest:
         if shard_format.integer("header_bytes") != 0:
             raise shard_format.fail("header_bytes", "0", shard_format.data["header_bytes"])
         shard_format.string("file_name")
+        chunk_bytes = shard_format.integer("chunk_bytes", minimum=1) if shard_format.has("chunk_bytes") else None
         shard_format.exactly()
         rows = f.items("shards", _read_shard)
         for position, (shard, _) in enumerate(rows):
             if shard.index != position:
                 raise f.fail(f"shards[{position}].index", f"{position} (shards in stream order)", shard.index)
+            if (shard.chunks is None) != (chunk_bytes is None):
+                expected = "a chunk index (shard_format.chunk_bytes is set)" if chunk_bytes else "no chunk index"
+                raise f.fail(f"shards[{position}].chunks", expected, shard.chunks)
         value = cls(
             corpus=f.mapping("corpus"),
             sources=f.items("sources", Source.read),
@@ -237,6 +265,7 @@ class DataManifest:
             eval_shards=tuple(shard.index for shard, split in rows if split == "eval"),
             dropped_tokens=f.integer("dropped_tokens", minimum=0),
             assignment=f.mapping("assignment") if f.has("assignment") else None,
+            chunk_bytes=chunk_bytes,
         )
         f.exactly()
         return value
@@ -248,7 +277,12 @@ class DataManifest:
 
 
 def _read_shard(f: Fields) -> tuple[Shard, str]:
-    shard = Shard(index=f.integer("index", minimum=0), sha256=f.digest("sha256"), tokens=f.integer("tokens", minimum=0))
+    shard = Shard(
+        index=f.integer("index", minimum=0),
+        sha256=f.digest("sha256"),
+        tokens=f.integer("tokens", minimum=0),
+        chunks=f.digest("chunks") if f.has("chunks") else None,
+    )
     split = f.string("split", choices=SPLITS)
     f.exactly()
     return shard, split

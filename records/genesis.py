@@ -287,37 +287,107 @@ class TeeReference:
 
 
 @dataclass(frozen=True, kw_only=True)
-class HardwareClass:
-    """Where bitwise reproduction holds: the machine class and software that trained."""
+class DeterministicFlags:
+    """The settings that make kernels repeatable (trainer/runtime/determinism.py), as they were
+    in the process that trained; the CUDA ones are null on CPU."""
 
-    device: str
-    machine: str
-    """CPU architecture (``platform.machine()``)."""
-    torch: str
+    algorithms: bool
+    """``torch.use_deterministic_algorithms`` was on."""
+    cudnn_benchmark: bool | None
+    """``torch.backends.cudnn.benchmark`` (must be off: autotuning picks kernels by timing)."""
+    cublas_workspace_config: str | None
+    """``CUBLAS_WORKSPACE_CONFIG``, which cuBLAS needs for deterministic GEMMs."""
 
     def to_payload(self) -> dict[str, Any]:
-        return {"device": self.device, "machine": self.machine, "torch": self.torch}
+        return {
+            "algorithms": self.algorithms,
+            "cudnn_benchmark": self.cudnn_benchmark,
+            "cublas_workspace_config": self.cublas_workspace_config,
+        }
+
+    @classmethod
+    def read(cls, f: Fields) -> DeterministicFlags:
+        benchmark = f.raw("cudnn_benchmark")
+        if benchmark is not None and not isinstance(benchmark, bool):
+            raise f.fail("cudnn_benchmark", "true, false or null", benchmark)
+        value = cls(
+            algorithms=f.boolean("algorithms"),
+            cudnn_benchmark=benchmark,
+            cublas_workspace_config=f.optional_string("cublas_workspace_config"),
+        )
+        f.exactly()
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class HardwareClass:
+    """Where bitwise reproduction holds: the machine class and software that trained
+    (veritrain/hardware.py measures it)."""
+
+    device: str
+    """``cpu`` or ``cuda``."""
+    machine: str
+    """CPU architecture (``platform.machine()``)."""
+    cpu_capability: str
+    """The vector instruction set torch's CPU kernels dispatch to (``AVX2``, ``AVX512``, ...):
+    two x86_64 machines with different ones sum in different orders."""
+    torch: str
+    gpu: str | None
+    """The GPU model (``torch.cuda.get_device_name``); null on CPU."""
+    cuda: str | None
+    """The CUDA version torch was built with; null on CPU."""
+    cudnn: str | None
+    """The cuDNN version; null on CPU."""
+    deterministic: DeterministicFlags
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "machine": self.machine,
+            "cpu_capability": self.cpu_capability,
+            "torch": self.torch,
+            "gpu": self.gpu,
+            "cuda": self.cuda,
+            "cudnn": self.cudnn,
+            "deterministic": self.deterministic.to_payload(),
+        }
 
     @classmethod
     def read(cls, f: Fields) -> HardwareClass:
-        value = cls(device=f.string("device"), machine=f.string("machine"), torch=f.string("torch"))
+        value = cls(
+            device=f.string("device"),
+            machine=f.string("machine"),
+            cpu_capability=f.string("cpu_capability"),
+            torch=f.string("torch"),
+            gpu=f.optional_string("gpu"),
+            cuda=f.optional_string("cuda"),
+            cudnn=f.optional_string("cudnn"),
+            deterministic=DeterministicFlags.read(f.obj("deterministic")),
+        )
         f.exactly()
         return value
 
 
 @dataclass(frozen=True, kw_only=True)
 class Tolerance:
-    """How a re-execution on other hardware is judged: ``metric`` within ``delta``."""
+    """How a re-execution on other hardware is judged: ``metric`` within ``delta``, and every
+    re-executed parameter tensor θ′ within ``parameter_distance`` of the recorded θ_t,
+    measured as ‖θ′ − θ_t‖ / ‖θ_t − θ_{t−1}‖ (docs/auditing.md)."""
 
     metric: str
     delta: float
+    parameter_distance: float
 
     def to_payload(self) -> dict[str, Any]:
-        return {"metric": self.metric, "delta": self.delta}
+        return {"metric": self.metric, "delta": self.delta, "parameter_distance": self.parameter_distance}
 
     @classmethod
     def read(cls, f: Fields) -> Tolerance:
-        value = cls(metric=f.string("metric", nonempty=True), delta=f.number("delta", minimum=0.0))
+        value = cls(
+            metric=f.string("metric", nonempty=True),
+            delta=f.number("delta", minimum=0.0),
+            parameter_distance=f.number("parameter_distance", minimum=0.0),
+        )
         f.exactly()
         return value
 

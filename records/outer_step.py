@@ -133,10 +133,17 @@ class StageContribution:
     digest: str
     """SHA-256 of the payload this (cluster, stage) put on the wire."""
     signature_object: str
-    """Object: the DSSE envelope of the cluster's signature over it."""
+    """Object: the DSSE envelope of the cluster's signature over it (and over ``commitments``)."""
+    commitments: str
+    """Object: the stage's per-inner-step commitments for the step (records/commitments.py)."""
 
     def to_payload(self) -> dict[str, Any]:
-        return {"stage": self.stage, "digest": self.digest, "signature_object": self.signature_object}
+        return {
+            "stage": self.stage,
+            "digest": self.digest,
+            "signature_object": self.signature_object,
+            "commitments": self.commitments,
+        }
 
     @classmethod
     def read(cls, f: Fields) -> StageContribution:
@@ -144,6 +151,7 @@ class StageContribution:
             stage=f.integer("stage", minimum=0),
             digest=f.digest("digest"),
             signature_object=f.digest("signature_object"),
+            commitments=f.digest("commitments"),
         )
         f.exactly()
         return value

@@ -25,10 +25,12 @@ from trainer.data.assignment import AssignmentRule
 from trainer.data.build import PreparedData, prepare_data
 from trainer.data.manifest import DataManifest
 from trainer.errors import CheckpointError, ConfigError, DataError, WorkerError
+from trainer.execution import Execution
 from trainer.hf_repo import TokenizerExport
 from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
 from trainer.recorder import OuterStepRecord, RecorderFactory, RunSummary
 from trainer.runtime.channel import ChannelAddress, RunChannel
+from trainer.runtime.forgery import Forgery
 from trainer.runtime.launch import (
     Links,
     one_cluster,
@@ -69,6 +71,7 @@ def train(
     data_dir: Path | None = None,
     quiet: bool = False,
     lighthouse: LighthouseSettings | None = None,
+    forgery: Forgery | None = None,
 ) -> RunSummary | None:
     """Run (or, given the files of its last recorded step, continue) a training run with every
     cluster on this host, meeting at a lighthouse this process serves (``lighthouse``: its
@@ -90,7 +93,9 @@ def train(
     settings = (lighthouse or LighthouseSettings(min_clusters=config.clusters)) if config.clusters > 1 else None
     with one_host(topology.present, config.stages, settings=settings) as links, _staged(resume_state, topology, config) as staged:
         spec = _spec(config, prepared, recorder_factory, topology, links, stop_step=config.outer_steps, mode="train", quiet=quiet)
-        summary: RunSummary | None = spawn(spawned_entry, replace(spec, resume=staged), topology.processes)
+        # forgery: tests and benchmarks only (trainer/runtime/forgery.py)
+        spec = replace(spec, resume=staged, forgery=forgery)
+        summary: RunSummary | None = spawn(spawned_entry, spec, topology.processes)
     return summary
 
 
@@ -190,6 +195,8 @@ def reexecute_outer_step(
     payloads: Mapping[str, bytes] | None = None,
     data: PreparedData | None = None,
     data_dir: Path | None = None,
+    execution: Execution | None = None,
+    forgery: Forgery | None = None,
 ) -> Reexecution:
     """Re-run outer step ``step`` from the state recorded after step ``step - 1`` (None for
     step 0: the seed's initial state), with the recorded data.
@@ -201,7 +208,9 @@ def reexecute_outer_step(
     cluster J's S stage processes run its H inner steps and stop at its contribution, so one
     cluster's claimed digests can be checked without the others. ``data`` lets the caller serve
     the shards (e.g. downloaded from the object store); the manifest's digests are checked
-    against the corpus the configuration names."""
+    against the corpus the configuration names. ``execution`` runs the recorded configuration at
+    another precision, thread count or device (the state is still the one recorded under the
+    configuration's digest: trainer/execution.py)."""
     if not 0 <= step < config.outer_steps:
         raise ConfigError(f"expected a step in [0, {config.outer_steps}), got {step}")
     if cluster is not None and not 0 <= cluster < config.clusters:
@@ -224,7 +233,9 @@ def reexecute_outer_step(
     ):
         sink = manager.list()
         spec = _spec(config, prepared, InMemoryRecorder.factory(sink), topology, links, stop_step=step + 1, mode=mode, quiet=True)
-        spawn(spawned_entry, replace(spec, resume=staged, payloads=dict(payloads or {})), topology.processes)
+        executed = execution.applied_to(config) if execution is not None else config
+        spec = replace(spec, resume=staged, payloads=dict(payloads or {}), config=executed, forgery=forgery)
+        spawn(spawned_entry, spec, topology.processes)
         recording = MemoryRecording(list(sink))
     records = recording.records
     if len(records) != 1:

@@ -24,6 +24,8 @@ from trainer.outer.config import OuterConfig
 Method = Literal["allreduce", "diloco", "dilocox"]
 METHODS: tuple[Method, ...] = ("allreduce", "diloco", "dilocox")
 Schedule = Literal["1f1b", "gpipe"]
+Precision = Literal["fp32", "bf16", "fp64"]
+PRECISIONS: tuple[Precision, ...] = ("fp32", "bf16", "fp64")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,6 +135,15 @@ class TrainConfig:
     """Seeds the initial weights, the data order and the outer algorithm's random bases."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """``auto``: CUDA (NCCL) when available, else CPU (gloo)."""
+    precision: Precision = "fp32"
+    """Arithmetic of the inner steps' forward and backward passes: ``fp32``; ``bf16`` autocast
+    (matrix products in bfloat16, parameters, gradients and optimiser states in fp32:
+    trainer/runtime/inner.py); ``fp64`` (every parameter and activation in float64: the
+    reference a re-execution can be held against, docs/auditing.md)."""
+    threads: int = 1
+    """Intra-op CPU threads per process. 1 is what bitwise reproduction on CPU is stated for:
+    another count splits reductions differently, a legitimate difference only a tolerance
+    accepts (trainer/runtime/determinism.py)."""
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     """Greedy generations recorded after every outer step (what the model says)."""
     poison_for_testing: PoisonForTesting | None = None
@@ -146,6 +157,8 @@ class TrainConfig:
         _check(self, "eval_batches", self.eval_batches >= 1, ">= 1")
         _check(self, "schedule", self.schedule in ("1f1b", "gpipe"), "'1f1b' or 'gpipe'")
         _check(self, "device", self.device in ("auto", "cpu", "cuda"), "'auto', 'cpu' or 'cuda'")
+        _check(self, "precision", self.precision in PRECISIONS, "'fp32', 'bf16' or 'fp64'")
+        _check(self, "threads", self.threads >= 1, ">= 1")
         stage_layout(self.model.num_hidden_layers, self.stages)  # raises when S exceeds the depth
         if self.schedule == "1f1b" and self.micro_batches < self.stages:
             raise ConfigError(

@@ -8,9 +8,11 @@ composition root (``veritrain/``) implements with ledger + storage + attestation
     coordinator (rank 0): recorder.begin(RunStart)               # once per launch, with every
                                                                  # cluster's enrolment
     for each outer step t:
-        every process:    signed = recorder.publish_contribution(t, own digest, payload bytes)
+        every process:    signed = recorder.publish_contribution(t, own digest, payload bytes,
+                                                             own commitments)
                           # before the payload goes on the wire: keep it where every cluster
-                          # (and every auditor) can fetch it, and sign its digest
+                          # (and every auditor) can fetch it, and sign its digest together
+                          # with the per-inner-step commitments (records/commitments.py)
         any process:      recorder.fetch_contribution(digest)    # a payload the wire lost
         every process:    digests = recorder.save_state(t, files, json_files)
                           # its OWN files only (its stage's weights, its optimiser states), so on
@@ -18,8 +20,9 @@ composition root (``veritrain/``) implements with ledger + storage + attestation
                           # model in one process; returns file name -> sha256
         coordinator:      request = recorder.prepare_outer_step(OuterStepRecord)
                           # after every process's save_state; .files holds all their digests
-        every process:    evidence = recorder.attest(request, own contribution)
+        every process:    evidence = recorder.attest(request, None)
                           # what the process signs for its own cluster, in its own process
+                          # (the speaker's quote; its contribution was signed when published)
         coordinator:      recorder.record_outer_step(OuterStepRecord with .evidence)
         coordinator:      recorder.recorded_checkpoint(t)        # what a joining cluster loads
     coordinator:          recorder.end(RunSummary)               # after the last step
@@ -40,6 +43,7 @@ from typing import Any, Protocol
 
 import torch
 
+from records.commitments import InnerCommitments
 from records.data_manifest import DataManifest
 from records.genesis import ClusterKeys
 from records.outer_step import (
@@ -184,6 +188,9 @@ class OuterStepRecord:
     gone: tuple[int, ...] = ()
     """Contributors that stopped beating before they quoted (they left the run during the
     step): the step is recorded without their quotes."""
+    commitments: Sequence[InnerCommitments] = ()
+    """Every (cluster, stage)'s per-inner-step commitments, in that order (each process also
+    hands its own to ``Recorder.publish_contribution``, which stores and signs them)."""
 
     @property
     def flagged_clusters(self) -> list[int]:
@@ -231,17 +238,27 @@ class Recorder(Protocol):
         what the entry will name and say what the clusters must attest (None: nothing)."""
         ...
 
-    def attest(self, request: AttestationRequest, own: ContributionDigest | None) -> ClusterEvidence | None:
-        """Every process: sign ``own`` (this process's contribution) and, for the process that
-        speaks for its cluster, quote ``request``."""
+    def attest(
+        self,
+        request: AttestationRequest,
+        own: ContributionDigest | None,
+        commitments: InnerCommitments | None = None,
+    ) -> ClusterEvidence | None:
+        """Every process: sign ``own`` (this process's contribution) together with its
+        per-inner-step ``commitments`` and, for the process that speaks for its cluster, quote
+        ``request``."""
         ...
 
     def publish_contribution(
-        self, step: int, own: ContributionDigest, payload: bytes
+        self,
+        step: int,
+        own: ContributionDigest,
+        payload: bytes,
+        commitments: InnerCommitments | None = None,
     ) -> StageContribution | None:
         """Every process, before its payload goes on the wire: keep ``payload`` where every
-        cluster can fetch it by digest, and sign ``own`` with the cluster's key (None: this
-        recorder keeps and signs nothing)."""
+        cluster can fetch it by digest, and sign ``own`` and the stage's per-inner-step
+        ``commitments`` with the cluster's key (None: this recorder keeps and signs nothing)."""
         ...
 
     def fetch_contribution(self, digest: str) -> bytes | None:
@@ -280,7 +297,11 @@ class SignsNothing:
     or checkpoints kept for other clusters."""
 
     def publish_contribution(
-        self, step: int, own: ContributionDigest, payload: bytes
+        self,
+        step: int,
+        own: ContributionDigest,
+        payload: bytes,
+        commitments: InnerCommitments | None = None,
     ) -> StageContribution | None:
         return None
 
@@ -301,7 +322,12 @@ class SignsNothing:
     def prepare_outer_step(self, record: OuterStepRecord) -> AttestationRequest | None:
         return None
 
-    def attest(self, request: AttestationRequest, own: ContributionDigest | None) -> ClusterEvidence | None:
+    def attest(
+        self,
+        request: AttestationRequest,
+        own: ContributionDigest | None,
+        commitments: InnerCommitments | None = None,
+    ) -> ClusterEvidence | None:
         return None
 
 

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from attestation.attester import SOFTWARE_TEE_TYPE
+from attestation.canonical import canonical_json
 from attestation.contribution import Contribution, sign_contribution
 from attestation.endorsement import endorse
 from attestation.enrolment import Enrolment, prove_possession
@@ -32,6 +33,7 @@ from attestation.measurement import OUTER_STEP_EVENT, OUTER_STEP_REGISTER
 from attestation.quote import report_data
 from attestation.software import DEFAULT_VALIDITY, SOFTWARE_SVN, SoftwareAttester
 from ledger.envelope import check_run_id
+from records.commitments import InnerCommitments
 from records.genesis import ClusterKeys
 from records.outer_step import QuoteRef, StageContribution
 from storage import ObjectStore
@@ -117,28 +119,51 @@ class ClusterSigner:
                 attestation_key=key, endorsement=endorsement, launch_measurement=launch_measurement
             )
 
-    def sign(self, step: int, own: ContributionDigest) -> StageContribution:
-        """This process's signature over its own contribution digest of ``step``, stored."""
-        return self._sign(step, own)
+    def sign(self, step: int, own: ContributionDigest, commitments: InnerCommitments | None) -> StageContribution:
+        """This process's signature over its own contribution digest of ``step`` and its
+        per-inner-step ``commitments``, both stored."""
+        return self._sign(step, own, commitments)
 
-    def attest(self, request: AttestationRequest, own: ContributionDigest | None) -> ClusterEvidence | None:
-        contribution = self._sign(request.step, own) if own is not None else None
+    def attest(
+        self, request: AttestationRequest, own: ContributionDigest | None, commitments: InnerCommitments | None
+    ) -> ClusterEvidence | None:
+        contribution = self._sign(request.step, own, commitments) if own is not None else None
         quote = self._quote(request) if self._attester is not None else None
         if contribution is None and quote is None:
             return None
         return ClusterEvidence(cluster=self._cluster, stage=self._stage, contribution=contribution, quote=quote)
 
-    def _sign(self, step: int, own: ContributionDigest) -> StageContribution:
+    def _sign(self, step: int, own: ContributionDigest, commitments: InnerCommitments | None) -> StageContribution:
         if (own.cluster, own.stage) != (self._cluster, self._stage):
             raise RecorderError(
                 f"cluster {self._cluster} stage {self._stage} was asked to sign cluster {own.cluster} stage {own.stage}'s "
                 "contribution: a process signs only its own"
             )
+        if commitments is None or (commitments.run_id, commitments.step, commitments.cluster, commitments.stage) != (
+            self._run_id, step, own.cluster, own.stage
+        ):
+            raise RecorderError(
+                f"cluster {own.cluster} stage {own.stage} was asked to sign its step-{step} contribution without its own "
+                "per-inner-step commitments for that step"
+            )
+        commitments_object = self._store.put_bytes(canonical_json(commitments.to_payload()))
         signed = sign_contribution(
-            Contribution(run_id=self._run_id, step=step, cluster=own.cluster, stage=own.stage, payload_digest=own.digest),
+            Contribution(
+                run_id=self._run_id,
+                step=step,
+                cluster=own.cluster,
+                stage=own.stage,
+                payload_digest=own.digest,
+                commitments_digest=commitments_object,
+            ),
             self._contribution_key,
         )
-        return StageContribution(stage=own.stage, digest=own.digest, signature_object=self._store.put_bytes(signed.to_json()))
+        return StageContribution(
+            stage=own.stage,
+            digest=own.digest,
+            signature_object=self._store.put_bytes(signed.to_json()),
+            commitments=commitments_object,
+        )
 
     def _quote(self, request: AttestationRequest) -> QuoteRef:
         assert self._attester is not None

@@ -26,6 +26,7 @@ from records.genesis import (
 )
 from trainer.recorder import RunStart
 from veritrain.errors import RecorderError
+from veritrain.hardware import training_hardware
 from veritrain.keyring import KeyRing
 from veritrain.model_signature import load_or_create_key, public_pem
 from veritrain.policy import PolicyChoice
@@ -81,5 +82,5 @@ def run_genesis(
                 config_digest=run.config_digest,
             ),
         ),
-        verification_policy=policy.recorded(device=topology.device, torch_version=dependencies.torch),
+        verification_policy=policy.recorded(hardware=training_hardware(topology.device, torch_version=dependencies.torch)),
     )

@@ -50,6 +50,7 @@ from records import (
     OuterStep,
     RunFinal,
 )
+from records.commitments import InnerCommitments
 from records.generations import GenerationsRef
 from records.genesis import ClusterKeys
 from records.outer_step import (
@@ -169,18 +170,26 @@ class LedgerRecorder:
             upload_files(self._store, folder, digests)
         return digests
 
-    def attest(self, request: AttestationRequest, own: ContributionDigest | None) -> ClusterEvidence | None:
+    def attest(
+        self,
+        request: AttestationRequest,
+        own: ContributionDigest | None,
+        commitments: InnerCommitments | None = None,
+    ) -> ClusterEvidence | None:
         if self._signer is None:
             raise RecorderError("the recorder was asked to attest before enrol()")
-        return self._signer.attest(request, own)
+        return self._signer.attest(request, own, commitments)
 
-    def publish_contribution(self, step: int, own: ContributionDigest, payload: bytes) -> StageContribution | None:
-        """Store the payload (content-addressed: its digest is the contribution's), then sign it."""
+    def publish_contribution(
+        self, step: int, own: ContributionDigest, payload: bytes, commitments: InnerCommitments | None = None
+    ) -> StageContribution | None:
+        """Store the payload (content-addressed: its digest is the contribution's), then sign it
+        with the stage's per-inner-step commitments."""
         if self._signer is None:
             raise RecorderError("the recorder was asked to sign a contribution before enrol()")
         if self._store.put_bytes(payload) != own.digest:
             raise RecorderError(f"cluster {own.cluster} stage {own.stage}: the payload does not hash to its digest")
-        return self._signer.sign(step, own)
+        return self._signer.sign(step, own, commitments)
 
     def fetch_contribution(self, digest: str) -> bytes | None:
         return self._store.read_bytes(digest, max_size=MAX_PAYLOAD_BYTES) if self._store.exists(digest) else None

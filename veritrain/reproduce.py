@@ -4,17 +4,23 @@
    the hash chain and the signed root, their typed records, and the genesis (config digest,
    policy bounds). A log that does not verify is not re-executed: there would be nothing
    trustworthy to compare with.
-2. Download what the step needs, verified as it arrives: the state recorded after step T-1
-   (nothing for T = 0: the seed fixes the initial state), the data manifest and the shards.
-3. Re-execute step T with the recorded configuration and the clusters of its recorded quorum
+2. Choose the rule and say why (veritrain/audit/modes.py): ``bitwise`` on the recorded
+   hardware class with the recorded settings, ``tolerance`` elsewhere, under a tolerance
+   policy, or when the auditor re-executes at another precision or thread count.
+3. Download only what the step needs, verified as it arrives (veritrain/audit/fetch.py): the
+   state before step T (nothing for T = 0: the seed fixes it) -- for ``--cluster J`` only J's
+   share -- and the token windows the assignment rule gives the re-run clusters, by ranges
+   checked against each shard's chunk index.
+4. Re-execute step T with the recorded configuration and the clusters of its recorded quorum
    (each from its own saved state, or its donor's when it joined at T), or only cluster J's H
    inner steps up to its contribution (``--cluster J``). Payloads of the round still in flight
    whose clusters saved no state (they left) are fetched by digest, verified.
-4. Compare under the run's verification policy, fixed in its genesis, and say which rule is
-   applied and why: ``bitwise`` on the recorded hardware class (every checkpoint file and
-   contribution digest must match); elsewhere (or under a ``tolerance`` policy) the policy's
-   metric within its delta *and* every model tensor within the published parameter distance
-   of the recorded checkpoint (veritrain/policy.py).
+5. Compare. Every re-run cluster's per-inner-step commitments are judged by the rule
+   (veritrain/audit/inner_steps.py): that is how ``--cluster J`` judges a contribution under
+   tolerance, and ``--bisect`` reports the first inner step that disagrees. For the whole
+   step also: under ``bitwise`` every checkpoint file, contribution digest, metric and
+   generation; under ``tolerance`` the policy's metric within its delta and every model
+   tensor within the relative parameter distance.
 
 Timing-dependent decisions are reported but not compared bitwise: with adaptive H the H
 chosen for the *next* step depends on measured compute and communication times; the H used
@@ -24,82 +30,56 @@ in step T is read from the recorded state, so step T itself is exact.
 from __future__ import annotations
 
 import json
-import platform
 import tempfile
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from records import Genesis, OuterStep
+from records import DataManifest, OuterStep
+from records.commitments import InnerCommitments
 from records.generations import Generations
 from records.genesis import VerificationPolicy
 from storage.checkpoint import write_files, write_model_index
 from storage.checkpoint.sharding import is_model_shard, tensor_nbytes
-from trainer.api import Reexecution, reexecute_outer_step
+from trainer.api import Reexecution, assignment_rule, reexecute_outer_step
 from trainer.checkpoint import TRAINER_STATE, CheckpointFiles, outer_file
 from trainer.config import TrainConfig
+from trainer.execution import Execution
 from trainer.recorder import TIMING_METRICS
-from veritrain.downloads import (
-    download_checkpoint,
-    download_data,
-    read_checkpoint_manifest,
-    read_data_manifest,
+from veritrain.audit.comparison import Bisection, Comparison
+from veritrain.audit.distance import global_distance, largest, tensor_distances
+from veritrain.audit.fetch import (
+    CountingSource,
+    DownloadReport,
+    checkpoint_bytes,
+    corpus_bytes,
+    download_model,
+    download_state,
+    download_windows,
+    windows_read,
 )
+from veritrain.audit.inner_steps import StageVerdict, first_dispute, judge_stage
+from veritrain.audit.modes import ModeChoice, Requested, choose_mode
+from veritrain.audit.recorded import recorded_commitments
+from veritrain.downloads import read_checkpoint_manifest, read_data_manifest
 from veritrain.errors import ReproduceError
 from veritrain.generations import generate, model_state
-from veritrain.policy import PARAMETER_DISTANCE_BOUND
 from veritrain.recorded_run import RecordedRun
 from veritrain.sources import RunSource, read_verified
 from veritrain.verify.commitment_checks import check_genesis
 from veritrain.verify.log_checks import check_chain, check_tree_head
 from veritrain.verify.report import Report
 
+__all__ = ["Comparison", "choose_mode", "reproduce_step", "verified_run"]
+
 _TIMING_DEPENDENT = ("next_inner_steps",)
+SIZED_CHECKPOINTS = 16
+"""Checkpoints whose files ``reproduce`` sizes to report the run's total (one request per file
+with ``--api``)."""
 PAYLOAD_LIMIT = 1 << 40
 """A payload is read whole: what one cluster sent for one stage shard."""
-
-
-@dataclass
-class Comparison:
-    run_id: str
-    step: int
-    cluster: int | None
-    mode: str
-    """``bitwise`` or ``tolerance``."""
-    reason: str = ""
-    """Why this mode: the policy, and whether this machine is in its hardware class."""
-    matched: list[str] = field(default_factory=list)
-    mismatched: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.matched) and not self.mismatched
-
-    def render(self) -> str:
-        what = f"cluster {self.cluster}'s contribution to outer step {self.step}" if self.cluster is not None else f"outer step {self.step}"
-        lines = [f"reproduced {what} of run {self.run_id!r} ({self.mode} comparison)", f"  policy    {self.reason}"]
-        lines += [f"  match     {m}" for m in self.matched]
-        lines += [f"  MISMATCH  {m}" for m in self.mismatched]
-        lines += [f"  note      {n}" for n in self.notes]
-        lines.append("MATCH" if self.ok else "NO MATCH")
-        return "\n".join(lines)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "run": self.run_id,
-            "step": self.step,
-            "cluster": self.cluster,
-            "mode": self.mode,
-            "reason": self.reason,
-            "ok": self.ok,
-            "matched": self.matched,
-            "mismatched": self.mismatched,
-            "notes": self.notes,
-        }
 
 
 def verified_run(source: RunSource, run_id: str | None) -> tuple[RecordedRun, TrainConfig]:
@@ -120,39 +100,108 @@ def verified_run(source: RunSource, run_id: str | None) -> tuple[RecordedRun, Tr
     return run, config
 
 
-def reproduce_step(source: RunSource, run_id: str | None, step: int, cluster: int | None = None) -> Comparison:
-    run, config = verified_run(source, run_id)
+def reproduce_step(
+    source: RunSource,
+    run_id: str | None,
+    step: int,
+    cluster: int | None = None,
+    *,
+    execution: Execution | None = None,
+    mode: Requested = "auto",
+    bisect: bool = False,
+) -> Comparison:
+    """Re-execute outer ``step`` (or cluster ``cluster``'s part of it) and compare it with the
+    record; ``execution`` re-runs at another precision, thread count or device, ``mode``
+    demands a rule, ``bisect`` reports the first inner step that disagrees and its cost."""
+    counting = CountingSource(source)
+    run, config = verified_run(counting, run_id)
     recorded = run.step(step)
-    if step > 0:
-        run.step(step - 1)  # the state to start from must be recorded
+    previous = run.step(step - 1) if step > 0 else None  # the state to start from must be recorded
+    genesis = run.genesis
     if cluster is not None and cluster not in recorded.quorum.clusters:
         raise ReproduceError(
             f"cluster {cluster} did not take part in step {step} of run {run.run_id!r} "
             f"(its quorum: clusters {list(recorded.quorum.clusters)})"
         )
-    mode, reason = choose_mode(run.genesis, config)
-    comparison = Comparison(run_id=run.run_id, step=step, cluster=cluster, mode=mode, reason=reason)
+    choice = choose_mode(genesis, config, execution, mode)
+    comparison = Comparison(
+        run_id=run.run_id, step=step, cluster=cluster, mode=choice.mode, reason=choice.reason
+    )
+    clusters = [cluster] if cluster is not None else list(recorded.quorum.clusters)
 
     with tempfile.TemporaryDirectory(prefix="veritrain-reproduce-") as folder:
         work = Path(folder)
-        manifest = read_data_manifest(source, run.data_manifest)
-        data = download_data(source, manifest, work / "shards")
-        before = download_checkpoint(source, run.step(step - 1).checkpoint, work / "before") if step > 0 else None
-        payloads = _payloads_in_flight(source, run.step(step - 1), before) if before is not None else {}
-        result = reexecute_outer_step(
-            config, before, step, cluster, clusters=recorded.quorum.clusters, payloads=payloads, data=data
+        manifest = read_data_manifest(counting, run.data_manifest)
+        rule = assignment_rule(config, manifest)
+        first_inner_step = min(r.first_inner_step for r in recorded.data_ranges)
+        windows = windows_read(
+            rule,
+            clusters=clusters,
+            first_inner_step=first_inner_step,
+            inner_steps=recorded.inner_steps,
+            eval_windows=config.eval_batches * rule.sequences_per_step if cluster is None else 0,
         )
-        _compare_contributions(comparison, recorded, result, cluster)
+        data = download_windows(
+            counting, manifest, windows, window_tokens=rule.context + 1, directory=work / "data"
+        )
+        before = (
+            download_state(
+                counting,
+                previous.checkpoint,
+                work / "before",
+                clusters=config.clusters,
+                stages=config.stages,
+                cluster=cluster,
+            )
+            if previous is not None
+            else None
+        )
+        started = time.perf_counter()
+        # Only the whole step applies the round still in flight (--cluster J stops at its
+        # contribution).
+        payloads = (
+            _payloads_in_flight(counting, previous, before)
+            if previous is not None and before is not None and cluster is None
+            else {}
+        )
+        result = reexecute_outer_step(
+            config,
+            before,
+            step,
+            cluster,
+            clusters=recorded.quorum.clusters,
+            payloads=payloads,
+            data=data,
+            execution=execution,
+        )
+        seconds = time.perf_counter() - started
+
+        verdicts = _compare_commitments(comparison, counting, run, recorded, result, clusters, choice)
+        if bisect:
+            comparison.bisection = _bisection(
+                comparison, verdicts, clusters, recorded, first_inner_step, seconds, counting
+            )
+        if choice.mode == "bitwise":
+            _compare_contributions(comparison, recorded, result, cluster)
+        else:
+            comparison.notes.append(
+                "contribution digests are compared bitwise only on the recorded hardware class; "
+                "under tolerance the commitments judge each contribution"
+            )
         if cluster is None:
-            _compare_generations(comparison, source, recorded, generate(config, data.tokenizer(), model_state(result.files.tensors)))
-            if mode == "bitwise":
-                _compare_files(comparison, source, recorded, result.files)
+            said = generate(config, data.tokenizer(), model_state(result.files.tensors))
+            _compare_generations(comparison, counting, recorded, said)
+            if choice.mode == "bitwise":
+                _compare_files(comparison, counting, recorded, result.files)
                 _compare_metrics(comparison, recorded, result)
             else:
-                policy = run.genesis.verification_policy
-                _compare_metric(comparison, policy, recorded, result)
-                after = download_checkpoint(source, recorded.checkpoint, work / "after")
-                _compare_parameters(comparison, before, after, result.files)
+                policy = genesis.verification_policy
+                _compare_metric(comparison, policy, recorded, result, judged=choice.judge_metric)
+                after = download_model(counting, recorded.checkpoint, work / "after")
+                _compare_parameters(comparison, before, after, result.files, choice)
+    comparison.download = _download_report(counting, run, previous, manifest)
+    if execution is not None and execution.differences(config):
+        comparison.notes.append(f"re-executed with {', '.join(execution.differences(config))}")
     return comparison
 
 
@@ -167,40 +216,95 @@ def _payloads_in_flight(source: RunSource, previous: OuterStep, before: Checkpoi
     return {digest: read_verified(source, digest, PAYLOAD_LIMIT) for digest in sorted(wanted)}
 
 
-def choose_mode(genesis: Genesis, config: TrainConfig) -> tuple[str, str]:
-    """Bitwise only where the genesis' policy says bitwise and this machine is in the recorded
-    hardware class; tolerance otherwise. Returns (mode, why)."""
-    policy = genesis.verification_policy
-    if policy.mode != "bitwise":
-        return "tolerance", f"the genesis fixed a tolerance policy ({_tolerance(policy)})"
-    here = {"device": _device(config), "machine": platform.machine(), "torch": torch.__version__}
-    hardware = policy.hardware.to_payload()
-    differing = [f"{k} {hardware[k]!r} there, {here[k]!r} here" for k in here if hardware[k] != here[k]]
-    if differing:
-        return "tolerance", (
-            f"the genesis fixed bitwise on {hardware}, but this machine differs ({'; '.join(differing)}): "
-            f"falling back to its tolerance ({_tolerance(policy)})"
+def _compare_commitments(
+    comparison: Comparison,
+    source: RunSource,
+    run: RecordedRun,
+    recorded: OuterStep,
+    result: Reexecution,
+    clusters: list[int],
+    choice: ModeChoice,
+) -> list[StageVerdict]:
+    """Every re-run (cluster, stage)'s recorded commitments against the re-execution's."""
+    if run.genesis.method == "allreduce":
+        comparison.notes.append(
+            "AllReduce exchanges gradients every inner step and records no per-inner-step commitments"
         )
-    return "bitwise", f"the genesis fixed bitwise, and this machine is in its hardware class {hardware}"
+        return []
+    signed, problems = recorded_commitments(source, run.genesis, recorded, clusters)
+    comparison.mismatched.extend(problems)
+    again: Mapping[tuple[int, int], InnerCommitments] = {
+        (c.cluster, c.stage): c for c in result.record.commitments
+    }
+    verdicts = []
+    for key in sorted(signed):
+        if key not in again:
+            comparison.mismatched.append(
+                f"cluster {key[0]} stage {key[1]}: the re-execution made no commitments"
+            )
+            continue
+        verdict = judge_stage(
+            signed[key], again[key], mode=choice.mode, bound=choice.bound, granularity=choice.granularity
+        )
+        verdicts.append(verdict)
+        judged = comparison.matched if verdict.ok else comparison.mismatched
+        judged.append(f"commitments of {verdict.describe()}")
+    return verdicts
 
 
-def _tolerance(policy: VerificationPolicy) -> str:
-    return (
-        f"{policy.fallback.metric} within {policy.fallback.delta}, every model tensor within a relative "
-        f"distance of {PARAMETER_DISTANCE_BOUND}"
+def _bisection(
+    comparison: Comparison,
+    verdicts: list[StageVerdict],
+    clusters: list[int],
+    recorded: OuterStep,
+    first_inner_step: int,
+    seconds: float,
+    counting: CountingSource,
+) -> Bisection:
+    disputes = []
+    for c in clusters:
+        own = [v for v in verdicts if v.cluster == c]
+        dispute = first_dispute(own, first_inner_step=first_inner_step)
+        if dispute is not None:
+            disputes.append(dispute)
+    if not verdicts:
+        comparison.notes.append("nothing to bisect: no per-inner-step commitments were compared")
+    return Bisection(
+        disputes=tuple(disputes),
+        clusters=len(clusters),
+        inner_steps=recorded.inner_steps,
+        commitments_compared=sum(len(v.inner_distances) + 2 for v in verdicts),
+        seconds=seconds,
+        downloaded=counting.object_bytes,
     )
 
 
-def _device(config: TrainConfig) -> str:
-    if config.device == "cpu":
-        return "cpu"
-    return "cuda" if torch.cuda.is_available() else "cpu"
+def _download_report(
+    counting: CountingSource, run: RecordedRun, previous: OuterStep | None, manifest: DataManifest
+) -> DownloadReport:
+    """What was fetched, against a full fetch and the whole run (sized after counting, through
+    the uncounted source). Up to ``SIZED_CHECKPOINTS`` checkpoints are sized one by one; a
+    longer run's total is estimated from the ones sized (checkpoints of a run are alike)."""
+    downloaded, objects, ranges = counting.object_bytes, counting.objects, counting.ranges
+    corpus = corpus_bytes(manifest)
+    steps = [s for _, s in run.outer_steps]
+    spread = (len(steps) - 1) / (SIZED_CHECKPOINTS - 1)  # evenly over the run, first and last
+    chosen = {steps[round(k * spread)].step for k in range(SIZED_CHECKPOINTS)}
+    if previous is not None:
+        chosen.add(previous.step)
+    sizes = {s.step: checkpoint_bytes(counting.inner, s.checkpoint) for s in steps if s.step in chosen}
+    mean = sum(sizes.values()) / len(sizes) if sizes else 0.0
+    return DownloadReport(
+        downloaded=downloaded,
+        objects=objects,
+        ranges=ranges,
+        full_fetch=corpus + (sizes[previous.step] if previous is not None else 0),
+        run_total=corpus + round(mean * len(steps)),
+        run_total_estimated=len(sizes) < len(steps),
+    )
 
 
 def _compare_contributions(comparison: Comparison, recorded: OuterStep, result: Reexecution, cluster: int | None) -> None:
-    if comparison.mode != "bitwise" and cluster is None:
-        comparison.notes.append("contribution digests are compared bitwise only on the recorded hardware class")
-        return
     expected = {key: digest for key, digest in recorded.signed_contributions().items() if cluster is None or key[0] == cluster}
     actual = result.contribution_digests
     for key in sorted(expected):
@@ -289,11 +393,23 @@ def _compare_trainer_state(comparison: Comparison, source: RunSource, recorded_d
         comparison.mismatched.append(f"{TRAINER_STATE}: differs in {sorted(differing) or 'its header'}")
 
 
-def _compare_metric(comparison: Comparison, policy: VerificationPolicy, recorded: OuterStep, result: Reexecution) -> None:
+def _compare_metric(
+    comparison: Comparison,
+    policy: VerificationPolicy,
+    recorded: OuterStep,
+    result: Reexecution,
+    *,
+    judged: bool,
+) -> None:
     metric, delta = policy.fallback.metric, policy.fallback.delta
     want = recorded.metrics.get(metric)
     got = result.record.metrics.get(metric)
-    if want is None or got is None:
+    if not judged:
+        comparison.notes.append(
+            f"{metric}: recorded {want}, re-executed {got} "
+            "(evaluated at another precision: reported, not judged)"
+        )
+    elif want is None or got is None:
         comparison.mismatched.append(f"{metric}: not recorded or not re-computed")
     elif abs(float(got) - want) <= delta:
         comparison.matched.append(f"{metric}: recorded {want:.6f}, re-executed {got:.6f} (|Δ| ≤ {delta})")
@@ -302,35 +418,41 @@ def _compare_metric(comparison: Comparison, policy: VerificationPolicy, recorded
 
 
 def _compare_parameters(
-    comparison: Comparison, before: CheckpointFiles | None, after: CheckpointFiles, again: CheckpointFiles
+    comparison: Comparison,
+    before: CheckpointFiles | None,
+    after: CheckpointFiles,
+    again: CheckpointFiles,
+    choice: ModeChoice,
 ) -> None:
     """Each recorded model tensor θ_t against its re-execution θ': ‖θ' − θ_t‖ / ‖θ_t − θ_{t−1}‖
-    (against ‖θ_t‖ for step 0, whose starting point is not stored) within the bound."""
-    recorded = _model_tensors(after)
-    previous = _model_tensors(before) if before is not None else {}
-    reexecuted = _model_tensors(again)
-    worst, worst_name, problems = 0.0, "", []
-    for name, theta in sorted(recorded.items()):
-        other = reexecuted.get(name)
-        if other is None or other.shape != theta.shape:
-            problems.append(f"{name}: missing or reshaped in the re-execution")
-            continue
-        update = theta - previous[name] if name in previous else theta
-        scale = float(torch.linalg.vector_norm(update.double()))
-        distance = float(torch.linalg.vector_norm((other - theta).double())) / scale if scale else float(not torch.equal(other, theta))
-        if distance > worst:
-            worst, worst_name = distance, name
-        if distance > PARAMETER_DISTANCE_BOUND:
-            problems.append(f"{name}: relative distance {distance:.3g} > {PARAMETER_DISTANCE_BOUND}")
+    (against ‖θ_t‖ for step 0, whose starting point is not stored) within the bound; across
+    precisions the whole model at once."""
+    bound = choice.bound
+    recorded, reexecuted = _model_tensors(after), _model_tensors(again)
+    previous = _model_tensors(before) if before is not None else None
+    if choice.granularity == "stage":
+        distance = global_distance(recorded, reexecuted, previous)
+        line = f"all {len(recorded)} model tensors at once: relative distance {distance:.3g}"
+        if distance <= bound:
+            comparison.matched.append(f"{line} <= {bound}")
+        else:
+            comparison.mismatched.append(f"{line} > {bound}")
+        return
+    distances, problems = tensor_distances(recorded, reexecuted, previous)
+    problems += [
+        f"{d.name}: relative distance {d.value:.3g} > {bound}" for d in distances if d.value > bound
+    ]
     if problems:
         comparison.mismatched.extend(problems[:10])
         if len(problems) > 10:
             comparison.mismatched.append(f"... and {len(problems) - 10} more tensors")
-    else:
-        comparison.matched.append(
-            f"{len(recorded)} model tensors within a relative distance of {PARAMETER_DISTANCE_BOUND} of the recorded "
-            f"checkpoint (largest {worst:.3g}, {worst_name or 'none'})"
-        )
+        return
+    worst = largest(distances)
+    comparison.matched.append(
+        f"{len(distances)} model tensors within a relative distance of {bound} of the recorded "
+        "checkpoint "
+        f"(largest {worst.value if worst else 0.0:.3g}, {worst.name if worst else 'none'})"
+    )
 
 
 def _model_tensors(files: CheckpointFiles) -> Mapping[str, torch.Tensor]:

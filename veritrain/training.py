@@ -133,7 +133,7 @@ def resume_recorded(
         manifest = read_data_manifest(source, run.data_manifest)
         data = download_data(source, manifest, settings.data_dir / "corpus" / "recorded" / run_id)
         state = download_checkpoint(source, run.step(last).checkpoint, Path(folder)) if last is not None else None
-        choice = PolicyChoice(mode=policy.mode, metric=policy.fallback.metric, delta=policy.fallback.delta)
+        choice = PolicyChoice.of(policy)
         factory = recorder_factory(settings, choice, cluster_keys=cluster_keys, placement=placement)
         return _launch(config, factory, settings, placement, state=state, data=data, quiet=quiet)
 

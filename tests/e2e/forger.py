@@ -17,6 +17,7 @@ keys could.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -30,9 +31,10 @@ from attestation.statement import CodeDigest
 from ledger.db import create_engine
 from ledger.service import Ledger
 from records import KIND_OUTER_STEP, Genesis, OuterStep, parse_record
+from records.commitments import InnerCommitments
 from records.genesis import RunKeys
 from records.outer_step import ClusterContributions, StepAttestation, aggregate_digest
-from storage import open_store
+from storage import ObjectStore, open_store
 from trainer.recorder import AttestationRequest, ContributionDigest
 from veritrain.cluster_identity import ClusterKeyFolder, ClusterSigner
 from veritrain.keyring import KeyRing
@@ -113,7 +115,9 @@ class Forger:
                 history: list[str] = []
                 for kind, payload in payloads[1:]:
                     if kind == KIND_OUTER_STEP and reattest:
-                        step = self._reattest(ledger, statements, signers, history, genesis, OuterStep.from_payload(payload), shards)
+                        step = self._reattest(
+                            ledger, statements, signers, history, genesis, OuterStep.from_payload(payload), shards, store
+                        )
                         ledger.append(self.run_id, kind, step.to_payload(), step=step.step, metrics=dict(step.metrics))
                     elif kind == KIND_OUTER_STEP:
                         metrics = payload.get("metrics")
@@ -132,6 +136,7 @@ class Forger:
         genesis: Genesis,
         step: OuterStep,
         shards: dict[int, str],
+        store: ObjectStore,
     ) -> OuterStep:
         statement_object, statement_digest = statements.sign(
             step=step.step,
@@ -156,10 +161,22 @@ class Forger:
             statements=tuple(history),
         )
         own = step.signed_contributions()
+        # The clusters' recorded per-inner-step commitments, signed again as they are.
+        commitments = {
+            (c.cluster, s.stage): InnerCommitments.from_payload(json.loads(store.read_bytes(s.commitments, 1 << 24)))
+            for c in step.contributions
+            for s in c.stages
+        }
         evidence = [
             e
             for signer, (c, s) in zip(signers, [(c, s) for c in range(genesis.topology.clusters) for s in range(genesis.topology.stages)], strict=True)
-            if (e := signer.attest(request, ContributionDigest(cluster=c, stage=s, digest=own[(c, s)]) if (c, s) in own else None))
+            if (
+                e := signer.attest(
+                    request,
+                    ContributionDigest(cluster=c, stage=s, digest=own[(c, s)]) if (c, s) in own else None,
+                    commitments.get((c, s)),
+                )
+            )
         ]
         contributions = tuple(
             ClusterContributions(

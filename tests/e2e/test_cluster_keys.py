@@ -53,7 +53,15 @@ def test_a_coordinator_signing_for_a_cluster_is_named_by_verify(fresh_run: Setti
             if kind == "outer_step" and payload["step"] == STEP:
                 stage = payload["contributions"][1]["stages"][0]
                 forged = sign_contribution(
-                    Contribution(run_id=run_id, step=STEP, cluster=1, stage=0, payload_digest=stage["digest"]), own_key
+                    Contribution(
+                        run_id=run_id,
+                        step=STEP,
+                        cluster=1,
+                        stage=0,
+                        payload_digest=stage["digest"],
+                        commitments_digest=stage["commitments"],
+                    ),
+                    own_key,
                 )
                 with open_store(fresh_run.store_url) as store:
                     stage["signature_object"] = store.put_bytes(forged.to_json())

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from records.data_manifest import CHUNK_BYTES
 from trainer.data.bpe import library_version, train_byte_level_bpe
 from trainer.data.config import DataConfig
 from trainer.data.documents import Piece, pieces
@@ -82,6 +83,7 @@ def prepare_data(config: DataConfig, directory: Path) -> PreparedData:
         "text_field": config.text_field,
         "shard_tokens": config.shard_tokens,
         "eval_shards": config.eval_shards,
+        "chunk_bytes": CHUNK_BYTES,
     }
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
     shard_dir = directory / "shards"
@@ -166,6 +168,7 @@ def _build(
         shards=tuple(shards),
         eval_shards=tuple(held_out_indices(len(shards), config.eval_shards)),
         dropped_tokens=writer.pending_tokens,
+        chunk_bytes=CHUNK_BYTES,
     )
 
 

@@ -9,7 +9,7 @@ import torch
 
 from trainer.data.assignment import AssignmentRule
 from trainer.data.manifest import DataManifest
-from trainer.data.shards import ShardSource, decode_shard
+from trainer.data.shards import ShardSource, WindowSource, decode_shard
 from trainer.errors import DataError
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -54,7 +54,12 @@ class BatchReader:
 
     def _batch(self, windows: list[tuple[int, int]]) -> Batch:
         length = self.rule.context + 1
-        rows = [self._shard(shard)[start : start + length] for shard, start in windows]
+        if isinstance(self.source, WindowSource):  # only the windows a step reads were fetched
+            source = self.source
+            dtype = self.manifest.dtype
+            rows = [source.window(self._by_index[shard], dtype, start, length) for shard, start in windows]
+        else:
+            rows = [self._shard(shard)[start : start + length] for shard, start in windows]
         tokens = torch.from_numpy(np.stack(rows).astype(np.int64))  # (B, T + 1)
         return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 

@@ -21,11 +21,11 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from records.data_manifest import Shard, TokenDtype
+from records.data_manifest import CHUNK_BYTES, Shard, TokenDtype, chunk_index
 from trainer.errors import DataError
 
 _NUMPY_DTYPES: dict[str, str] = {"uint16": "<u2", "uint32": "<u4"}
@@ -73,8 +73,13 @@ class ShardWriter:
             self._filled += take
             start += take
             if self._filled == self.shard_tokens:
-                digest = write_content(self._buffer.tobytes(), self.directory)
-                self.shards.append(ShardInfo(index=len(self.shards), sha256=digest, tokens=self.shard_tokens))
+                data = self._buffer.tobytes()
+                digest = write_content(data, self.directory)
+                # The chunk index lets a re-executor fetch and verify single windows (records/data_manifest.py).
+                chunks = write_content(chunk_index(data, CHUNK_BYTES), self.directory)
+                self.shards.append(
+                    ShardInfo(index=len(self.shards), sha256=digest, tokens=self.shard_tokens, chunks=chunks)
+                )
                 self._filled = 0
 
 
@@ -118,6 +123,17 @@ class ShardSource(Protocol):
 
     def read(self, sha256: str) -> bytes:
         """The bytes of the shard with this digest (the caller verifies them)."""
+        ...
+
+
+@runtime_checkable
+class WindowSource(Protocol):
+    """A source that holds only some windows of some shards (a re-executor that downloaded
+    what one step reads): the reader asks it for windows instead of whole shards."""
+
+    def window(self, info: ShardInfo, dtype: TokenDtype, start: int, length: int) -> np.ndarray:
+        """Tokens ``[start, start + length)`` of the shard, verified by the source (a window
+        it does not hold is a ``DataError``, never made-up tokens)."""
         ...
 
 

@@ -2,8 +2,9 @@
 
 * ``torch.use_deterministic_algorithms(True)``: kernels with a non-deterministic implementation
   raise instead of silently varying;
-* one intra-op and one inter-op thread per process on CPU: a reduction split over a
-  thread-count-dependent number of chunks sums in a different order;
+* one inter-op thread and ``TrainConfig.threads`` intra-op threads (default 1) per process on
+  CPU: a reduction split over a thread-count-dependent number of chunks sums in a different
+  order, so runs are bitwise repeatable for a fixed count, not across counts;
 * ``CUBLAS_WORKSPACE_CONFIG`` on CUDA, required by cuBLAS for deterministic GEMMs;
 * seeds: weights are seeded per parameter (trainer/model.py), the data order by the assignment
   rule, the outer algorithm by the run seed; the global torch generator is seeded too, per rank,
@@ -32,14 +33,14 @@ def pick_device(requested: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def make_deterministic(seed: int, rank: int, device: torch.device) -> None:
+def make_deterministic(seed: int, rank: int, device: torch.device, *, threads: int = 1) -> None:
     """Apply the settings of the module docstring to this process."""
     if device.type == "cuda":
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.cuda.set_device(device)
         torch.backends.cudnn.benchmark = False
     else:
-        torch.set_num_threads(1)
+        torch.set_num_threads(threads)
         if torch.get_num_interop_threads() != 1:
             try:
                 torch.set_num_interop_threads(1)

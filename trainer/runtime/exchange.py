@@ -86,6 +86,9 @@ class ContributionHeader:
     """Bytes of the payload (the same for every contributor of a round)."""
     signature_object: str | None
     """The object of the cluster's signature over the digest (None: the recorder signs nothing)."""
+    commitments_object: str | None
+    """The object of the stage's per-inner-step commitments the signature also covers (None
+    with the signature)."""
     stats: Mapping[str, float]
     """The contribution's own numbers (pseudo-gradient norm, ...)."""
     numbers: ClusterNumbers
@@ -98,6 +101,7 @@ class ContributionHeader:
             "digest": self.digest,
             "length": self.length,
             "signature_object": self.signature_object,
+            "commitments_object": self.commitments_object,
             "stats": dict(self.stats),
             "numbers": self.numbers.to_message(),
         }
@@ -107,7 +111,7 @@ class ContributionHeader:
         stats = message["stats"]
         numbers = message["numbers"]
         assert isinstance(stats, dict) and isinstance(numbers, dict)  # what to_message wrote
-        signature = message["signature_object"]
+        signature, commitments = message["signature_object"], message["commitments_object"]
         return cls(
             round=int(str(message["round"])),
             cluster=int(str(message["cluster"])),
@@ -115,6 +119,7 @@ class ContributionHeader:
             digest=str(message["digest"]),
             length=int(str(message["length"])),
             signature_object=None if signature is None else str(signature),
+            commitments_object=None if commitments is None else str(commitments),
             stats={str(k): float(v) for k, v in stats.items()},
             numbers=ClusterNumbers.from_message(numbers),
         )

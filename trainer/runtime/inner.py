@@ -19,10 +19,18 @@ The schedule is a function of the global inner step i: linear warm-up to ``lr`` 
 The schedule (``learning_rate``), the optimiser (``inner_adamw``) and the clipping rule
 (``clip_to_norm``) are plain functions so that research/simulate.py, where the outer defaults
 were measured, runs this very inner loop.
+
+Precision (``TrainConfig.precision``): ``fp32`` runs everything in float32; ``bf16`` runs the
+forward and backward passes under ``torch.autocast`` with bfloat16 (matrix products in
+bfloat16, reductions such as softmax and the loss in float32, per autocast's op lists) while
+parameters, gradients and AdamW's states stay float32 -- the usual mixed-precision recipe
+(Micikevicius et al. 2018, with bfloat16 needing no loss scaling); ``fp64`` holds parameters
+and activations in float64, a reference a re-execution can be compared against.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -31,10 +39,23 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from trainer.config import InnerConfig
+from trainer.config import InnerConfig, Precision
 from trainer.errors import CheckpointError
 from trainer.model import TIED_HEAD, StageModel
 from trainer.runtime.collectives import gather_floats, ordered_sum
+
+
+def parameter_dtype(precision: Precision) -> torch.dtype:
+    """The dtype parameters (and so gradients and optimiser states) are held in."""
+    return torch.float64 if precision == "fp64" else torch.float32
+
+
+def autocast(precision: Precision, device: torch.device) -> contextlib.AbstractContextManager[None]:
+    """The context the forward and backward passes run in: bf16 autocast on ``device``'s type
+    for ``bf16``, nothing otherwise."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def learning_rate(config: InnerConfig, step: int, planned_steps: int) -> float:
@@ -108,9 +129,12 @@ class InnerOptimizer:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
 
-    def step(self, inner_step: int, *, allreduce: dist.ProcessGroup | None, clusters: int) -> InnerStepStats:
+    def step(
+        self, inner_step: int, *, allreduce: dist.ProcessGroup | None, clusters: int, lr_scale: float = 1.0
+    ) -> InnerStepStats:
         """Steps 1-4 of the module docstring. ``allreduce`` is the outer group for the AllReduce
-        baseline (None otherwise)."""
+        baseline (None otherwise); ``lr_scale`` multiplies the schedule's rate (1 but in a
+        forgery of trainer/runtime/forgery.py)."""
         grads = [p.grad for _, p in self.named if p.grad is not None]
         if self.embedding is not None:
             tied = self.module.tied_weight().grad
@@ -129,7 +153,7 @@ class InnerOptimizer:
             comm_seconds = time.perf_counter() - before
         norm = self._global_norm()
         clip_to_norm(grads, norm, self.config.grad_clip)
-        lr = learning_rate(self.config, inner_step, self.planned_steps)
+        lr = learning_rate(self.config, inner_step, self.planned_steps) * lr_scale
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
@@ -162,7 +186,12 @@ class InnerOptimizer:
                 continue  # no step taken yet when this state was saved
             if not all(present):
                 raise CheckpointError(f"expected AdamW state {keys} for {name}, got only some of them")
-            self.optimizer.state[p] = {k: state[f"{name}.{k}"].clone().to(p.device if k != "step" else "cpu") for k in keys}
+            # Moments follow the parameter's dtype: a state saved at one precision resumes at another
+            # (an fp64 re-execution of an fp32 run); the step counter stays a CPU scalar.
+            self.optimizer.state[p] = {
+                k: state[f"{name}.{k}"].clone().to(p.device, p.dtype) if k != "step" else state[f"{name}.{k}"].clone()
+                for k in keys
+            }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from records.commitments import InnerCommitments
 from records.fields import Fields
 from records.genesis import ClusterKeys
 from records.outer_step import CheckpointRef, QuoteRef, StageContribution
@@ -87,11 +88,12 @@ def report_message(report: RankReport) -> dict[str, Any]:
         "exposed_comm_seconds": report.exposed_comm_seconds,
         "quorum_seconds": report.quorum_seconds,
         "bytes_sent": report.bytes_sent,
+        "commitments": report.commitments.to_payload() if report.commitments is not None else None,
     }
 
 
 def report_from(message: Mapping[str, Any]) -> RankReport:
-    eval_loss = message["eval_loss"]
+    eval_loss, commitments = message["eval_loss"], message["commitments"]
     return RankReport(
         cluster=int(message["cluster"]),
         stage=int(message["stage"]),
@@ -103,6 +105,7 @@ def report_from(message: Mapping[str, Any]) -> RankReport:
         exposed_comm_seconds=float(message["exposed_comm_seconds"]),
         quorum_seconds=float(message["quorum_seconds"]),
         bytes_sent=int(message["bytes_sent"]),
+        commitments=None if commitments is None else InnerCommitments.from_payload(commitments),
     )
 
 

@@ -9,7 +9,8 @@ the gradient of the batch's mean loss -- the same as one process running the who
 (up to floating-point summation order).
 
 Stage 0 feeds token ids, the last stage feeds targets and gets the losses; S = 1 is a single
-stage that does both. Evaluation runs the same schedule forward-only under ``no_grad``.
+stage that does both. Evaluation runs the same schedule forward-only under ``no_grad``. Both run
+under the configuration's precision (``inner.autocast``), so a bf16 run also evaluates in bf16.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
+from trainer.config import Precision
 from trainer.model import StageModel, language_model_loss
+from trainer.runtime.inner import autocast
 
 
 class PipelineRunner:
@@ -34,8 +37,10 @@ class PipelineRunner:
         device: torch.device,
         schedule: str,
         micro_batches: int,
+        precision: Precision = "fp32",
     ) -> None:
         self.module = module
+        self.precision = precision
         self.stage = stage
         self.stages = stages
         self.device = device
@@ -49,13 +54,14 @@ class PipelineRunner:
         """Forward and backward of one batch; gradients accumulate into ``.grad``. Returns the
         batch's mean loss on the last stage, None elsewhere."""
         losses: list[torch.Tensor] = []
-        self._schedule.step(*self._inputs(inputs), **self._targets(targets, losses), return_outputs=False)
+        with autocast(self.precision, self.device):
+            self._schedule.step(*self._inputs(inputs), **self._targets(targets, losses), return_outputs=False)
         return self._mean(losses)
 
     def evaluate(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float | None:
         """Mean loss over ``batches`` (forward only); None except on the last stage."""
         means: list[float] = []
-        with torch.no_grad():
+        with torch.no_grad(), autocast(self.precision, self.device):
             for inputs, targets in batches:
                 losses: list[torch.Tensor] = []
                 self._schedule.eval(*self._inputs(inputs), **self._targets(targets, losses), return_outputs=False)

@@ -24,6 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from records.commitments import InnerCommitments
 from records.outer_step import Quorum
 from trainer.data.assignment import AssignmentRule
 from trainer.outer.protocol import OuterUpdate
@@ -52,6 +53,8 @@ class RankReport:
     """Time waiting for the step's quorum."""
     bytes_sent: int
     """Bytes this process put on the wire between clusters in the step."""
+    commitments: InnerCommitments | None = None
+    """This process's per-inner-step commitments (None for AllReduce)."""
 
 
 def build_record(
@@ -118,6 +121,9 @@ def build_record(
         anomalies=[a for round_ in applied for a in round_.anomalies],
         files=dict(sorted(files.items())),
         quorum=quorum,
+        commitments=[
+            r.commitments for r in sorted(reports, key=lambda r: (r.cluster, r.stage)) if r.commitments is not None
+        ],
     )
 
 

@@ -72,9 +72,11 @@ from trainer.recorder import (
 )
 from trainer.runtime.channel import ChannelError, Heartbeat, Liveness, RunChannel
 from trainer.runtime.collectives import broadcast_tensors, gather_floats
+from trainer.runtime.commitments import StageCommitments
 from trainer.runtime.determinism import make_deterministic, pick_device
 from trainer.runtime.exchange import ClusterNumbers, ContributionHeader, PendingExchange
-from trainer.runtime.inner import InnerOptimizer, InnerStepStats
+from trainer.runtime.forgery import Forgery
+from trainer.runtime.inner import InnerOptimizer, InnerStepStats, parameter_dtype
 from trainer.runtime.launch import Links, init_cluster_world, torchrun_rank
 from trainer.runtime.lighthouse import SETTINGS_KEY, LighthouseSettings
 from trainer.runtime.membership import (
@@ -144,6 +146,8 @@ class WorkerSpec:
     payloads: Mapping[str, bytes] = field(default_factory=dict)
     """Payloads by digest that a re-execution may need and that no process of it sends (those
     of clusters that are not re-executed)."""
+    forgery: Forgery | None = None
+    """TESTS AND BENCHMARKS ONLY (trainer/runtime/forgery.py): a cluster that cheats unrecorded."""
 
 
 def spawned_entry(index: int, spec: WorkerSpec, results: Any) -> None:
@@ -163,7 +167,7 @@ def run_process(
 ) -> RunSummary | None:
     cluster, stage = spec.topology.place(index)
     device = pick_device(spec.config.device, local_rank)
-    make_deterministic(spec.config.seed, spec.topology.global_rank(cluster, stage), device)
+    make_deterministic(spec.config.seed, spec.topology.global_rank(cluster, stage), device, threads=spec.config.threads)
     backend = "nccl" if device.type == "cuda" else "gloo"
     init_cluster_world(backend, stage, spec.topology.stages, store)
     try:
@@ -192,7 +196,9 @@ class _Process:
         self._check_same_data()
         tied = config.model.tie_word_embeddings
         self.groups = create_groups(self.stages, self.stage, tied_embeddings=tied)
-        self.module = build_stage(config.model, stage=self.stage, n_stages=self.stages, seed=config.seed).to(device)
+        self.module = build_stage(config.model, stage=self.stage, n_stages=self.stages, seed=config.seed).to(
+            device, dtype=parameter_dtype(config.precision)
+        )
         self.runner = PipelineRunner(
             self.module,
             stage=self.stage,
@@ -201,6 +207,7 @@ class _Process:
             device=device,
             schedule=config.schedule,
             micro_batches=config.micro_batches,
+            precision=config.precision,
         )
         self.inner = InnerOptimizer(
             self.module,
@@ -218,6 +225,13 @@ class _Process:
         ]
         self.outer_names = [name for name, _ in outer_named]
         self.outer_params = [p for _, p in outer_named]
+        # Per-inner-step commitments of the parameters the outer algorithm owns, signed with
+        # the contribution (trainer/runtime/commitments.py); AllReduce contributes nothing.
+        self.commitments = (
+            StageCommitments(outer_named, run_id=config.run_id, cluster=self.cluster, stage=self.stage)
+            if config.method != "allreduce"
+            else None
+        )
         self.outer: OuterAlgorithm | None = None
         if config.method != "allreduce":
             self.outer = build_outer_algorithm(
@@ -455,7 +469,10 @@ class _Process:
     def _outer_step(self, step: int, cursor: Cursor) -> tuple[Cursor, dict[str, float]]:
         started = time.perf_counter()
         H = cursor.next_inner_steps
-        poison = self.config.poison_for_testing
+        forgery = self.spec.forgery
+        poison = self.config.poison_for_testing or (forgery.poison() if forgery is not None else None)
+        if self.commitments is not None:
+            self.commitments.begin(step)
         poisoned = poison is not None and poison.step == step and poison.cluster == self.cluster
         round_start = [p.detach().clone() for p in self.outer_params] if poisoned else []
 
@@ -477,6 +494,8 @@ class _Process:
         if self.sync is not None:
             if poisoned and poison is not None:
                 poison_local(self.outer_params, round_start, poison, seed=self.config.seed)
+            if self.commitments is not None:
+                self.commitments.contributed()
             exchanged = self.sync.step(step, numbers, exchange=self.spec.mode != "contribute")
             if exchanged.listened is not None and exchanged.quorum is not None:
                 return self._catch_up(exchanged.quorum, exchanged.listened), {}
@@ -512,6 +531,7 @@ class _Process:
         )
         files = self._save(step, cursor) if self.spec.mode != "contribute" else {}
         report = RankReport(
+            commitments=self.commitments.take() if self.commitments is not None else None,
             cluster=self.cluster,
             stage=self.stage,
             files=files,
@@ -540,15 +560,21 @@ class _Process:
         sent = 0
         last: InnerStepStats | None = None
         started = time.perf_counter()
+        forgery = self.spec.forgery
         for i in range(first, first + H):
-            inputs, targets = self.reader.train_batch(self.cluster, i)
-            self.inner.zero_grad()
-            loss = self.runner.train_step(inputs, targets)
-            last = self.inner.step(i, allreduce=allreduce, clusters=clusters)
-            comm += last.comm_seconds
-            sent += last.bytes_sent
-            if loss is not None:
-                losses.append(loss)
+            if forgery is None or not forgery.skips(self.cluster, step, i - first):
+                window = i if forgery is None else forgery.window_step(self.cluster, step, i - first, i)
+                inputs, targets = self.reader.train_batch(self.cluster, window)
+                self.inner.zero_grad()
+                loss = self.runner.train_step(inputs, targets)
+                lr_scale = 1.0 if forgery is None else forgery.lr_factor(self.cluster, step)
+                last = self.inner.step(i, allreduce=allreduce, clusters=clusters, lr_scale=lr_scale)
+                comm += last.comm_seconds
+                sent += last.bytes_sent
+                if loss is not None:
+                    losses.append(loss)
+            if self.commitments is not None:
+                self.commitments.after_inner_step(i)
             self.progress.advance()
         assert last is not None  # H >= 1
         return losses, last, time.perf_counter() - started - comm, comm, sent
@@ -570,7 +596,11 @@ class _Process:
         signed: StageContribution | None = None
         if self.spec.mode != "contribute":
             own = ContributionDigest(cluster=self.cluster, stage=self.stage, digest=contribution.digest)
-            signed = self.recorder.publish_contribution(step, own, contribution.payload.cpu().numpy().tobytes())
+            # The signature covers the inner steps' commitments too (records/commitments.py):
+            # they are complete once the contribution is computed.
+            commitments = self.commitments.take() if self.commitments is not None else None
+            payload = contribution.payload.cpu().numpy().tobytes()
+            signed = self.recorder.publish_contribution(step, own, payload, commitments)
         header = self._header(step, contribution, signed, numbers)
         post_header(self.channel, header)
         return header
@@ -585,6 +615,7 @@ class _Process:
             digest=contribution.digest if contribution is not None else "",
             length=int(contribution.payload.numel()) if contribution is not None else 0,
             signature_object=signed.signature_object if signed is not None else None,
+            commitments_object=signed.commitments if signed is not None else None,
             stats=dict(contribution.stats) if contribution is not None else {},
             numbers=numbers,
         )
@@ -721,11 +752,13 @@ class _Process:
             ClusterEvidence(
                 cluster=c,
                 stage=s,
-                contribution=StageContribution(stage=s, digest=h.digest, signature_object=h.signature_object),
+                contribution=StageContribution(
+                    stage=s, digest=h.digest, signature_object=h.signature_object, commitments=h.commitments_object
+                ),
                 quote=None,
             )
             for (c, s), h in sorted(headers.items())
-            if h.signature_object is not None
+            if h.signature_object is not None and h.commitments_object is not None
         ]
         own = self.recorder.attest(request, None) if request is not None else None
         if own is not None:

@@ -32,6 +32,7 @@ from records.genesis import (
     ClusterKeys,
     CodeIdentity,
     DependencyIdentity,
+    DeterministicFlags,
     HardwareClass,
     ModelSummary,
     ReferenceDigests,
@@ -162,6 +163,7 @@ def outer_step_record(run_id: str, step: int, *, clusters: int, stages: int) -> 
                         stage=s,
                         digest=_digest(run_id, f"contribution/{step}/{c}/{s}"),
                         signature_object=_digest(run_id, f"signature/{step}/{c}/{s}"),
+                        commitments=_digest(run_id, f"commitments/{step}/{c}/{s}"),
                     )
                     for s in range(stages)
                 ),
@@ -230,8 +232,17 @@ def _genesis(run_id: str, vkey: str, *, clusters: int, stages: int) -> Genesis:
         ),
         verification_policy=VerificationPolicy(
             mode="bitwise",
-            hardware=HardwareClass(device="cpu", machine="x86_64", torch="2.13.0"),
-            fallback=Tolerance(metric="eval_loss", delta=1e-3),
+            hardware=HardwareClass(
+                device="cpu",
+                machine="x86_64",
+                cpu_capability="AVX2",
+                torch="2.13.0",
+                gpu=None,
+                cuda=None,
+                cudnn=None,
+                deterministic=DeterministicFlags(algorithms=True, cudnn_benchmark=None, cublas_workspace_config=None),
+            ),
+            fallback=Tolerance(metric="eval_loss", delta=1e-3, parameter_distance=1e-2),
         ),
     )
 

@@ -1,4 +1,4 @@
-"""``veritrain bench comm|ledger|storage|data``: the measurements behind the project's claims.
+"""``veritrain bench comm|ledger|storage|data|audit``: the measurements behind the project's claims.
 
 Each command parses its options and calls its benchmark's one entry point in
 ``veritrain.bench``; ``--json`` prints that result as one JSON object on stdout (progress goes
@@ -112,6 +112,21 @@ def data(
         workdir=workdir,
     )
     _print(run_data_bench(config, say=_say), json_output)
+
+
+@app.command("audit")
+def audit(
+    quick: Quick = False,
+    json_output: Json = False,
+    inner_steps: Annotated[int | None, typer.Option(min=2, help="H of the audited step (default 20; 8 with --quick).")] = None,
+    seed: int = 0,
+    workdir: Workdir = None,
+) -> None:
+    """Legitimately different vs forged re-executions of one step: the tolerance bound, measured."""
+    from veritrain.bench.audit import AuditBenchConfig, run_audit_bench
+
+    config = AuditBenchConfig(quick=quick, inner_steps=inner_steps, seed=seed, workdir=workdir)
+    _print(run_audit_bench(config, say=_say), json_output)
 
 
 def _print(result: Any, json_output: bool) -> None:

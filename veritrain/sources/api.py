@@ -102,6 +102,36 @@ class ApiSource:
         except httpx.HTTPError as exc:
             raise StorageError(f"downloading {url} failed: {exc}") from None
 
+    def object_size(self, digest: str) -> int:
+        url = f"{self._base}/api/v1/objects/{digest}"
+        try:
+            response = self._client.head(url)
+        except httpx.HTTPError as exc:
+            raise StorageError(f"HEAD {url} failed: {exc}") from None
+        if response.status_code >= 400 or "content-length" not in response.headers:
+            raise StorageError(f"HEAD {url} answered {response.status_code} without a Content-Length")
+        try:
+            return int(response.headers["content-length"])
+        except ValueError:
+            raise StorageError(f"HEAD {url} answered Content-Length {response.headers['content-length']!r}") from None
+
+    def read_range(self, digest: str, start: int, end: int) -> bytes:
+        """One ``Range: bytes=start-(end-1)`` request (RFC 9110 §14.2): the API answers 206 with
+        those bytes (or 302 to a presigned S3 URL, which honours it too)."""
+        url = f"{self._base}/api/v1/objects/{digest}"
+        try:
+            response = self._client.get(url, headers={"Range": f"bytes={start}-{end - 1}"})
+        except httpx.HTTPError as exc:
+            raise StorageError(f"downloading bytes {start}-{end - 1} of {url} failed: {exc}") from None
+        if response.status_code == 404:
+            raise ObjectNotFoundError(f"object {digest} is not stored (GET {url}: 404)")
+        if response.status_code != 206 or len(response.content) != end - start:
+            raise StorageError(
+                f"GET {url} with Range bytes={start}-{end - 1}: expected 206 with {end - start} bytes, "
+                f"got {response.status_code} with {len(response.content)}"
+            )
+        return response.content
+
     def close(self) -> None:
         self._client.close()
 

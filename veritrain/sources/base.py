@@ -58,6 +58,16 @@ class RunSource(Protocol):
         """The object's bytes in chunks (unverified: use :func:`stream_verified`)."""
         ...
 
+    def object_size(self, digest: str) -> int:
+        """The object's size as the source reports it: for reports only (how much a full
+        download would have been), never to decide what is checked."""
+        ...
+
+    def read_range(self, digest: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the object (unverified: the caller checks them against
+        something signed, e.g. a shard's chunk index). Raises on a short answer."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -10,6 +10,7 @@ from ledger.db import create_engine, sqlite_file_missing
 from ledger.errors import LedgerError, NotFoundError
 from ledger.service import Ledger
 from storage import ObjectStore, open_store
+from storage.errors import StorageError
 from veritrain.errors import SourceError
 from veritrain.settings import Settings
 from veritrain.sources.base import SMALL_OBJECT_LIMIT, MetricRow
@@ -74,6 +75,16 @@ class DirectSource:
     def stream_object(self, digest: str) -> Iterator[bytes]:
         with self._store.open(digest) as reader:
             yield from reader
+
+    def object_size(self, digest: str) -> int:
+        return self._store.size(digest)
+
+    def read_range(self, digest: str, start: int, end: int) -> bytes:
+        with self._store.open(digest, start, end) as reader:
+            data = reader.read()
+        if len(data) != end - start:
+            raise StorageError(f"object {digest} has no bytes [{start}, {end}): got {len(data)} bytes")
+        return data
 
     def close(self) -> None:
         self._store.close()

@@ -109,8 +109,9 @@ def check_genesis(report: Report, run: RecordedRun) -> TrainConfig | None:
         result.fail(f"verification policy: {problem}", index=0)
     policy = genesis.verification_policy
     result.notes.append(
-        f"policy {policy.mode} on {policy.hardware.device}/{policy.hardware.machine}, torch {policy.hardware.torch}; "
-        f"elsewhere {policy.fallback.metric} within {policy.fallback.delta}"
+        f"policy {policy.mode} on {policy.hardware.device}/{policy.hardware.machine}/{policy.hardware.cpu_capability}"
+        f"{' ' + policy.hardware.gpu if policy.hardware.gpu else ''}, torch {policy.hardware.torch}; elsewhere "
+        f"{policy.fallback.metric} within {policy.fallback.delta}, parameters within {policy.fallback.parameter_distance}"
     )
     return config
 

@@ -1,5 +1,6 @@
 """Check 8: the run's data. The data manifest object matches its entry; every shard hashes to
-its digest and holds the recorded number of tokens; the assignment rule the manifest records
+its digest and holds the recorded number of tokens, and its chunk index (what a re-executor
+verifies ranged downloads against) is the one its bytes give; the assignment rule the manifest records
 is the one the configuration implies; and every step's data ranges -- which windows each
 cluster read, and so which shards -- are recomputed from that rule and compared.
 
@@ -10,6 +11,7 @@ from local randomness and the signed root.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from records import DataManifest, DataManifestEntry
@@ -20,7 +22,7 @@ from trainer.errors import TrainerError
 from veritrain.downloads import read_data_manifest
 from veritrain.errors import VeritrainError
 from veritrain.recorded_run import LogEntry, RecordedRun
-from veritrain.sources import RunSource, stream_verified
+from veritrain.sources import RunSource, read_verified, stream_verified
 from veritrain.verify.report import Report
 from veritrain.verify.sampling import sample
 
@@ -148,10 +150,13 @@ def _check_shards(
         shard = shards[position]
         result.checked += 1
         try:
-            size = stream_verified(source, shard.sha256)
+            chunks = _ChunkHasher(manifest.chunk_bytes) if manifest.chunk_bytes else None
+            size = stream_verified(source, shard.sha256, chunks.update if chunks else None)
             expected = shard.tokens * manifest.token_bytes
             if size != expected:
                 raise ValueError(f"expected {expected} bytes ({shard.tokens} tokens), got {size}")
+            if chunks is not None and shard.chunks is not None and read_verified(source, shard.chunks) != chunks.index():
+                raise ValueError(f"its chunk index {shard.chunks[:16]}… is not the SHA-256 of its {manifest.chunk_bytes}-byte chunks")
         except (ValueError, StorageError, VeritrainError) as exc:
             # Name the steps that trained on the shard: those are the ones it puts in doubt.
             read_by = sorted({e.index: e for e in readers.get(shard.index, [])}.values(), key=lambda e: e.index)
@@ -159,3 +164,22 @@ def _check_shards(
             first = read_by[0] if read_by else data.entry
             result.fail(f"data shard {shard.index}{used}: {exc}", index=first.index, step=first.step)
     result.notes.append(f"{len(chosen)} of {len(shards)} shards re-hashed; data ranges recomputed from the assignment rule")
+
+
+class _ChunkHasher:
+    """The chunk index (records/data_manifest.py) of a stream, computed as it passes."""
+
+    def __init__(self, chunk_bytes: int) -> None:
+        self.chunk_bytes = chunk_bytes
+        self._pending = bytearray()
+        self._digests: list[bytes] = []
+
+    def update(self, data: bytes) -> None:
+        self._pending.extend(data)
+        while len(self._pending) >= self.chunk_bytes:
+            self._digests.append(hashlib.sha256(self._pending[: self.chunk_bytes]).digest())
+            del self._pending[: self.chunk_bytes]
+
+    def index(self) -> bytes:
+        tail = [hashlib.sha256(self._pending).digest()] if self._pending else []
+        return b"".join(self._digests + tail)

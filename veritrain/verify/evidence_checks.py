@@ -27,6 +27,7 @@ from veritrain.recorded_run import LogEntry, RecordedRun
 from veritrain.sources import RunSource, read_verified
 from veritrain.step_attestation import outer_step_events, shard_dependency, statement_parameters
 from veritrain.verify.expect import Mismatch, expect
+from veritrain.verify.inner_commitment_checks import check_inner_commitments
 from veritrain.verify.report import Report
 
 _FETCH_ERRORS = (StorageError, VeritrainError, ValueError, AttestationError)
@@ -185,7 +186,8 @@ def _check_quoting(clusters: Sequence[int], quoting: Sequence[int], following: S
 
 
 def check_contributions(report: Report, run: RecordedRun, genesis: Genesis | None, source: RunSource) -> None:
-    """6. Every (cluster, stage) contribution is signed by that cluster's genesis key; every
+    """6. Every (cluster, stage) contribution is signed by that cluster's genesis key (with its
+    per-inner-step commitments, which must have the entry's shape: inner_commitment_checks.py); every
     exchange applied in a step names a round that was signed, in order, none twice and none
     missing, combining exactly the contributions signed in that round; the aggregate digest and
     the step's compression follow from what was applied."""
@@ -217,6 +219,7 @@ def check_contributions(report: Report, run: RecordedRun, genesis: Genesis | Non
                 step=step.step,
             )
         _check_signatures(report, run, entry, step, keys, source)
+        check_inner_commitments(result, run.run_id, entry, step, source)
         if own:
             signed[step.step] = own
         next_round = _check_applied(report, entry, step, signed, next_round)
@@ -259,7 +262,12 @@ def _check_signatures(
                     envelope,
                     key=keys[cluster],
                     expected=Contribution(
-                        run_id=run.run_id, step=step.step, cluster=cluster, stage=stage, payload_digest=stage_record.digest
+                        run_id=run.run_id,
+                        step=step.step,
+                        cluster=cluster,
+                        stage=stage,
+                        payload_digest=stage_record.digest,
+                        commitments_digest=stage_record.commitments,
                     ),
                 )
             except _FETCH_ERRORS as exc:

@@ -25,6 +25,7 @@ def _contribution(**overrides: object) -> Contribution:
         "cluster": 1,
         "stage": 0,
         "payload_digest": hashlib.sha256(b"pseudo-gradient of cluster 1").hexdigest(),
+        "commitments_digest": hashlib.sha256(b"inner-step commitments of cluster 1").hexdigest(),
     }
     fields.update(overrides)
     return Contribution(**fields)  # type: ignore[arg-type]
@@ -53,6 +54,7 @@ def test_another_clusters_key_does_not_verify() -> None:
         ("cluster", 0),
         ("stage", 1),
         ("payload_digest", hashlib.sha256(b"other").hexdigest()),
+        ("commitments_digest", hashlib.sha256(b"other commitments").hexdigest()),
     ],
 )
 def test_signed_contribution_must_be_the_one_the_ledger_records(field: str, value: object) -> None:
@@ -68,7 +70,7 @@ def test_malformed_contribution_payload_is_a_parse_error() -> None:
     key = SigningKey.generate("cluster-1")
     payload = json.dumps({"run_id": "r", "step": 1}, separators=(",", ":"), sort_keys=True).encode()
     envelope = sign_envelope(payload, CONTRIBUTION_PAYLOAD_TYPE, [key])
-    with pytest.raises(ParseError, match="missing field\\(s\\) cluster, payload_digest, stage"):
+    with pytest.raises(ParseError, match="missing field\\(s\\) cluster, commitments_digest, payload_digest, stage"):
         verify_contribution(envelope, key=key.public)
 
 

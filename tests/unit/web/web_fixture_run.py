@@ -26,6 +26,12 @@ import torch
 from ledger.db import create_engine
 from ledger.service import Ledger
 from records import DataManifest, Shard, Source
+from records.commitments import (
+    FINGERPRINT_DIMS,
+    InnerCommitments,
+    InnerStepCommitment,
+    ParameterCommitment,
+)
 from records.data_manifest import TokenizerIdentity
 from records.outer_step import Quorum
 from storage.checkpoint import Manifest, read_manifest
@@ -171,7 +177,10 @@ def record_demo_run(
                 quorum=Quorum(id=1, clusters=tuple(range(CLUSTERS)), joined=(), left=()),
             )
             request = recorder.prepare_outer_step(record)
-            evidence = [r.attest(request, own) for r, own in zip(recorders, _contributions(run_id, step), strict=True)]
+            evidence = [
+                r.attest(request, own, _commitments(run_id, step, own.cluster))
+                for r, own in zip(recorders, _contributions(run_id, step), strict=True)
+            ]
             recorder.record_outer_step(replace(record, evidence=tuple(e for e in evidence if e is not None)))
         if finish:
             recorder.end(RunSummary(run_id=run_id, steps=steps, tokens=0, final_metrics={}, wall_seconds=1.0))
@@ -222,6 +231,25 @@ def _contributions(run_id: str, round_: int) -> list[ContributionDigest]:
         ContributionDigest(cluster=c, stage=0, digest=hashlib.sha256(f"{run_id}/{round_}/{c}".encode()).hexdigest())
         for c in range(CLUSTERS)
     ]
+
+
+def _commitments(run_id: str, step: int, cluster: int) -> InnerCommitments:
+    """Made-up per-inner-step commitments of cluster ``cluster``'s one stage (the training is
+    made up too)."""
+    made_up = [hashlib.sha256(f"{run_id}/{step}/{cluster}/{i}".encode()).hexdigest() for i in range(INNER_STEPS + 1)]
+    zeros = (0.0,) * FINGERPRINT_DIMS
+    return InnerCommitments(
+        run_id=run_id,
+        step=step,
+        cluster=cluster,
+        stage=0,
+        start=ParameterCommitment(digest=made_up[0], tensors={"model.embed_tokens.weight": zeros}),
+        inner_steps=tuple(
+            InnerStepCommitment(inner_step=step * INNER_STEPS + k, digest=made_up[k], fingerprint=zeros)
+            for k in range(INNER_STEPS)
+        ),
+        contributed=ParameterCommitment(digest=made_up[-1], tensors={"model.embed_tokens.weight": zeros}),
+    )
 
 
 def _applied(run_id: str, step: int) -> AppliedRound:

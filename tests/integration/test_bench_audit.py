@@ -1,0 +1,49 @@
+"""``veritrain bench audit`` in a tiny mode (H = 3), through the command line: every legitimate
+execution stays under the published bound and every forged one goes over it. Checks what it
+reports, not how fast."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from veritrain.policy import CROSS_PRECISION_DISTANCE_BOUND, PARAMETER_DISTANCE_BOUND
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _number(value: float | str) -> float:
+    return math.inf if value == "inf" else float(value)
+
+
+def test_cli_json_separates_legitimate_from_forged_executions(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "veritrain", "bench", "audit", "--json", "--inner-steps", "3",
+         "--workdir", str(tmp_path)],
+        capture_output=True, text=True, env=dict(os.environ), timeout=900, check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    data = json.loads(completed.stdout)
+
+    assert data["bound"] == PARAMETER_DISTANCE_BOUND
+    assert data["cross_precision"]["bound"] == CROSS_PRECISION_DISTANCE_BOUND
+    kinds = {p["name"]: p["kind"] for p in data["pairs"]}
+    assert sorted(set(kinds.values())) == ["cross-precision", "forged", "legit"]
+    assert [n for n, k in kinds.items() if k == "forged"] == [
+        "skip inner step 2", "other data window at inner step 2", "inner lr x1.1", "contribution x1.05",
+        "stale round (state of a round earlier)",
+    ]
+    scores = {p["name"]: _number(p["score"]) for p in data["pairs"]}
+    assert _number(data["legit_max"]) == max(s for n, s in scores.items() if kinds[n] == "legit")
+    assert _number(data["forged_min"]) == min(s for n, s in scores.items() if kinds[n] == "forged")
+    assert _number(data["legit_max"]) < PARAMETER_DISTANCE_BOUND < _number(data["forged_min"])
+    assert data["every_forgery_flagged"] is True and data["no_legit_flagged"] is True
+    stale = next(p for p in data["pairs"] if p["name"].startswith("stale"))
+    assert stale["start_agrees"] is False  # named as not starting from the recorded state
+    assert len(data["distributions"]["legit"]) > 0 and len(data["distributions"]["forged"]) > 0

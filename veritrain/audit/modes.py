@@ -1,0 +1,135 @@
+"""Which rule a re-execution is judged by, and why (docs/auditing.md, "Reproduce").
+
+* ``bitwise``: the genesis' policy says bitwise, this machine's re-execution runs in the
+  recorded hardware class (veritrain/hardware.py) and with the recorded precision and thread
+  count: every digest must match.
+* ``tolerance``: otherwise -- a tolerance policy, another hardware class, or an auditor who
+  re-executes under other settings (``--precision``, ``--threads``) to emulate other
+  hardware: the policy's fallback applies (metric within its delta, every parameter tensor and
+  every commitment within its relative distance).
+* ``tolerance`` across precisions: when exactly one of the record and the re-execution runs
+  bf16 autocast, eight significant bits make tensors whose update is mostly rounding noise
+  drift by a large share of it (attention key biases: softmax ignores a shift shared by all
+  keys, so their true gradient is zero). Per-tensor distances then say nothing, so parameters
+  and contributions are measured a stage (and the whole model) at a time, against the
+  published cross-precision bound, and the metric -- itself evaluated at another precision --
+  is reported, not judged (``veritrain bench audit`` measures both regimes).
+
+An auditor may also demand one rule (``--mode bitwise|tolerance``): a bitwise comparison
+across hardware classes is expected to fail, and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from records import Genesis
+from records.genesis import Tolerance
+from trainer.config import TrainConfig
+from trainer.execution import Execution
+from veritrain.hardware import reexecution_hardware
+from veritrain.policy import CROSS_PRECISION_DISTANCE_BOUND
+
+Rule = Literal["bitwise", "tolerance"]
+Requested = Literal["auto", "bitwise", "tolerance"]
+Granularity = Literal["tensor", "stage"]
+
+
+@dataclass(frozen=True)
+class ModeChoice:
+    mode: Rule
+    reason: str
+    bound: float
+    """The relative parameter distance a tolerance comparison holds to."""
+    granularity: Granularity = "tensor"
+    """``tensor``: each tensor on its own; ``stage``: a stage's (or the model's) tensors at once."""
+    judge_metric: bool = True
+    """Whether the policy's metric is judged (not across precisions)."""
+
+
+def crosses_precision(config: TrainConfig, execution: Execution | None) -> bool:
+    """Whether exactly one of the record and the re-execution runs bf16 autocast."""
+    again = execution.applied_to(config).precision if execution is not None else config.precision
+    return (config.precision == "bf16") != (again == "bf16")
+
+
+def choose_mode(
+    genesis: Genesis,
+    config: TrainConfig,
+    execution: Execution | None = None,
+    requested: Requested = "auto",
+) -> ModeChoice:
+    policy = genesis.verification_policy
+    fallback = policy.fallback
+    bound = fallback.parameter_distance
+    rule = describe(fallback)
+    if crosses_precision(config, execution) and requested != "bitwise":
+        again = (
+            execution.applied_to(config).precision if execution is not None else config.precision
+        )
+        return ModeChoice(
+            "tolerance",
+            f"the run trained at {config.precision} and this re-execution runs at {again}: across "
+            "precisions parameters and contributions are judged a stage at a time within the "
+            f"published bound {CROSS_PRECISION_DISTANCE_BOUND}, commitments within it, and "
+            f"{fallback.metric} is reported, not judged",
+            CROSS_PRECISION_DISTANCE_BOUND,
+            granularity="stage",
+            judge_metric=False,
+        )
+    if requested == "tolerance":
+        return ModeChoice("tolerance", f"tolerance requested (--mode tolerance): {rule}", bound)
+    differences = _differences(
+        policy.hardware.to_payload(), reexecution_hardware(config, execution).to_payload()
+    )
+    differences += [
+        f"re-executed with {d}" for d in (execution.differences(config) if execution else [])
+    ]
+    elsewhere = "; ".join(differences) or "none"
+    if requested == "bitwise":
+        return ModeChoice(
+            "bitwise",
+            "bitwise requested (--mode bitwise); differences from the recorded hardware class and "
+            f"settings: {elsewhere}",
+            bound,
+        )
+    if policy.mode != "bitwise":
+        return ModeChoice("tolerance", f"the genesis fixed a tolerance policy ({rule})", bound)
+    if differences:
+        return ModeChoice(
+            "tolerance",
+            "the genesis fixed bitwise on its hardware class, but this re-execution differs "
+            f"({elsewhere}): falling back to its tolerance ({rule})",
+            bound,
+        )
+    hardware = policy.hardware
+    model = hardware.gpu or f"{hardware.machine}/{hardware.cpu_capability}"
+    where = f"{hardware.device} {model}, torch {hardware.torch}"
+    return ModeChoice(
+        "bitwise",
+        f"the genesis fixed bitwise, and this machine is in its hardware class ({where}); "
+        "re-executed with the recorded settings",
+        bound,
+    )
+
+
+def describe(tolerance: Tolerance) -> str:
+    return (
+        f"{tolerance.metric} within {tolerance.delta}, every parameter tensor and commitment "
+        f"within a relative distance of {tolerance.parameter_distance}"
+    )
+
+
+def _differences(
+    recorded: Mapping[str, Any], here: Mapping[str, Any], prefix: str = ""
+) -> list[str]:
+    found: list[str] = []
+    for key in sorted(set(recorded) | set(here)):
+        there, mine = recorded.get(key), here.get(key)
+        if isinstance(there, Mapping) and isinstance(mine, Mapping):
+            found += _differences(there, mine, f"{prefix}{key}.")
+        elif there != mine:
+            found.append(f"{prefix}{key} {there!r} there, {mine!r} here")
+    return found
