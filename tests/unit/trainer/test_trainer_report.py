@@ -38,6 +38,7 @@ def header(cluster: int, stage: int, *, digest: str | None = None, length: int |
         digest=f"c{cluster}s{stage}" if digest is None else digest,
         length=100 * (stage + 1) if length is None else length,
         signature_object=None,
+        commitments_object=None,
         stats={"pseudo_gradient_norm": 1.0},
         numbers=ClusterNumbers(train_loss=2.0 + cluster, grad_norm=0.5 + cluster, lr=0.01,
                                compute_seconds_per_step=0.2, comm_seconds=0.1),
