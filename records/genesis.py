@@ -115,9 +115,11 @@ class Topology:
     """How a global rank is formed, e.g. ``cluster * stages + stage``."""
     present: tuple[int, ...]
     """The clusters that start the run."""
+    data_parallel: int = 1
+    """D: data-parallel replicas of each stage in a cluster (written only when > 1)."""
 
     def to_payload(self) -> dict[str, Any]:
-        return {
+        payload: dict[str, Any] = {
             "clusters": self.clusters,
             "stages": self.stages,
             "world_size": self.world_size,
@@ -126,6 +128,9 @@ class Topology:
             "rank": self.rank,
             "present": list(self.present),
         }
+        if self.data_parallel > 1:
+            payload["data_parallel"] = self.data_parallel
+        return payload
 
     @classmethod
     def read(cls, f: Fields) -> Topology:
@@ -137,6 +142,7 @@ class Topology:
             device=f.string("device"),
             rank=f.string("rank"),
             present=f.integers("present", minimum=0),
+            data_parallel=f.integer("data_parallel", minimum=2) if f.has("data_parallel") else 1,
         )
         f.exactly()
         if any(c >= value.clusters for c in value.present):

@@ -88,7 +88,7 @@ def train(
         return train_cluster(config, recorder_factory, cluster=0, lighthouse=None, resume_state=resume_state,
                              data=data, data_dir=data_dir, quiet=quiet)
     prepared = data or prepare_data(config.data, data_dir or default_data_dir())
-    topology = Topology.full(config.clusters, config.stages)
+    topology = Topology.full(config.clusters, config.stages, config.data_parallel)
     _check_resumable(resume_state, config)
     settings = (lighthouse or LighthouseSettings(min_clusters=config.clusters)) if config.clusters > 1 else None
     with one_host(topology.present, config.stages, settings=settings) as links, _staged(resume_state, topology, config) as staged:
@@ -120,7 +120,9 @@ def train_cluster(
     if lighthouse is None and config.clusters > 1:
         raise ConfigError(f"a run of {config.clusters} clusters needs the lighthouse they meet at (--lighthouse URL)")
     prepared = data or prepare_data(config.data, data_dir or default_data_dir())
-    topology = Topology(clusters=config.clusters, stages=config.stages, present=(cluster,))
+    topology = Topology(
+        clusters=config.clusters, stages=config.stages, present=(cluster,), data_parallel=config.data_parallel
+    )
     _check_resumable(resume_state, config)
     if cluster == 0 and lighthouse is not None and (not under_torchrun() or os.environ.get("RANK") == "0"):
         announce_configuration(lighthouse, config)
@@ -219,7 +221,9 @@ def reexecute_outer_step(
         raise CheckpointError(f"expected the state after step {step - 1} to re-execute step {step}, got none")
     prepared = data or prepare_data(config.data, data_dir or default_data_dir())
     present = (cluster,) if cluster is not None else tuple(sorted(clusters)) if clusters else tuple(range(config.clusters))
-    topology = Topology(clusters=config.clusters, stages=config.stages, present=present)
+    topology = Topology(
+        clusters=config.clusters, stages=config.stages, present=present, data_parallel=config.data_parallel
+    )
     mode: Mode = "reexecute" if cluster is None else "contribute"
     if state_before is not None and _next_step(state_before, config) != step:
         found = _next_step(state_before, config) - 1

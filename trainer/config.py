@@ -118,7 +118,11 @@ class TrainConfig:
     clusters: int = 2
     """C: outer replicas (DiLoCo workers)."""
     stages: int = 2
-    """S: pipeline stages per cluster (processes per cluster)."""
+    """S: pipeline stages per cluster."""
+    data_parallel: int = 1
+    """D: data-parallel replicas of each stage inside a cluster (a cluster runs S * D
+    processes). The replicas split the cluster's batch and average gradients every inner step;
+    ``micro_batch_size`` must be a multiple of D (docs/trainer.md, "Topology")."""
     outer_steps: int = 5
     """T: outer steps (rounds) of the run."""
     inner_steps: int = 20
@@ -152,7 +156,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _check(self, "method", self.method in METHODS, f"one of {', '.join(METHODS)}")
         _check(self, "run_id", bool(self.run_id) and "/" not in self.run_id, "a non-empty name without '/'")
-        for name in ("clusters", "stages", "outer_steps", "inner_steps", "micro_batches", "micro_batch_size"):
+        for name in ("clusters", "stages", "data_parallel", "outer_steps", "inner_steps", "micro_batches", "micro_batch_size"):
             _check(self, name, getattr(self, name) >= 1, ">= 1")
         _check(self, "eval_batches", self.eval_batches >= 1, ">= 1")
         _check(self, "schedule", self.schedule in ("1f1b", "gpipe"), "'1f1b' or 'gpipe'")
@@ -160,6 +164,13 @@ class TrainConfig:
         _check(self, "precision", self.precision in PRECISIONS, "'fp32', 'bf16' or 'fp64'")
         _check(self, "threads", self.threads >= 1, ">= 1")
         stage_layout(self.model.num_hidden_layers, self.stages)  # raises when S exceeds the depth
+        if self.micro_batch_size % self.data_parallel:
+            raise ConfigError(
+                f"TrainConfig.micro_batch_size must be a multiple of data_parallel ({self.data_parallel}), "
+                f"got {self.micro_batch_size}"
+            )
+        if self.data_parallel > 1 and self.method == "allreduce":
+            raise ConfigError("TrainConfig.data_parallel > 1 needs an outer method (diloco or dilocox), got 'allreduce'")
         if self.schedule == "1f1b" and self.micro_batches < self.stages:
             raise ConfigError(
                 f"TrainConfig.micro_batches must be >= stages ({self.stages}) for the 1F1B schedule, "
@@ -186,7 +197,7 @@ class TrainConfig:
 
     @property
     def world_size(self) -> int:
-        return self.clusters * self.stages
+        return self.clusters * self.stages * self.data_parallel
 
     @property
     def planned_inner_steps(self) -> int:
@@ -198,6 +209,10 @@ class TrainConfig:
         data["data"] = self.data.to_dict()
         data["outer"] = self.outer.to_dict()
         data["generation"]["prompts"] = list(self.generation.prompts)
+        if self.data_parallel == 1:
+            # Absent means 1: the configurations (and digests) of runs without data
+            # parallelism stay what they were before D existed.
+            del data["data_parallel"]
         return data
 
     @classmethod
@@ -274,6 +289,7 @@ def with_overrides(
     *,
     clusters: int | None = None,
     stages: int | None = None,
+    data_parallel: int | None = None,
     outer_steps: int | None = None,
     inner_steps: int | None = None,
     data_paths: tuple[str, ...] = (),
@@ -288,6 +304,7 @@ def with_overrides(
         for name, value in (
             ("clusters", clusters),
             ("stages", stages),
+            ("data_parallel", data_parallel),
             ("outer_steps", outer_steps),
             ("inner_steps", inner_steps),
             ("run_id", run_id),

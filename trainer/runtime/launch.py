@@ -60,13 +60,14 @@ def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def torchrun_rank(stages: int) -> tuple[int, int]:
-    """(stage, local rank) of this process under torchrun, checking the world size."""
+def torchrun_rank(stages: int, data_parallel: int = 1) -> tuple[int, int]:
+    """(cluster rank, local rank) of this process under torchrun, checking the world size
+    (the cluster rank is ``replica * stages + stage``, topology.py)."""
     given = int(os.environ["WORLD_SIZE"])
-    if given != stages:
+    if given != stages * data_parallel:
         raise ConfigError(
-            f"expected WORLD_SIZE = stages = {stages} (each torchrun launch is one cluster), got {given} "
-            "(set --nnodes * --nproc-per-node to the stages of one cluster)"
+            f"expected WORLD_SIZE = stages x data_parallel = {stages * data_parallel} (each torchrun launch is "
+            f"one cluster), got {given} (set --nnodes * --nproc-per-node to the processes of one cluster)"
         )
     return int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))
 
@@ -129,15 +130,16 @@ def one_cluster(cluster: int, *, lighthouse: str, advertise_host: str | None = N
         del store
 
 
-def init_cluster_world(backend: str, stage: int, stages: int, store: tuple[str, int] | None) -> None:
-    """Join this process's cluster world (``store`` None: torchrun's ``env://``)."""
+def init_cluster_world(backend: str, rank: int, size: int, store: tuple[str, int] | None) -> None:
+    """Join this process's cluster world as ``rank`` of ``size`` (S * D processes; ``store``
+    None: torchrun's ``env://``)."""
     if store is None:
-        dist.init_process_group(backend, init_method="env://", rank=stage, world_size=stages, timeout=TIMEOUT)
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=size, timeout=TIMEOUT)
         return
     host, port = store
     # TCPStore is public API; torch's stubs just do not re-export it from torch.distributed.
-    client = dist.TCPStore(host, port, stages, is_master=False, timeout=TIMEOUT)  # type: ignore[attr-defined]
-    dist.init_process_group(backend, store=client, rank=stage, world_size=stages, timeout=TIMEOUT)
+    client = dist.TCPStore(host, port, size, is_master=False, timeout=TIMEOUT)  # type: ignore[attr-defined]
+    dist.init_process_group(backend, store=client, rank=rank, world_size=size, timeout=TIMEOUT)
 
 
 def spawn(entry: Callable[[int, Spec, Any], None], spec: Spec, processes: int) -> Any:

@@ -71,8 +71,9 @@ from trainer.recorder import (
     RunSummary,
 )
 from trainer.runtime.channel import ChannelError, Heartbeat, Liveness, RunChannel
-from trainer.runtime.collectives import broadcast_tensors, gather_floats
+from trainer.runtime.collectives import broadcast_tensors, gather_floats, ordered_sum
 from trainer.runtime.commitments import StageCommitments
+from trainer.runtime.data_parallel import average_gradients, broadcast_from_first, replica_rows
 from trainer.runtime.determinism import make_deterministic, pick_device
 from trainer.runtime.exchange import ClusterNumbers, ContributionHeader, PendingExchange
 from trainer.runtime.forgery import Forgery
@@ -158,18 +159,19 @@ def spawned_entry(index: int, spec: WorkerSpec, results: Any) -> None:
 
 
 def torchrun_entry(spec: WorkerSpec) -> RunSummary | None:
-    stage, local_rank = torchrun_rank(spec.topology.stages)
-    return run_process(stage, spec, local_rank=local_rank, store=None)
+    rank, local_rank = torchrun_rank(spec.topology.stages, spec.topology.data_parallel)
+    return run_process(rank, spec, local_rank=local_rank, store=None)
 
 
 def run_process(
     index: int, spec: WorkerSpec, *, local_rank: int, store: tuple[str, int] | None
 ) -> RunSummary | None:
-    cluster, stage = spec.topology.place(index)
+    topology = spec.topology
+    cluster, stage, replica = topology.place_replica(index)
     device = pick_device(spec.config.device, local_rank)
-    make_deterministic(spec.config.seed, spec.topology.global_rank(cluster, stage), device, threads=spec.config.threads)
+    make_deterministic(spec.config.seed, topology.global_rank(cluster, stage, replica), device, threads=spec.config.threads)
     backend = "nccl" if device.type == "cuda" else "gloo"
-    init_cluster_world(backend, stage, spec.topology.stages, store)
+    init_cluster_world(backend, topology.cluster_rank(stage, replica), topology.per_cluster, store)
     try:
         return _Process(index, spec, device).run()
     finally:
@@ -181,13 +183,18 @@ class _Process:
         config = spec.config
         self.index, self.spec, self.config, self.device = index, spec, config, device
         self.topology = spec.topology
-        self.cluster, self.stage = self.topology.place(index)
+        self.cluster, self.stage, self.replica = self.topology.place_replica(index)
         self.stages = config.stages
-        self.coordinating = self.stage == 0 and (self.cluster == 0 or spec.mode == "contribute")
+        self.replicas = config.data_parallel
+        self.follower = self.replica > 0
+        """A data-parallel replica other than the first: it trains its rows of every batch and
+        takes the outer step's result from replica 0, which alone exchanges, records and saves
+        (data_parallel.py)."""
+        self.coordinating = self.stage == 0 and not self.follower and (self.cluster == 0 or spec.mode == "contribute")
         """Cluster 0's stage 0 records the run (one cluster re-executed alone: its stage 0)."""
         self.info = ProcessInfo(
-            rank=self.topology.global_rank(self.cluster, self.stage),
-            world_size=config.clusters * config.stages,
+            rank=self.topology.global_rank(self.cluster, self.stage, self.replica),
+            world_size=config.world_size,
             cluster=self.cluster,
             stage=self.stage,
             clusters=config.clusters,
@@ -195,7 +202,9 @@ class _Process:
         )
         self._check_same_data()
         tied = config.model.tie_word_embeddings
-        self.groups = create_groups(self.stages, self.stage, tied_embeddings=tied)
+        self.groups = create_groups(
+            self.stages, self.stage, tied_embeddings=tied, data_parallel=self.replicas, replica=self.replica
+        )
         self.module = build_stage(config.model, stage=self.stage, n_stages=self.stages, seed=config.seed).to(
             device, dtype=parameter_dtype(config.precision)
         )
@@ -229,7 +238,7 @@ class _Process:
         # the contribution (trainer/runtime/commitments.py); AllReduce contributes nothing.
         self.commitments = (
             StageCommitments(outer_named, run_id=config.run_id, cluster=self.cluster, stage=self.stage)
-            if config.method != "allreduce"
+            if config.method != "allreduce" and not self.follower
             else None
         )
         self.outer: OuterAlgorithm | None = None
@@ -243,16 +252,18 @@ class _Process:
             )
         self.reader = BatchReader(spec.manifest, spec.rule, spec.shards)
         self.eval_batches = (
-            self.reader.eval_batches(config.eval_batches) if self.cluster == 0 and spec.mode != "contribute" else []
+            self.reader.eval_batches(config.eval_batches)
+            if self.cluster == 0 and not self.follower and spec.mode != "contribute"
+            else []
         )
         self.recorder = spec.recorder_factory(self.info)
         self.repo_files = repo_json_files(config.model, spec.tokenizer) if self.coordinating else {}
         self.channel = RunChannel(spec.links.channel, config.run_id, connect_timeout=CONNECT_TIMEOUT)
         self.settings = self._lighthouse_settings()
-        self.heartbeat = Heartbeat(self.channel, self.cluster) if self.stage == 0 else None
+        self.heartbeat = Heartbeat(self.channel, self.cluster) if self.stage == 0 and not self.follower else None
         self.alive = Liveness(self.channel, self.settings.heartbeat, grace=START_TIMEOUT)
         self.membership: TorchftMembership | LoneMembership
-        if spec.links.lighthouse is not None and spec.mode != "contribute":
+        if spec.links.lighthouse is not None and spec.mode != "contribute" and not self.follower:
             host, port = spec.links.stores[self.cluster]
             self.membership = TorchftMembership(
                 cluster=self.cluster,
@@ -279,7 +290,7 @@ class _Process:
                 last_step=config.outer_steps - 1,
                 after_apply=self._sync_tied_copy,
             )
-            if self.outer is not None
+            if self.outer is not None and not self.follower
             else None
         )
         self.progress: Progress = (
@@ -287,7 +298,7 @@ class _Process:
             if self.coordinating and not spec.quiet and spec.mode == "train"
             else SilentProgress()
         )
-        self.talkative = self.stage == 0 and not self.coordinating and spec.mode == "train" and not spec.quiet
+        self.talkative = self.stage == 0 and not self.follower and not self.coordinating and spec.mode == "train" and not spec.quiet
         """Another cluster's stage 0 says what its cluster does (the coordinator prints the steps)."""
         self.previous_clusters: tuple[int, ...] = tuple(range(config.clusters))
         """The clusters of the step before (the coordinator's joined/left)."""
@@ -299,7 +310,8 @@ class _Process:
         try:
             cursor = self._start()
             if self.spec.mode == "train":
-                cursor = self._begin(cursor)
+                cursor = self._begin(cursor) if not self.follower else cursor
+                self._check_replicas_agree(cursor)
             metrics: dict[str, float] = {}
             while cursor.next_step < self.spec.stop_step:
                 cursor, metrics = self._outer_step(cursor.next_step, cursor)
@@ -364,6 +376,7 @@ class _Process:
     def _begin(self, cursor: Cursor) -> Cursor:
         """Enrol; the coordinator begins the run, the other clusters follow it (and catch up
         if it is already under way)."""
+        assert not self.follower  # the replicas of a cluster enrol once, as replica 0
         keys = self.recorder.enrol(RunIdentity(run_id=self.config.run_id, config_digest=self.spec.config_digest))
         if self.stage == 0:
             self.channel.put(f"enrol/{self.cluster}", {"keys": keys_message(keys)})
@@ -489,6 +502,8 @@ class _Process:
             step, cursor.inner_steps_done, H, group, n_clusters
         )
         numbers = self._cluster_numbers(losses, last, compute_seconds / H)
+        if self.follower:
+            return self._follow(step, H, started, inner_comm, inner_bytes, compute_seconds)
 
         exchanged: StepExchange | None = None
         if self.sync is not None:
@@ -498,6 +513,11 @@ class _Process:
                 self.commitments.contributed()
             exchanged = self.sync.step(step, numbers, exchange=self.spec.mode != "contribute")
             if exchanged.listened is not None and exchanged.quorum is not None:
+                if self.groups.data is not None:
+                    raise WorkerError(
+                        f"cluster {self.cluster} fell behind round {exchanged.quorum.round}: catching up is not "
+                        "implemented with data_parallel > 1; restart the run from its last recorded step"
+                    )
                 return self._catch_up(exchanged.quorum, exchanged.listened), {}
             if exchanged.quorum is not None:
                 self._announce(step)
@@ -529,6 +549,8 @@ class _Process:
             clusters=tuple(contributors),
             pending_digests=self._pending_digests(pending) if self.coordinating else (),
         )
+        if self.groups.data is not None:
+            self._lead(cursor)
         files = self._save(step, cursor) if self.spec.mode != "contribute" else {}
         report = RankReport(
             commitments=self.commitments.take() if self.commitments is not None else None,
@@ -545,6 +567,50 @@ class _Process:
         )
         quorum_id = quorum.id if quorum is not None else 0
         return cursor, self._finish(step, H, cursor, report, quorum_id, tuple(contributors), started)
+
+    def _lead(self, cursor: Cursor) -> None:
+        """Replica 0 after its outer step: the other replicas of its stage take its parameters
+        and cursor (their inner steps left them equal to replica 0's, the outer step did not)."""
+        assert self.groups.data is not None
+        broadcast_from_first(list(self.module.parameters()), self.groups.data)
+        dist.broadcast_object_list([cursor], src=dist.get_global_rank(self.groups.data, 0), group=self.groups.data)
+
+    def _follow(
+        self, step: int, H: int, started: float, inner_comm: float, inner_bytes: int, compute_seconds: float
+    ) -> tuple[Cursor, dict[str, float]]:
+        """A replica other than 0 after its inner steps: take replica 0's outer step (``_lead``)."""
+        assert self.groups.data is not None
+        broadcast_from_first(list(self.module.parameters()), self.groups.data)
+        got: list[Any] = [None]
+        dist.broadcast_object_list(got, src=dist.get_global_rank(self.groups.data, 0), group=self.groups.data)
+        cursor: Cursor = got[0]
+        report = RankReport(
+            commitments=None,
+            cluster=self.cluster,
+            stage=self.stage,
+            files={},
+            updates=[],
+            eval_loss=None,
+            compute_seconds=compute_seconds,
+            comm_seconds=inner_comm,
+            exposed_comm_seconds=inner_comm,
+            quorum_seconds=0.0,
+            bytes_sent=inner_bytes,
+        )
+        return cursor, self._finish(step, H, cursor, report, 0, cursor.clusters, started)
+
+    def _check_replicas_agree(self, cursor: Cursor) -> None:
+        """Every replica of a stage starts the run at replica 0's step (a replica cannot join
+        a run under way on its own)."""
+        if self.groups.data is None:
+            return
+        got: list[Any] = [cursor.next_step]
+        dist.broadcast_object_list(got, src=dist.get_global_rank(self.groups.data, 0), group=self.groups.data)
+        if got[0] != cursor.next_step:
+            raise WorkerError(
+                f"cluster {self.cluster} replica {self.replica} starts at step {cursor.next_step}, replica 0 at step "
+                f"{got[0]}: joining a run under way is not implemented with data_parallel > 1"
+            )
 
     def _announce(self, step: int) -> None:
         """The coordinator says which round the run has reached (clusters starting late read it)."""
@@ -565,8 +631,12 @@ class _Process:
             if forgery is None or not forgery.skips(self.cluster, step, i - first):
                 window = i if forgery is None else forgery.window_step(self.cluster, step, i - first, i)
                 inputs, targets = self.reader.train_batch(self.cluster, window)
+                if self.groups.data is not None:
+                    inputs, targets = replica_rows(inputs, targets, replica=self.replica, replicas=self.replicas)
                 self.inner.zero_grad()
                 loss = self.runner.train_step(inputs, targets)
+                if self.groups.data is not None:
+                    average_gradients(list(self.module.parameters()), self.groups.data)
                 lr_scale = 1.0 if forgery is None else forgery.lr_factor(self.cluster, step)
                 last = self.inner.step(i, allreduce=allreduce, clusters=clusters, lr_scale=lr_scale)
                 comm += last.comm_seconds
@@ -583,8 +653,10 @@ class _Process:
         """The round's numbers of this cluster, the same on each of its processes."""
         mine = [sum(losses) / len(losses) if losses else math.nan, last.grad_norm, compute_per_step, self.last_comm_seconds]
         everyone = gather_floats(mine, _world(), self.device)
+        # Each replica's last stage measures the loss of its rows (cluster rank d * S + S - 1).
+        last_stages = [everyone[d * self.stages + self.stages - 1][0] for d in range(self.replicas)]
         return ClusterNumbers(
-            train_loss=everyone[self.stages - 1][0],  # the last stage measures the loss
+            train_loss=ordered_sum(last_stages) / self.replicas,
             grad_norm=max(v[1] for v in everyone),
             lr=last.lr,
             compute_seconds_per_step=max(v[2] for v in everyone),
@@ -721,11 +793,13 @@ class _Process:
         contributors: tuple[int, ...],
         started: float,
     ) -> dict[str, float]:
-        gathered: list[RankReport | None] = [None] * self.stages if self.stage == 0 else []
-        dist.gather_object(report, gathered if self.stage == 0 else None, dst=0)
-        if self.stage != 0:
+        first = self.stage == 0 and not self.follower
+        gathered: list[RankReport | None] = [None] * self.topology.per_cluster if first else []
+        dist.gather_object(report, gathered if first else None, dst=0)
+        if not first:
             return {}
-        mine = [r for r in gathered if r is not None]
+        # Replica 0's processes report the cluster (the other replicas hold the same state).
+        mine = [r for r in gathered[: self.stages] if r is not None]
         if not self.coordinating:
             self._answer(step, mine)
             self._say(f"step {step}/{self.config.outer_steps - 1} contributed (quorum {quorum_id}: clusters {','.join(map(str, contributors))})")
@@ -834,7 +908,7 @@ class _Process:
     def _check_same_data(self) -> None:
         """Every process of the cluster must train on the same corpus bytes (the clusters
         compare with cluster 0 when they join the run)."""
-        digests: list[str | None] = [None] * self.stages
+        digests: list[str | None] = [None] * self.topology.per_cluster
         dist.all_gather_object(digests, self.spec.manifest.digest())
         if len(set(digests)) != 1:
             raise DataError(

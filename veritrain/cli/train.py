@@ -25,6 +25,10 @@ def train(
     ] = None,
     clusters: Annotated[int | None, typer.Option(help="C: clusters (outer replicas).")] = None,
     stages: Annotated[int | None, typer.Option(help="S: pipeline stages per cluster.")] = None,
+    data_parallel: Annotated[
+        int | None,
+        typer.Option(min=1, help="D: data-parallel replicas of each stage (a cluster runs S x D processes)."),
+    ] = None,
     outer_steps: Annotated[int | None, typer.Option(help="T: outer steps.")] = None,
     inner_steps: Annotated[int | None, typer.Option(help="H: inner steps per outer step.")] = None,
     data: Annotated[
@@ -100,7 +104,7 @@ def train(
     folder_resume = Path(resume) if resume is not None and Path(resume).is_dir() else None
     if resume is not None and folder_resume is None:
         # A run id: the ledger holds its configuration, data and state.
-        if config or preset or any(v is not None for v in (clusters, stages, outer_steps, inner_steps, method, seed, run_id, text_field, precision)) or data:
+        if config or preset or any(v is not None for v in (clusters, stages, data_parallel, outer_steps, inner_steps, method, seed, run_id, text_field, precision)) or data:
             raise typer.BadParameter("--resume RUN_ID continues the run as recorded; drop the other options")
         summary = resume_recorded(settings, resume, cluster_keys=key_dir, placement=placement, quiet=quiet)
         if summary is not None and not quiet:
@@ -122,6 +126,7 @@ def train(
         base,
         clusters=clusters,
         stages=stages,
+        data_parallel=data_parallel,
         outer_steps=outer_steps,
         inner_steps=inner_steps,
         data_paths=tuple(str(p) for p in data or ()),

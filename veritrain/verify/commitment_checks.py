@@ -63,7 +63,8 @@ def check_genesis(report: Report, run: RecordedRun) -> TrainConfig | None:
             ("seed", config.seed, genesis.seed),
             ("topology.clusters", config.clusters, topology.clusters),
             ("topology.stages", config.stages, topology.stages),
-            ("topology.world_size", config.clusters * config.stages, topology.world_size),
+            ("topology.data_parallel", config.data_parallel, topology.data_parallel),
+            ("topology.world_size", config.world_size, topology.world_size),
             ("model shape", config.model.to_dict(), dict(genesis.model.shape)),
             ("model.parameter_count", config.model.parameter_count(), genesis.model.parameter_count),
         )
