@@ -716,7 +716,9 @@ class _Process:
     def _sync_tied_copy(self) -> None:
         if self.groups.embedding is None:
             return
-        broadcast_tensors([self.module.tied_weight()], source=0, group=self.groups.embedding)
+        # From this replica's stage 0 (global rank 0 of the cluster's world only in replica 0).
+        source = dist.get_global_rank(self.groups.embedding, 0)
+        broadcast_tensors([self.module.tied_weight()], source=source, group=self.groups.embedding)
 
     def _next_inner_steps(self, H: int, quorum: RoundQuorum | None) -> int:
         outer = self.config.outer
