@@ -1,6 +1,6 @@
 """A run with data parallelism inside each cluster (C 2 x S 2 x D 2: 8 processes) is recorded
-to the ledger, verifies, and every step -- each cluster's part of it as well -- reproduces bit
-for bit on the machine that trained."""
+to the ledger, verifies, every step reproduces bit for bit on the machine that trained, and
+each replica put half of its stage's payload on the wire between clusters."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from trainer.presets import run_preset
 from veritrain.reproduce import reproduce_step
 from veritrain.settings import Settings, load_settings
 from veritrain.sources import DirectSource
+from veritrain.sources.base import read_verified
 from veritrain.training import train_recorded
 from veritrain.verify import verify_run
 
@@ -41,6 +42,24 @@ def test_the_genesis_names_eight_processes_and_the_run_verifies(dp_run: Settings
     assert genesis.topology.data_parallel == 2
     assert genesis.topology.world_size == 8
     assert report.ok, report.render()
+
+
+@pytest.mark.slow
+def test_each_replica_sends_half_of_its_stages_payload(dp_run: Settings) -> None:
+    with DirectSource(dp_run) as source:
+        bodies = [json.loads(b)["payload"] for b in source.entry_bodies(RUN_ID)]
+        steps = [b for b in bodies if "applied" in b and "metrics" in b]
+        assert len(steps) == OUTER_STEPS
+        for record in steps:
+            digests = record["applied"][0]["contribution_digests"]
+            lengths = {
+                (d["cluster"], d["stage"]): len(read_verified(source, d["digest"], 1 << 26)) for d in digests
+            }
+            metrics = record["metrics"]
+            # What a cluster without data parallelism puts on the wire: every stage's payload.
+            assert metrics["bytes_sent"] == sum(n for (c, _), n in lengths.items() if c == 0)
+            # With D = 2, one process (replica) sends half of its stage's payload, as measured.
+            assert metrics["bytes_sent_per_replica"] * 2 == max(lengths.values())
 
 
 @pytest.mark.slow

@@ -134,6 +134,36 @@ def mean_train_loss(headers: Mapping[int, ContributionHeader]) -> float:
     return total / len(headers)
 
 
+@dataclass(frozen=True)
+class ExchangeShard:
+    """Replica ``index`` of ``count`` data-parallel replicas of a stage (data_parallel.py): it
+    puts bytes ``[index * n, (index + 1) * n)`` of the stage's payload on the wire between
+    clusters (``n = shard_length(length, count)``, the payload zero-padded to ``count * n``),
+    and the replicas reassemble every contributor's payload over their ``group``."""
+
+    index: int
+    count: int
+    group: dist.ProcessGroup
+
+
+def shard_length(length: int, count: int) -> int:
+    """Bytes of one replica's slice of a ``length``-byte payload split ``count`` ways."""
+    return -(-length // count)
+
+
+def payload_slice(payload: torch.Tensor, index: int, count: int) -> torch.Tensor:
+    """Slice ``index`` of ``count`` of a 1-D uint8 payload, zero-padded to ``shard_length``."""
+    piece = shard_length(payload.numel(), count)
+    padded = torch.zeros(piece * count, dtype=torch.uint8)
+    padded[: payload.numel()] = payload
+    return padded[index * piece : (index + 1) * piece].clone()
+
+
+def join_slices(slices: Sequence[torch.Tensor], length: int) -> torch.Tensor:
+    """The payload of ``length`` bytes whose slices, in replica order, are ``slices``."""
+    return torch.cat(list(slices))[:length].contiguous()
+
+
 @dataclass
 class PendingExchange:
     """An exchange in flight for ``round``, with the signals ``apply`` will need."""
@@ -153,6 +183,8 @@ class PendingExchange:
     fetch: PayloadFetch | None = None
     on_done: Callable[[bool], None] | None = None
     """Told once whether the wire delivered everything (the torchft manager's commit)."""
+    shard: ExchangeShard | None = None
+    """Set when the wire carried only this replica's slice of each payload."""
     _completed: list[float] = field(default_factory=list)
     exposed_seconds: float = 0.0
     _payloads: dict[int, torch.Tensor] | None = None
@@ -173,6 +205,8 @@ class PendingExchange:
             except RuntimeError as exc:  # a member died or the link broke mid-exchange
                 log.warning("round %d: the exchange failed (%s); fetching the missing payloads", self.round, exc)
                 delivered = False
+        if self.shard is not None:
+            delivered = self._reassemble(delivered)
         after = time.perf_counter()
         self.exposed_seconds += after - before
         if not self._completed:  # the callback may not have run yet on some backends
@@ -191,6 +225,21 @@ class PendingExchange:
             self.on_done = None
         self._payloads = payloads
         return payloads
+
+    def _reassemble(self, delivered: bool) -> bool:
+        """Every replica of the stage holds its slice of each member's payload: gather the
+        slices over the stage's replicas (always, so that every replica takes part) and put
+        each member's payload back together. A replica whose wire failed sends zeros: the
+        digests then disagree and the payload is fetched (``wait``)."""
+        assert self.shard is not None
+        piece = shard_length(self.length, self.shard.count)
+        mine = torch.zeros(len(self.members), piece, dtype=torch.uint8)
+        if delivered and self.gathered:
+            mine = torch.stack([t.cpu() for t in self.gathered])
+        parts = [torch.empty_like(mine) for _ in range(self.shard.count)]
+        dist.all_gather(parts, mine, group=self.shard.group)
+        self.gathered = [join_slices([part[m] for part in parts], self.length) for m in range(len(self.members))]
+        return True
 
     def _fetched(self, cluster: int, digest: str) -> torch.Tensor:
         data = self.fetch(digest) if self.fetch is not None else None
@@ -245,9 +294,10 @@ def start_exchange(
     group: dist.ProcessGroup,
     fetch: PayloadFetch | None,
     on_done: Callable[[bool], None] | None,
+    shard: ExchangeShard | None = None,
 ) -> PendingExchange:
     """Launch the all-gather of this process's ``payload`` (1-D uint8; None: a listener, which
-    sends zeros) over the quorum's ``group``."""
+    sends zeros) over the quorum's ``group`` -- with ``shard``, of this replica's slice of it."""
     lengths = {h.length for h in headers.values()}
     if len(lengths) != 1:
         raise WorkerError(f"round {round}: expected one payload length from every contributor, got {sorted(lengths)}")
@@ -255,6 +305,8 @@ def start_exchange(
     tensor = payload.cpu().contiguous() if payload is not None else torch.zeros(length, dtype=torch.uint8)
     if tensor.numel() != length:
         raise WorkerError(f"round {round}: expected a payload of {length} bytes, got {tensor.numel()}")
+    if shard is not None:
+        tensor = payload_slice(tensor, shard.index, shard.count)
     gathered = [torch.empty_like(tensor) for _ in members]
     started = time.perf_counter()
     try:
@@ -268,12 +320,13 @@ def start_exchange(
         signals=signals,
         digests={c: h.digest for c, h in headers.items()},
         length=length,
-        members=list(members) if work is not None else [],
+        members=list(members) if work is not None or shard is not None else [],
         work=work,
         gathered=gathered,
         started=started,
         fetch=fetch,
         on_done=on_done,
+        shard=shard,
     )
     if work is not None:
         work.get_future().then(lambda _: pending._completed.append(time.perf_counter()))

@@ -51,6 +51,7 @@ from trainer.outer.protocol import RoundSignals
 from trainer.runtime.channel import RunChannel
 from trainer.runtime.exchange import (
     ContributionHeader,
+    ExchangeShard,
     PayloadFetch,
     PendingExchange,
     completed_exchange,
@@ -105,13 +106,26 @@ class TorchftMembership:
     """One process's torchft manager and the stage's process group it reconfigures."""
 
     def __init__(
-        self, *, cluster: int, stage: int, stages: int, settings: MembershipSettings, channel: RunChannel
+        self,
+        *,
+        cluster: int,
+        stage: int,
+        stages: int,
+        settings: MembershipSettings,
+        channel: RunChannel,
+        shard: ExchangeShard | None = None,
     ) -> None:
+        """``shard``: this process is replica ``shard.index`` of its stage (data_parallel.py):
+        its manager has cluster rank ``index * stages + stage`` of ``stages * count``, and it
+        exchanges its 1/count of the stage's payload."""
         # torchft warns on CPU, at every new quorum, that it has no NCCL flight recorder to reset.
         logging.getLogger("torchft").setLevel(logging.ERROR)
         self.cluster, self.stage, self.stages = cluster, stage, stages
         self.channel = channel
-        self.group = _QuorumGroup(timeout=settings.exchange_timeout, stages=stages)
+        self.shard = shard
+        replicas = shard.count if shard is not None else 1
+        rank = (shard.index if shard is not None else 0) * stages + stage
+        self.group = _QuorumGroup(timeout=settings.exchange_timeout, stages=stages * replicas)
         self.manager = Manager(
             pg=self.group,
             load_state_dict=None,
@@ -121,8 +135,8 @@ class TorchftMembership:
             timeout=settings.exchange_timeout,
             quorum_timeout=QUORUM_TIMEOUT,
             connect_timeout=timedelta(seconds=60),
-            rank=stage,
-            world_size=stages,
+            rank=rank,
+            world_size=stages * replicas,
             store_addr=settings.store_host,
             store_port=settings.store_port,
             lighthouse_addr=settings.lighthouse,
@@ -164,6 +178,7 @@ class TorchftMembership:
             group=self.group,
             fetch=fetch,
             on_done=self._commit,
+            shard=self.shard,
         )
 
     def process_group(self) -> dist.ProcessGroup | None:
@@ -250,7 +265,8 @@ class _QuorumGroup(ProcessGroupGloo):  # type: ignore[misc]
     ) -> None:
         if global_ranks is None:
             raise WorkerError("torchft configured the exchange group without its members")
-        # global rank = replica index * stages + stage (torchft's arithmetic on our replica ids)
+        # global rank = replica index * processes per cluster + cluster rank (torchft's arithmetic
+        # on our replica ids; ``stages`` here counts a cluster's processes, S * D)
         self.members = tuple(sorted(r // self._stages for r in global_ranks))
         self.quorum_id = -1 if quorum_id is None else quorum_id
         super().configure(

@@ -69,8 +69,12 @@ def build_record(
     headers: Mapping[tuple[int, int], ContributionHeader],
     reports: Sequence[RankReport],
     wall_seconds: float,
+    data_parallel: int = 1,
 ) -> OuterStepRecord:
-    """``headers``: (cluster, stage) -> header, for every stage of every cluster of ``quorum``."""
+    """``headers``: (cluster, stage) -> header, for every stage of every cluster of ``quorum``.
+    With ``data_parallel`` D > 1 the metrics add ``bytes_sent_per_replica``: the most bytes one
+    process put on the wire between clusters (its 1/D slice of its stage's payload, as each
+    replica 0 measured and reported it)."""
     clusters = list(quorum.clusters)
     numbers = [headers[(c, 0)].numbers for c in clusters if (c, 0) in headers]
     evals = [r.eval_loss for r in sorted(reports, key=lambda r: (r.cluster, r.stage)) if r.eval_loss is not None]
@@ -90,6 +94,8 @@ def build_record(
         "bytes_sent": float(max(sent.values(), default=0)),
         "bytes_sent_all_clusters": float(sum(sent.values())),
     }
+    if data_parallel > 1:
+        metrics["bytes_sent_per_replica"] = float(max((r.bytes_sent for r in reports), default=0))
     if evals:
         metrics["eval_loss"] = evals[0]
         metrics["perplexity"] = math.exp(min(evals[0], 80.0))

@@ -75,7 +75,13 @@ from trainer.runtime.collectives import broadcast_tensors, gather_floats, ordere
 from trainer.runtime.commitments import StageCommitments
 from trainer.runtime.data_parallel import average_gradients, broadcast_from_first, replica_rows
 from trainer.runtime.determinism import make_deterministic, pick_device
-from trainer.runtime.exchange import ClusterNumbers, ContributionHeader, PendingExchange
+from trainer.runtime.exchange import (
+    ClusterNumbers,
+    ContributionHeader,
+    ExchangeShard,
+    PendingExchange,
+    shard_length,
+)
 from trainer.runtime.forgery import Forgery
 from trainer.runtime.inner import InnerOptimizer, InnerStepStats, parameter_dtype
 from trainer.runtime.launch import Links, init_cluster_world, torchrun_rank
@@ -263,7 +269,7 @@ class _Process:
         self.heartbeat = Heartbeat(self.channel, self.cluster) if self.stage == 0 and not self.follower else None
         self.alive = Liveness(self.channel, self.settings.heartbeat, grace=START_TIMEOUT)
         self.membership: TorchftMembership | LoneMembership
-        if spec.links.lighthouse is not None and spec.mode != "contribute" and not self.follower:
+        if spec.links.lighthouse is not None and spec.mode != "contribute":
             host, port = spec.links.stores[self.cluster]
             self.membership = TorchftMembership(
                 cluster=self.cluster,
@@ -277,6 +283,11 @@ class _Process:
                     exchange_timeout=self.settings.exchange,
                 ),
                 channel=self.channel,
+                shard=(
+                    ExchangeShard(index=self.replica, count=self.replicas, group=self.groups.data)
+                    if self.groups.data is not None
+                    else None
+                ),
             )
         else:
             self.membership = LoneMembership(cluster=self.cluster, stage=self.stage, channel=self.channel)
@@ -285,12 +296,12 @@ class _Process:
                 self.outer,
                 self.outer_params,
                 membership=self.membership,
-                commit=self._commit,
+                commit=self._commit if not self.follower else self._follow_commit,
                 fetch=self._fetch,
                 last_step=config.outer_steps - 1,
                 after_apply=self._sync_tied_copy,
             )
-            if self.outer is not None and not self.follower
+            if self.outer is not None
             else None
         )
         self.progress: Progress = (
@@ -502,8 +513,6 @@ class _Process:
             step, cursor.inner_steps_done, H, group, n_clusters
         )
         numbers = self._cluster_numbers(losses, last, compute_seconds / H)
-        if self.follower:
-            return self._follow(step, H, started, inner_comm, inner_bytes, compute_seconds)
 
         exchanged: StepExchange | None = None
         if self.sync is not None:
@@ -519,6 +528,8 @@ class _Process:
                         "implemented with data_parallel > 1; restart the run from its last recorded step"
                     )
                 return self._catch_up(exchanged.quorum, exchanged.listened), {}
+            if self.follower:
+                return self._follow(step, H, started, inner_comm, inner_bytes, compute_seconds, exchanged)
             if exchanged.quorum is not None:
                 self._announce(step)
         else:
@@ -563,7 +574,7 @@ class _Process:
             comm_seconds=comm_seconds,
             exposed_comm_seconds=inner_comm + (exchanged.exposed_seconds if exchanged else 0.0),
             quorum_seconds=quorum_seconds + (exchanged.quorum_seconds if exchanged else 0.0),
-            bytes_sent=inner_bytes + (int(exchanged.contribution.payload.numel()) if exchanged else 0),
+            bytes_sent=inner_bytes + (self._exchange_bytes(exchanged) if exchanged else 0),
         )
         quorum_id = quorum.id if quorum is not None else 0
         return cursor, self._finish(step, H, cursor, report, quorum_id, tuple(contributors), started)
@@ -575,10 +586,32 @@ class _Process:
         broadcast_from_first(list(self.module.parameters()), self.groups.data)
         dist.broadcast_object_list([cursor], src=dist.get_global_rank(self.groups.data, 0), group=self.groups.data)
 
+    def _exchange_bytes(self, exchanged: StepExchange) -> int:
+        """Bytes this process put on the wire between clusters in the round: its stage's
+        payload, or with D replicas its 1/D slice of it (exchange.py, ``ExchangeShard``)."""
+        length = int(exchanged.contribution.payload.numel())
+        return length if self.replicas == 1 else shard_length(length, self.replicas)
+
+    def _follow_commit(self, step: int, contribution: Contribution, numbers: ClusterNumbers) -> ContributionHeader:
+        """A replica other than 0 computed the same contribution as replica 0, which alone
+        keeps, signs and posts it; wait until it has (``_commit``)."""
+        if self.groups.data is not None and self.spec.mode != "contribute":
+            dist.barrier(group=self.groups.data)
+        return self._header(step, contribution, None, numbers)
+
     def _follow(
-        self, step: int, H: int, started: float, inner_comm: float, inner_bytes: int, compute_seconds: float
+        self,
+        step: int,
+        H: int,
+        started: float,
+        inner_comm: float,
+        inner_bytes: int,
+        compute_seconds: float,
+        exchanged: StepExchange,
     ) -> tuple[Cursor, dict[str, float]]:
-        """A replica other than 0 after its inner steps: take replica 0's outer step (``_lead``)."""
+        """A replica other than 0 after its outer step (the same as replica 0's: the same
+        parameters, outer state and payloads): take replica 0's cursor and, as a guard, its
+        parameters (``_lead``)."""
         assert self.groups.data is not None
         broadcast_from_first(list(self.module.parameters()), self.groups.data)
         got: list[Any] = [None]
@@ -592,10 +625,10 @@ class _Process:
             updates=[],
             eval_loss=None,
             compute_seconds=compute_seconds,
-            comm_seconds=inner_comm,
-            exposed_comm_seconds=inner_comm,
-            quorum_seconds=0.0,
-            bytes_sent=inner_bytes,
+            comm_seconds=inner_comm + exchanged.comm_seconds,
+            exposed_comm_seconds=inner_comm + exchanged.exposed_seconds,
+            quorum_seconds=exchanged.quorum_seconds,
+            bytes_sent=inner_bytes + self._exchange_bytes(exchanged),
         )
         return cursor, self._finish(step, H, cursor, report, 0, cursor.clusters, started)
 
@@ -675,6 +708,8 @@ class _Process:
             signed = self.recorder.publish_contribution(step, own, payload, commitments)
         header = self._header(step, contribution, signed, numbers)
         post_header(self.channel, header)
+        if self.groups.data is not None and self.spec.mode != "contribute":
+            dist.barrier(group=self.groups.data)  # the other replicas read the header next
         return header
 
     def _header(
@@ -821,6 +856,7 @@ class _Process:
             headers=headers,
             reports=reports,
             wall_seconds=time.perf_counter() - started,
+            data_parallel=self.replicas,
         )
         request = self.recorder.prepare_outer_step(record)
         self.channel.put(f"step/{step}/request", request_message(request))

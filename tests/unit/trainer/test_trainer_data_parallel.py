@@ -14,6 +14,7 @@ import torch.distributed as dist
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError
 from trainer.runtime.data_parallel import average_gradients, ordered_tensor_sum, replica_rows
+from trainer.runtime.exchange import join_slices, payload_slice, shard_length
 from trainer.runtime.topology import Topology
 
 REPLICAS = 2
@@ -90,3 +91,13 @@ def test_replicas_average_gradients_in_replica_order_identically(tmp_path: Path)
         assert sent == (5 * 7 + 11) * 4  # one float32 copy of the stage's gradients
         for have, want in zip(grads, expected, strict=True):
             assert torch.equal(have, want)  # bit for bit, on every replica
+
+
+@pytest.mark.parametrize("length", [12, 13, 1])
+def test_a_payload_splits_into_equal_slices_that_join_back(length: int) -> None:
+    payload = torch.arange(length, dtype=torch.uint8) + 1
+    slices = [payload_slice(payload, d, 3) for d in range(3)]
+    assert {s.numel() for s in slices} == {shard_length(length, 3)}  # equal: one all-gather
+    assert sum(s.numel() for s in slices) - length < 3  # at most count - 1 bytes of padding
+    assert torch.equal(join_slices(slices, length), payload)
+    assert shard_length(460800, 2) == 230400  # tiny's stage 0, fp32: each of 2 replicas sends half
