@@ -10,8 +10,10 @@
   Each replica's gradient is that of its rows' mean loss, and the rows are equal in number,
   so the average is the gradient of the cluster batch's mean loss (up to summation order).
 * With identical gradients, identical parameters and identical optimiser states, every replica's
-  inner step gives the same parameters; the outer step is taken by replica 0 and broadcast to
-  the others (worker.py).
+  inner step gives the same parameters, and every replica computes the same outer contribution.
+  Replica 0 alone keeps, signs and posts it; each replica puts only its 1/D slice of it on the
+  wire between clusters and the replicas reassemble the payloads (exchange.py, ``ExchangeShard``);
+  replica 0 then broadcasts its parameters and cursor as a guard (worker.py).
 """
 
 from __future__ import annotations

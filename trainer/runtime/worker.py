@@ -1,4 +1,5 @@
-"""One training process: its stage of one cluster, from start (or a saved step) to the end.
+"""One training process: its stage of one cluster (one of the stage's D data-parallel replicas,
+data_parallel.py), from start (or a saved step) to the end.
 
 Each cluster is its own ``torch.distributed`` world; clusters meet only in torchft's quorums
 (membership.py) and on the run channel (channel.py). Per outer step t (H inner steps), in
