@@ -196,7 +196,10 @@ class _Process:
         self._check_same_data()
         tied = config.model.tie_word_embeddings
         self.groups = create_groups(self.stages, self.stage, tied_embeddings=tied)
-        self.module = build_stage(config.model, stage=self.stage, n_stages=self.stages, seed=config.seed).to(
+        self.module = build_stage(
+            config.model, stage=self.stage, n_stages=self.stages, seed=config.seed,
+            activation_checkpointing=config.activation_checkpointing,
+        ).to(
             device, dtype=parameter_dtype(config.precision)
         )
         self.runner = PipelineRunner(
