@@ -275,6 +275,8 @@ class Plan:
     stages: tuple[StageMemory, ...]
     comm: CommPlan
     assumptions: tuple[str, ...] = field(default=())
+    held: Held = "paper"
+    """What a stage is assumed to hold (:data:`HELD`)."""
 
     @property
     def fits(self) -> bool:
@@ -322,6 +324,7 @@ class Plan:
             "outer": {"rank": self.outer.rank, "bits": self.outer.bits, "overlapped": self.outer.overlapped,
                       "error_feedback": self.outer.error_feedback, "offload_outer": self.offload_outer},
             "fits": self.fits,
+            "held": self.held,
             "stages": [
                 {"stage": s.stage, "parameters": s.parameters, "total_bytes": s.total_bytes, "fits": s.fits,
                  "items": [asdict(item) for item in s.items]}
@@ -467,7 +470,9 @@ def plan(
         offload_outer=offload_outer,
         stages=memory,
         comm=comm,
-        assumptions=_assumptions(workload, accelerator, precision, offload_outer),
+        assumptions=(HELD[0] if held == "paper" else HELD[1],
+                     *_assumptions(workload, accelerator, precision, offload_outer)),
+        held=held,
     )
 
 
@@ -500,7 +505,8 @@ def fitting_alternatives(model: ModelConfig, *, placement: Placement, limit: int
     for stages in (placement.stages, 2 * placement.stages, 4 * placement.stages):
         if stages > model.num_hidden_layers:
             break
-        for offload in (False, True):
+        # The trainer cannot offload the outer state: with held="trainer" only the device.
+        for offload in (False,) if options.get("held") == "trainer" else (False, True):
             candidate = Placement(clusters=placement.clusters, stages=stages, data_parallel=placement.data_parallel)
             d = smallest_fitting_data_parallel(model, placement=candidate, limit=limit, **{**options, "offload_outer": offload})
             where = "host memory" if offload else "the GPU"
