@@ -144,6 +144,11 @@ class TrainConfig:
     (matrix products in bfloat16, parameters, gradients and optimiser states in fp32:
     trainer/runtime/inner.py); ``fp64`` (every parameter and activation in float64: the
     reference a re-execution can be held against, docs/auditing.md)."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations during the backward pass instead of keeping
+    them (trainer/model.py ``StageModel``): less memory, one more forward pass of compute,
+    the same bits. Written into ``to_dict`` only when on, so the configurations recorded
+    before the option existed keep their digests."""
     threads: int = 1
     """Intra-op CPU threads per process. 1 is what bitwise reproduction on CPU is stated for:
     another count splits reductions differently, a legitimate difference only a tolerance
@@ -213,6 +218,8 @@ class TrainConfig:
             # Absent means 1: the configurations (and digests) of runs without data
             # parallelism stay what they were before D existed.
             del data["data_parallel"]
+        if not self.activation_checkpointing:
+            del data["activation_checkpointing"]
         return data
 
     @classmethod

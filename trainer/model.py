@@ -29,6 +29,7 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from trainer.errors import ConfigError
 
@@ -284,10 +285,23 @@ class StageModel(nn.Module):
     activations; the last stage returns logits (B, T, vocab)."""
 
     def __init__(
-        self, config: ModelConfig, *, layers: range, first: bool, last: bool, seed: int
+        self,
+        config: ModelConfig,
+        *,
+        layers: range,
+        first: bool,
+        last: bool,
+        seed: int,
+        activation_checkpointing: bool = False,
     ) -> None:
         super().__init__()
         self.config = config
+        self.activation_checkpointing = activation_checkpointing
+        """Recompute each decoder layer during the backward pass instead of keeping its
+        activations (Chen et al. 2016): a training forward keeps only every layer's input.
+        ``torch.utils.checkpoint`` with ``use_reentrant=False`` re-runs the layer under the
+        autocast state of its forward, so the recomputed activations -- and the gradients --
+        are the same bits as without it."""
         self.model = Backbone(config, layers=layers, first=first, last=last)
         d, vocab = config.hidden_size, config.vocab_size
         self.lm_head = nn.Linear(d, vocab, bias=False) if last else None
@@ -326,8 +340,14 @@ class StageModel(nn.Module):
             raise ValueError(f"expected one new position after {start} cached ones, got {T}")
         cos, sin = rotary_tables(self.config, start=start, length=T, device=x.device)
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+        recompute = self.activation_checkpointing and cache is None and torch.is_grad_enabled()
         for layer in self.model.layers.values():
-            x = layer(x, cos, sin, cache)
+            if recompute:
+                out = checkpoint(layer, x, cos, sin, use_reentrant=False)
+                assert isinstance(out, torch.Tensor)  # DecoderLayer returns one tensor
+                x = out
+            else:
+                x = layer(x, cos, sin, cache)
         if cache is not None:
             cache.length += T
         if self.model.norm is not None:
@@ -389,11 +409,23 @@ def stage_layout(n_layer: int, n_stages: int) -> list[range]:
     return layout
 
 
-def build_stage(config: ModelConfig, *, stage: int, n_stages: int, seed: int) -> StageModel:
+def build_stage(
+    config: ModelConfig,
+    *,
+    stage: int,
+    n_stages: int,
+    seed: int,
+    activation_checkpointing: bool = False,
+) -> StageModel:
     """Stage ``stage`` of ``n_stages`` with its initial weights."""
     layers = stage_layout(config.num_hidden_layers, n_stages)[stage]
     return StageModel(
-        config, layers=layers, first=stage == 0, last=stage == n_stages - 1, seed=seed
+        config,
+        layers=layers,
+        first=stage == 0,
+        last=stage == n_stages - 1,
+        seed=seed,
+        activation_checkpointing=activation_checkpointing,
     )
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from trainer.errors import ConfigError
 from trainer.model import TIED_EMBEDDING, TIED_HEAD, ModelConfig, stage_layout
@@ -35,6 +35,18 @@ from trainer.outer.accounting import allgather_bytes_per_outer_step, allreduce_b
 from trainer.outer.config import OuterConfig
 from trainer.outer.quantize import encoded_length
 
+Held = Literal["paper", "trainer"]
+HELD = (
+    "paper: the DiLoCoX setting on GPUs -- bf16 weights and gradients, fp32 master weights, "
+    "inner and outer state sharded over the D replicas (ZeRO-1; the trainer does NOT shard "
+    "them), optional host offload of the outer state (NOT implemented by the trainer), fused "
+    "attention, fixed headroom",
+    "trainer: what trainer/runtime holds today -- fp32 parameters, gradients and AdamW moments "
+    "(plus bf16 weight copies under autocast), every tensor whole on every replica, "
+    "activations as eager autograd keeps them in trainer/model.py, no headroom (tensor bytes "
+    "only, what trainer/memory.py measures)",
+)
+"""The two descriptions ``plan(held=...)`` can use."""
 GB = 1e9
 """Decimal gigabytes, as GPU memory is sold (80 GB A800)."""
 SHORT_NAMES = {
@@ -108,6 +120,23 @@ class Precision:
     activations: int = 2
     """bf16 activations."""
 
+    @classmethod
+    def of_trainer(cls, precision: str) -> Precision:
+        """What this trainer holds at ``TrainConfig.precision`` (trainer/runtime/inner.py):
+        fp32 parameters and gradients (fp64 at ``fp64``), AdamW's two moments next to them (the
+        parameters are the master weights: no separate copy); under ``bf16`` autocast also a
+        bf16 copy of every weight matrix, cached for the step (``weights`` 4 + 2)."""
+        if precision not in ("fp32", "bf16", "fp64"):
+            raise ConfigError(f"expected precision fp32, bf16 or fp64, got {precision!r}")
+        size = 8 if precision == "fp64" else 4
+        return cls(
+            weights=size + (2 if precision == "bf16" else 0),
+            gradients=size,
+            inner_optimizer=2 * size,
+            outer=4,
+            activations=2 if precision == "bf16" else size,
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class Accelerator:
@@ -155,6 +184,13 @@ class StageMemory:
     @property
     def fits(self) -> bool:
         return self.total_bytes <= self.capacity_bytes
+
+    @property
+    def inner_step_bytes(self) -> float:
+        """Weights, gradients, AdamW state and activations: what one inner step holds without
+        the outer algorithm's tensors and headroom (what trainer/memory.py measures)."""
+        names = ("weights", "gradients", "inner AdamW state", "activations")
+        return sum(item.bytes for item in self.items if item.name in names)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -239,6 +275,8 @@ class Plan:
     stages: tuple[StageMemory, ...]
     comm: CommPlan
     assumptions: tuple[str, ...] = field(default=())
+    held: Held = "paper"
+    """What a stage is assumed to hold (:data:`HELD`)."""
 
     @property
     def fits(self) -> bool:
@@ -286,6 +324,7 @@ class Plan:
             "outer": {"rank": self.outer.rank, "bits": self.outer.bits, "overlapped": self.outer.overlapped,
                       "error_feedback": self.outer.error_feedback, "offload_outer": self.offload_outer},
             "fits": self.fits,
+            "held": self.held,
             "stages": [
                 {"stage": s.stage, "parameters": s.parameters, "total_bytes": s.total_bytes, "fits": s.fits,
                  "items": [asdict(item) for item in s.items]}
@@ -371,8 +410,16 @@ def plan(
     link_mbit: float = 1000.0,
     inner_steps: int = 100,
     offload_outer: bool = False,
+    held: Held = "paper",
 ) -> Plan:
-    """Memory per GPU and communication per outer step (module docstring)."""
+    """Memory per GPU and communication per outer step (module docstring). ``held`` chooses
+    what a stage is assumed to hold: ``paper`` (the module docstring's GPU setting, with
+    ZeRO-style sharding over D, fused attention and headroom -- not all of which this trainer
+    implements) or ``trainer`` (what trainer/runtime holds today, :data:`HELD`)."""
+    if held not in ("paper", "trainer"):
+        raise ConfigError(f"expected held 'paper' or 'trainer', got {held!r}")
+    if held == "trainer" and offload_outer:
+        raise ConfigError("the trainer keeps the outer state on the device: offload_outer is planning-only")
     workload = workload or Workload()
     precision = precision or Precision()
     accelerator = accelerator or Accelerator()
@@ -386,7 +433,7 @@ def plan(
     shapes = [stage_parameter_shapes(model, stage=s, stages=placement.stages) for s in range(placement.stages)]
     workload = replace(workload, micro_batches=micro_batches)
     memory = tuple(
-        _stage_memory(model, s, shapes[s], placement, workload, precision, accelerator, outer, offload_outer)
+        _stage_memory(model, s, shapes[s], placement, workload, precision, accelerator, outer, offload_outer, held)
         for s in range(placement.stages)
     )
     # Only the outer algorithm's tensors travel: a tied copy on the last stage is not exchanged.
@@ -423,7 +470,9 @@ def plan(
         offload_outer=offload_outer,
         stages=memory,
         comm=comm,
-        assumptions=_assumptions(workload, accelerator, precision, offload_outer),
+        assumptions=(HELD[0] if held == "paper" else HELD[1],
+                     *_assumptions(workload, accelerator, precision, offload_outer)),
+        held=held,
     )
 
 
@@ -456,7 +505,8 @@ def fitting_alternatives(model: ModelConfig, *, placement: Placement, limit: int
     for stages in (placement.stages, 2 * placement.stages, 4 * placement.stages):
         if stages > model.num_hidden_layers:
             break
-        for offload in (False, True):
+        # The trainer cannot offload the outer state: with held="trainer" only the device.
+        for offload in (False,) if options.get("held") == "trainer" else (False, True):
             candidate = Placement(clusters=placement.clusters, stages=stages, data_parallel=placement.data_parallel)
             d = smallest_fitting_data_parallel(model, placement=candidate, limit=limit, **{**options, "offload_outer": offload})
             where = "host memory" if offload else "the GPU"
@@ -478,6 +528,49 @@ def block_activation_bytes(model: ModelConfig, *, tokens: int, bytes_per_element
     return tokens * bytes_per_element * (4 * d + (d + 2 * kv) + d + 4 * f)
 
 
+def trainer_block_activation_bytes(model: ModelConfig, *, tokens: int, precision: Precision) -> float:
+    """Activations one decoder layer of trainer/model.py keeps for its backward pass, as eager
+    autograd keeps them (counted tensor by tensor with ``saved_tensors_hooks``; the unit test
+    holds this formula to that count): each RMSNorm its fp32 input and normalised input (4d),
+    SDPA its rotated q, k and v (d + 2kv), the attention output (d) and the SwiGLU's gate,
+    up, activation and product (4f); the matrix products' inputs are the norms' outputs (2d)
+    at fp32, or under bf16 autocast a bf16 copy per projection (3 for q/k/v, 2 for gate/up,
+    1 for o_proj: 6d)."""
+    d, f, kv = model.hidden_size, model.intermediate_size, model.kv_dim
+    residual = 8 if precision.gradients == 8 else 4  # the residual stream keeps the parameters' dtype
+    if precision.activations == 2:  # bf16 autocast
+        per_token = 4 * d * residual + 2 * (6 * d + (d + 2 * kv) + 4 * f)
+    else:
+        per_token = residual * (4 * d + 2 * d + (d + 2 * kv) + d + 4 * f)
+    return tokens * per_token
+
+
+def _trainer_activations(
+    model: ModelConfig, *, layers: int, in_flight: int, tokens: int, last: bool, recompute: bool,
+    precision: Precision,
+) -> tuple[float, str]:
+    """Activation bytes of a stage of this trainer at its peak (1F1B, ``in_flight``
+    micro-batches between forward and backward)."""
+    residual = 8 if precision.gradients == 8 else 4
+    block = trainer_block_activation_bytes(model, tokens=tokens, precision=precision)
+    # The loss keeps fp32 log-probabilities per micro-batch in flight; its backward adds the
+    # log-probabilities' and the logits' gradients (fp32) for one micro-batch, freed before the
+    # layers' backward begins.
+    loss_kept = in_flight * tokens * model.vocab_size * 4 if last else 0.0
+    loss_backward = 2 * tokens * model.vocab_size * 4 if last else 0.0
+    if recompute:
+        # The one layer recomputed at a time and the loss's gradients are never alive together.
+        kept = layers * in_flight * tokens * model.hidden_size * residual + max(block if layers else 0.0, loss_backward)
+        note = f"{layers} layer inputs x {in_flight} micro-batches in flight + one layer recomputed"
+    else:
+        kept = layers * in_flight * block + loss_backward
+        note = f"{layers} layers x {in_flight} micro-batches in flight"
+    if last:
+        kept += loss_kept
+        note += " + fp32 log-probabilities and their gradients"
+    return kept, note
+
+
 def _stage_memory(
     model: ModelConfig,
     stage: int,
@@ -488,9 +581,10 @@ def _stage_memory(
     accelerator: Accelerator,
     outer: OuterConfig,
     offload_outer: bool,
+    held: Held = "paper",
 ) -> StageMemory:
     S, D = placement.stages, placement.data_parallel
-    held = sum(math.prod(shape) for _, shape in shapes)
+    stage_parameters = sum(math.prod(shape) for _, shape in shapes)
     # The last stage's copy of a tied embedding trains (weights, gradients, AdamW) but the outer
     # algorithm leaves it out (docs/trainer.md, "Tied embeddings across stages").
     outer_params = sum(
@@ -513,13 +607,21 @@ def _stage_memory(
     if stage == S - 1:
         kept += tokens * model.vocab_size * 4  # fp32 logits for the loss
         activation_note += " + fp32 logits"
-    where = "host memory" if offload_outer else f"sharded over D={D}"
-    outer_bytes = 0.0 if offload_outer else outer_params * precision.outer / D
+    # The trainer holds every tensor whole on each replica (no ZeRO sharding, no offload).
+    shards = D if held == "paper" else 1
+    if held == "trainer":
+        kept, activation_note = _trainer_activations(
+            model, layers=layers, in_flight=in_flight, tokens=tokens, last=stage == S - 1,
+            recompute=workload.recompute, precision=precision,
+        )
+    where = "host memory" if offload_outer else f"sharded over D={shards}"
+    outer_bytes = 0.0 if offload_outer else outer_params * precision.outer / shards
+    count = stage_parameters
     items = [
-        MemoryItem(name="weights", bytes=held * precision.weights, note=f"{held:,} parameters, {precision.weights} B each"),
-        MemoryItem(name="gradients", bytes=held * precision.gradients, note=f"{precision.gradients} B each"),
-        MemoryItem(name="inner AdamW state", bytes=held * precision.inner_optimizer / D,
-                   note=f"fp32 master + 2 moments, sharded over D={D}"),
+        MemoryItem(name="weights", bytes=count * precision.weights, note=f"{count:,} parameters, {precision.weights} B each"),
+        MemoryItem(name="gradients", bytes=count * precision.gradients, note=f"{precision.gradients} B each"),
+        MemoryItem(name="inner AdamW state", bytes=count * precision.inner_optimizer / shards,
+                   note=f"{precision.inner_optimizer} B: master + moments, sharded over D={shards}"),
         MemoryItem(name="outer global copy", bytes=outer_bytes, note=f"fp32 θ, {where}"),
         MemoryItem(name="outer momentum", bytes=outer_bytes, note=f"fp32 Nesterov buffer, {where}"),
     ]
@@ -528,11 +630,13 @@ def _stage_memory(
     if outer.overlapped:
         items.append(MemoryItem(name="one-step-delay references", bytes=2 * outer_bytes,
                                 note=f"fp32 look-ahead + contributed reference, {where}"))
+    headroom = accelerator.headroom_gb * GB if held == "paper" else 0.0
     items += [
         MemoryItem(name="activations", bytes=kept, note=activation_note),
-        MemoryItem(name="headroom", bytes=accelerator.headroom_gb * GB, note="CUDA context, NCCL buffers, fragmentation"),
+        MemoryItem(name="headroom", bytes=headroom, note="CUDA context, NCCL buffers, fragmentation"),
     ]
-    return StageMemory(stage=stage, parameters=held, items=tuple(items), capacity_bytes=accelerator.memory_gb * GB)
+    return StageMemory(stage=stage, parameters=stage_parameters, items=tuple(items),
+                       capacity_bytes=accelerator.memory_gb * GB)
 
 
 def _assumptions(

@@ -9,7 +9,10 @@ One inner step after the pipeline's backward pass:
    by C (synchronous data parallelism -- the baseline DiLoCo is compared against);
 3. the global gradient norm over the whole cluster (every stage, the tied matrix counted once)
    is computed from per-stage sums of squares gathered in stage order, and gradients are
-   clipped to ``grad_clip``;
+   clipped to ``grad_clip`` -- all of it on the device, without a host sync: each stage's sum
+   of squares is one float64 tensor, one all-gather brings every stage's, and the clipping
+   factor multiplies the gradients as a tensor (the host reads the norm once per round, when
+   the worker reports it);
 4. the learning rate for this global inner step is set and AdamW steps.
 
 The schedule is a function of the global inner step i: linear warm-up to ``lr`` over
@@ -42,7 +45,6 @@ import torch.distributed as dist
 from trainer.config import InnerConfig, Precision
 from trainer.errors import CheckpointError
 from trainer.model import TIED_HEAD, StageModel
-from trainer.runtime.collectives import gather_floats, ordered_sum
 
 
 def parameter_dtype(precision: Precision) -> torch.dtype:
@@ -85,21 +87,36 @@ def inner_adamw(parameters: Iterable[torch.nn.Parameter], config: InnerConfig) -
     )
 
 
-def sum_of_squares(tensors: Iterable[torch.Tensor]) -> float:
-    """Σ x² over every element, accumulated in float64 tensor by tensor (in the given order)."""
-    total = 0.0
+def square_sum(tensors: Iterable[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """Σ x² over every element as a float64 scalar tensor on ``device``, accumulated tensor by
+    tensor in the given order -- the same float64 additions, in the same order, as summing the
+    per-tensor values on the host, without reading any of them back."""
+    total = torch.zeros((), dtype=torch.float64, device=device)
     for t in tensors:
-        total += float(t.detach().double().pow(2).sum())
+        total += t.detach().double().pow(2).sum()
     return total
 
 
-def clip_to_norm(grads: Sequence[torch.Tensor], norm: float, max_norm: float) -> None:
+def sum_of_squares(tensors: Iterable[torch.Tensor]) -> float:
+    """:func:`square_sum` on the CPU, read back as a float."""
+    return float(square_sum(tensors, torch.device("cpu")))
+
+
+def clip_to_norm(grads: Sequence[torch.Tensor], norm: float | torch.Tensor, max_norm: float) -> None:
     """Scale ``grads`` in place so that their global L2 norm ``norm`` is at most ``max_norm``
-    (0 disables clipping)."""
-    if max_norm > 0 and norm > max_norm:
-        scale = max_norm / (norm + 1e-6)
+    (0 disables clipping). A tensor ``norm`` stays on its device: every gradient is multiplied
+    by the factor, 1 when no clipping is due (x * 1 is x, bit for bit), so no branch needs
+    the norm's value on the host."""
+    if max_norm <= 0:
+        return
+    if isinstance(norm, torch.Tensor):
+        scale = torch.where(norm > max_norm, max_norm / (norm + 1e-6), torch.ones_like(norm))
         for g in grads:
-            g.mul_(scale)
+            g.mul_(scale.to(g.device))
+        return
+    if norm > max_norm:
+        for g in grads:
+            g.mul_(max_norm / (norm + 1e-6))
 
 
 class InnerOptimizer:
@@ -158,17 +175,26 @@ class InnerOptimizer:
             group["lr"] = lr
         self.optimizer.step()
         sent = sum(g.numel() * g.element_size() for g in grads) if allreduce is not None else 0
-        return InnerStepStats(grad_norm=norm, lr=lr, comm_seconds=comm_seconds, bytes_sent=sent)
+        return InnerStepStats(norm=norm, lr=lr, comm_seconds=comm_seconds, bytes_sent=sent)
 
-    def _global_norm(self) -> float:
-        """L2 norm of the cluster's whole gradient, reduced in stage order on every stage."""
+    def _global_norm(self) -> torch.Tensor:
+        """L2 norm of the cluster's whole gradient, reduced in stage order on every stage: a
+        float64 scalar on the device (no host sync). Bit for bit the value the host-side sum
+        gave: the same float64 additions in the same order, then an IEEE square root."""
         # The tied matrix is counted once, on stage 0 (zero_grad gave every parameter a .grad).
-        squares = sum_of_squares(
-            p.grad for name, p in self.named
-            if p.grad is not None and not (name == TIED_HEAD and self.module.holds_tied_copy)
+        squares = square_sum(
+            (
+                p.grad for name, p in self.named
+                if p.grad is not None and not (name == TIED_HEAD and self.module.holds_tied_copy)
+            ),
+            self.device,
         )
-        per_stage = gather_floats([squares], self.pipeline, self.device)
-        return math.sqrt(ordered_sum([v[0] for v in per_stage]))
+        per_stage = [torch.empty_like(squares) for _ in range(dist.get_world_size(self.pipeline))]
+        dist.all_gather(per_stage, squares, group=self.pipeline)
+        total = per_stage[0]
+        for value in per_stage[1:]:  # stage order, as collectives.ordered_sum
+            total = total + value
+        return total.sqrt()
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """AdamW state by parameter name: ``<name>.exp_avg``, ``<name>.exp_avg_sq``, ``<name>.step``."""
@@ -196,10 +222,15 @@ class InnerOptimizer:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InnerStepStats:
-    grad_norm: float
-    """Global gradient norm before clipping."""
+    norm: torch.Tensor
+    """Global gradient norm before clipping, a float64 scalar still on the device."""
     lr: float
     comm_seconds: float
     """Time in the AllReduce baseline's gradient all-reduce (0 otherwise)."""
     bytes_sent: int
     """Gradient bytes this process contributed to the all-reduce (0 otherwise)."""
+
+    @property
+    def grad_norm(self) -> float:
+        """The norm on the host (a device sync: read it once per round, not per step)."""
+        return float(self.norm)

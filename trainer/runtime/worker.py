@@ -212,7 +212,13 @@ class _Process:
         self.groups = create_groups(
             self.stages, self.stage, tied_embeddings=tied, data_parallel=self.replicas, replica=self.replica
         )
-        self.module = build_stage(config.model, stage=self.stage, n_stages=self.stages, seed=config.seed).to(
+        self.module = build_stage(
+            config.model,
+            stage=self.stage,
+            n_stages=self.stages,
+            seed=config.seed,
+            activation_checkpointing=config.activation_checkpointing,
+        ).to(
             device, dtype=parameter_dtype(config.precision)
         )
         self.runner = PipelineRunner(

@@ -1,4 +1,4 @@
-"""``veritrain bench comm|ledger|storage|data|audit``: the measurements behind the project's claims.
+"""``veritrain bench comm|ledger|storage|data|audit|throughput``: the measurements behind the project's claims.
 
 Each command parses its options and calls its benchmark's one entry point in
 ``veritrain.bench``; ``--json`` prints that result as one JSON object on stdout (progress goes
@@ -127,6 +127,39 @@ def audit(
 
     config = AuditBenchConfig(quick=quick, inner_steps=inner_steps, seed=seed, workdir=workdir)
     _print(run_audit_bench(config, say=_say), json_output)
+
+
+@app.command("throughput")
+def throughput(
+    json_output: Json = False,
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    precision: Annotated[str, typer.Option(help="fp32, bf16 (autocast) or fp64.")] = "fp32",
+    activation_checkpointing: Annotated[
+        bool, typer.Option("--activation-checkpointing", help="Recompute each decoder layer in the backward pass.")
+    ] = False,
+    preset: Annotated[str, typer.Option(help="Model preset (trainer/presets.py).")] = "small",
+    stages: Annotated[int, typer.Option(min=1, help="S: pipeline stages of the cluster.")] = 2,
+    micro_batches: Annotated[int, typer.Option(min=1, help="Micro-batches per inner step.")] = 4,
+    micro_batch_size: Annotated[int, typer.Option(min=1, help="Sequences per micro-batch.")] = 4,
+    steps: Annotated[int, typer.Option(min=1, help="Inner steps timed per stage.")] = 3,
+    peak_tflops: Annotated[
+        float | None, typer.Option(min=1e-6, help="The device's peak TFLOP/s for MFU (default: a matrix product's measured rate).")
+    ] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="CPU intra-op threads (default: torch's).")] = None,
+) -> None:
+    """Tokens/s, MFU and each stage's measured peak memory next to the planner's estimate."""
+    from veritrain.bench.step_throughput import ThroughputBenchConfig, run_throughput_bench
+
+    if device not in ("cpu", "cuda"):
+        raise typer.BadParameter(f"expected cpu or cuda, got {device!r}", param_hint="--device")
+    if precision not in ("fp32", "bf16", "fp64"):
+        raise typer.BadParameter(f"expected fp32, bf16 or fp64, got {precision!r}", param_hint="--precision")
+    config = ThroughputBenchConfig(
+        preset=preset, device=device, precision=precision,  # type: ignore[arg-type]  # checked above
+        activation_checkpointing=activation_checkpointing, stages=stages, micro_batches=micro_batches,
+        micro_batch_size=micro_batch_size, timed_steps=steps, peak_tflops=peak_tflops, threads=threads,
+    )
+    _print(run_throughput_bench(config, say=_say), json_output)
 
 
 def _print(result: Any, json_output: bool) -> None:

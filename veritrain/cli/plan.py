@@ -27,14 +27,24 @@ def plan(
     micro_batches: Annotated[int, typer.Option(min=0, help="Micro-batches per replica per inner step (0: S).")] = 0,
     recompute: Annotated[bool, typer.Option("--recompute/--no-recompute", help="Full activation recomputation.")] = True,
     mfu: Annotated[float, typer.Option(min=0.01, max=1.0, help="Model FLOPs utilisation for compute time.")] = 0.4,
-    offload_outer: Annotated[bool, typer.Option(help="Keep the outer state in host memory.")] = False,
+    offload_outer: Annotated[
+        bool, typer.Option(help="Keep the outer state in host memory (planning only: the trainer does not offload).")
+    ] = False,
+    held: Annotated[
+        str,
+        typer.Option(help="paper: the DiLoCoX GPU setting (ZeRO sharding over D, offload: not implemented by the trainer); "
+                     "trainer: what this trainer holds today (no sharding), as measured by `veritrain bench throughput`."),
+    ] = "paper",
+    precision: Annotated[
+        str, typer.Option(help="With --held trainer: the trainer's fp32, bf16 or fp64 (--held paper assumes bf16 mixed precision).")
+    ] = "bf16",
     json_output: Annotated[bool, typer.Option("--json", help="Print the plan as one JSON object.")] = False,
 ) -> None:
     """Will the model fit, and how long does each outer step communicate: AllReduce vs DiLoCoX."""
     from dataclasses import replace
 
     from trainer.errors import ConfigError
-    from trainer.planner import Accelerator, Placement, Workload, fitting_alternatives
+    from trainer.planner import Accelerator, Placement, Precision, Workload, fitting_alternatives
     from trainer.planner import plan as make_plan
     from trainer.presets import MODEL_PRESETS, run_preset
 
@@ -52,7 +62,13 @@ def plan(
         "outer": outer,
         "link_mbit": bandwidth,
         "inner_steps": inner_steps,
+        "held": held,
     }
+    if held not in ("paper", "trainer"):
+        raise ConfigError(f"expected --held paper or trainer, got {held!r}")
+    if held == "trainer":
+        options["precision"] = Precision.of_trainer(precision)
+        options["accelerator"] = Accelerator(memory_gb=gpu_memory, mfu=mfu, headroom_gb=0.0)
     placement = Placement(clusters=clusters, stages=stages, data_parallel=data_parallel)
     result = make_plan(model, placement=placement, offload_outer=offload_outer, **options)
     alternatives = [] if result.fits else fitting_alternatives(model, placement=placement, **options)

@@ -84,6 +84,13 @@ def train(
         str | None,
         typer.Option(help="fp32 (default), bf16 (autocast of the inner steps' passes) or fp64; recorded in the configuration."),
     ] = None,
+    activation_checkpointing: Annotated[
+        bool,
+        typer.Option(
+            "--activation-checkpointing",
+            help="Recompute each decoder layer in the backward pass (less memory, same bits); recorded in the configuration.",
+        ),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or per-step lines.")] = False,
 ) -> None:
     """Train, printing one line per outer step and recording every step."""
@@ -104,7 +111,7 @@ def train(
     folder_resume = Path(resume) if resume is not None and Path(resume).is_dir() else None
     if resume is not None and folder_resume is None:
         # A run id: the ledger holds its configuration, data and state.
-        if config or preset or any(v is not None for v in (clusters, stages, data_parallel, outer_steps, inner_steps, method, seed, run_id, text_field, precision)) or data:
+        if config or preset or any(v is not None for v in (clusters, stages, data_parallel, outer_steps, inner_steps, method, seed, run_id, text_field, precision)) or data or activation_checkpointing:
             raise typer.BadParameter("--resume RUN_ID continues the run as recorded; drop the other options")
         summary = resume_recorded(settings, resume, cluster_keys=key_dir, placement=placement, quiet=quiet)
         if summary is not None and not quiet:
@@ -137,6 +144,8 @@ def train(
     )
     if precision is not None:
         chosen = replace(chosen, precision=precision)  # type: ignore[arg-type]  # TrainConfig checks the value
+    if activation_checkpointing:
+        chosen = replace(chosen, activation_checkpointing=True)
     if workdir is None and folder_resume is None:
         if run_id is None and config is None:
             if placement is not None:

@@ -49,3 +49,18 @@ def test_a_run_preset_is_planned_with_its_own_dilocox_settings() -> None:
     int4 = json.loads(runner.invoke(app, [*tiny, "--bits", "4", "--json"]).output)
     assert own["outer"]["bits"] == 2 and int4["outer"]["bits"] == 4
     assert own["comm"]["bytes_ratio"] > 1000 > int4["comm"]["bytes_ratio"]
+
+
+def test_held_trainer_plans_what_the_trainer_holds_and_refuses_offload() -> None:
+    result = runner.invoke(app, ["plan", "--preset", "small", "--stages", "2", "--data-parallel", "2", "--held", "trainer",
+                                 "--precision", "fp32", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert plan["held"] == "trainer"
+    items = {item["name"]: item["bytes"] for item in plan["stages"][0]["items"]}
+    parameters = plan["stages"][0]["parameters"]
+    # No sharding over D: every replica holds its stage's fp32 weights, gradients and both moments.
+    assert (items["weights"], items["gradients"], items["inner AdamW state"]) == (4 * parameters, 4 * parameters, 8 * parameters)
+    assert items["headroom"] == 0
+    refused = runner.invoke(app, ["plan", "--preset", "small", "--stages", "2", "--held", "trainer", "--offload-outer"])
+    assert refused.exit_code != 0
