@@ -105,6 +105,10 @@ class OuterConfig:
     cluster is wrong, so flags are recorded and nothing is excluded."""
     anomaly_norm_ratio: float = 10.0
     """A norm more than this many times the reference norm is flagged."""
+    anomaly_min_norm_ratio: float = 0.6
+    """... and so is one below this share of the median norm of the other clusters' this round
+    (honest clusters of one round were within 15 % of each other in ``veritrain bench poison``;
+    one that took H/4 inner steps sent 0.4-0.55 of their norm)."""
     anomaly_min_cosine: float = 0.02
     """A contribution whose cosine with the other clusters' mean is below this is flagged."""
     anomaly_cosine_ratio: float = 0.3
@@ -119,9 +123,10 @@ class OuterConfig:
     anomaly_held_out_ratio: float = 0.5
     """A contribution whose held-out loss gain is below this share of the other clusters'
     median gain is flagged."""
-    anomaly_own_data_ratio: float = 0.3
+    anomaly_own_data_ratio: float = 0.0
     """A contribution whose extra gain on its own data (over held-out data) is below this share
-    of the other clusters' median is flagged."""
+    of the other clusters' median is flagged (0: only one that gains less on its own data than
+    on held-out data, while the others gain more)."""
     anomaly_probe_batches: int = 1
     """Held-out batches (the first ones) every contribution is scored on."""
     anomaly_own_batches: int = 2
@@ -159,6 +164,8 @@ class OuterConfig:
         _require(self, "stall_rounds", self.stall_rounds >= 1, ">= 1")
         _require(self, "stall_tolerance", self.stall_tolerance >= 0.0, ">= 0")
         _require(self, "anomaly_norm_ratio", self.anomaly_norm_ratio > 1.0, "> 1")
+        _require(self, "anomaly_min_norm_ratio", 0.0 <= self.anomaly_min_norm_ratio < 1.0,
+                 "in [0, 1)")
         _require(self, "anomaly_min_cosine", -1.0 <= self.anomaly_min_cosine < 1.0, "in [-1, 1)")
         _require(self, "anomaly_cosine_ratio", 0.0 <= self.anomaly_cosine_ratio < 1.0, "in [0, 1)")
         _require(self, "anomaly_history", self.anomaly_history >= 1, ">= 1")

@@ -12,8 +12,12 @@ recomputes the numbers (or reads them from the entry) gets it too. The rules, pe
 
 1. ``non_finite``: a NaN or Inf anywhere. Always excluded, whatever else holds.
 2. ``empty``: the contribution is exactly zero (a free-rider sending nothing).
-3. ``norm``: ``‖Δ_i‖`` above ``norm_ratio`` times the reference, the median of the norms
-   accepted in the last ``history`` rounds and of this round's other finite contributions.
+3. ``large_norm``: ``‖Δ_i‖`` above ``norm_ratio`` times the reference, the median of the norms
+   accepted in the last ``history`` rounds and of this round's other finite contributions;
+   ``small_norm``: below ``min_norm_ratio`` times the median of this round's other
+   contributions that are neither empty nor flagged ``large_norm`` (a cluster that took a
+   fraction of the inner steps; only this round's norms make that reference: norms shrink from
+   round to round as training settles).
 4. ``direction``: ``a_i = cos(Δ_i, mean of the other clusters' Δ)`` below
    ``max(min_cosine, cosine_ratio · A)``, ``A`` the median of recently accepted agreements.
    With two clusters the two agreements are one number; the tie is broken by each cluster's
@@ -63,6 +67,7 @@ class VerdictRule:
     """The thresholds of the rules (from ``OuterConfig``, recorded in the genesis)."""
 
     norm_ratio: float
+    min_norm_ratio: float
     min_cosine: float
     cosine_ratio: float
     history: int
@@ -75,6 +80,7 @@ class VerdictRule:
     def from_config(cls, config: OuterConfig) -> VerdictRule:
         return cls(
             norm_ratio=config.anomaly_norm_ratio,
+            min_norm_ratio=config.anomaly_min_norm_ratio,
             min_cosine=config.anomaly_min_cosine,
             cosine_ratio=config.anomaly_cosine_ratio,
             history=config.anomaly_history,
@@ -138,7 +144,9 @@ class ContributionStatistics:
         n = first.clusters
         if any(s.clusters != n for s in stages):
             counts = [s.clusters for s in stages]
-            raise OuterStateError(f"expected statistics of {n} clusters from every stage, got {counts}")
+            raise OuterStateError(
+                f"expected statistics of {n} clusters from every stage, got {counts}"
+            )
         gram = [[0.0] * n for _ in range(n)]
         for s in stages:
             for i in range(n):
@@ -343,9 +351,23 @@ def _check_norms(
         others = [o.norm for j, o in enumerate(measures) if j != i and o.norm is not None]
         reference = _median(past + others)
         if reference is not None and reference > 0 and m.norm > rule.norm_ratio * reference:
-            failures[i]["norm"] = (
+            failures[i]["large_norm"] = (
                 f"norm {m.norm:.4g} is {m.norm / reference:.1f}x the reference {reference:.4g} "
                 f"(limit {rule.norm_ratio:g}x)"
+            )
+    # Small norms against this round's others that are neither empty nor blown up (a x100
+    # cluster would make every honest one look small).
+    plausible = [
+        i
+        for i, m in enumerate(measures)
+        if m.norm and not {"empty", "large_norm"} & set(failures[i])
+    ]
+    for i, m in enumerate(measures):
+        now = _median([measures[j].norm or 0.0 for j in plausible if j != i])
+        if m.norm and now is not None and m.norm < rule.min_norm_ratio * now:
+            failures[i]["small_norm"] = (
+                f"norm {m.norm:.4g} is {m.norm / now:.2f}x the other clusters' median {now:.4g} "
+                f"(at least {rule.min_norm_ratio:g}x expected)"
             )
 
 

@@ -76,7 +76,7 @@ def test_honest_clusters_are_clean() -> None:
 
 @pytest.mark.parametrize(
     ("attack", "flag"),
-    [("scale", "norm"), ("sign", "direction"), ("noise", "direction"), ("zero", "empty")],
+    [("scale", "large_norm"), ("sign", "direction"), ("noise", "direction"), ("zero", "empty")],
 )
 def test_each_statistical_attack_is_flagged_and_excluded_among_four(attack: str, flag: str) -> None:
     contributions = honest(4)
@@ -115,18 +115,26 @@ def test_a_harmful_contribution_is_flagged_by_its_held_out_score() -> None:
 
 
 def test_a_cluster_no_better_on_its_own_data_is_flagged() -> None:
-    """Trained on other data: it helps held-out data as much as the others, its own no more."""
-    scores = [score(-0.20, -0.30), score(-0.21, -0.32), score(-0.20, -0.20), score(-0.19, -0.29)]
+    """Trained on other data: it helps held-out data as much as the others, its own less."""
+    scores = [score(-0.20, -0.30), score(-0.21, -0.32), score(-0.20, -0.15), score(-0.19, -0.29)]
     verdicts = decide(RULE, measures(honest(4)), scores, VerdictHistory(8))
     assert [v.flags for v in verdicts] == [(), (), ("own_data",), ()]
     assert "own data" in verdicts[2].reason
+
+
+def test_a_cluster_that_took_a_fraction_of_the_inner_steps_is_flagged_by_its_norm() -> None:
+    contributions = honest(4)
+    contributions[0] = [0.4 * t for t in contributions[0]]
+    verdicts = decide(RULE, measures(contributions), None, VerdictHistory(8))
+    assert [v.flags for v in verdicts] == [("small_norm",), (), (), ()]
+    assert verdicts[0].excluded
 
 
 def test_two_clusters_record_flags_but_exclude_nothing() -> None:
     contributions = honest(2)
     contributions[1] = [100 * t for t in contributions[1]]
     verdicts = decide(RULE, measures(contributions), None, VerdictHistory(8))
-    assert [v.flags for v in verdicts] == [(), ("norm",)]
+    assert [v.flags for v in verdicts] == [(), ("large_norm",)]
     assert [v.excluded for v in verdicts] == [False, False]
 
 
@@ -154,7 +162,7 @@ def test_exclusion_can_be_turned_off() -> None:
     contributions = honest(4)
     contributions[0] = [100 * t for t in contributions[0]]
     verdicts = decide(rule, measures(contributions), None, VerdictHistory(8))
-    assert verdicts[0].flags == ("norm",) and not verdicts[0].excluded
+    assert verdicts[0].flags == ("large_norm",) and not verdicts[0].excluded
 
 
 def test_stages_of_one_cluster_reach_one_verdict_when_each_sees_a_part() -> None:
