@@ -35,7 +35,14 @@ import torch
 
 from records.data_manifest import DataManifest
 from records.genesis import ClusterKeys
-from records.outer_step import Anomaly, ContributionRef, DataRange, QuoteRef, StageContribution
+from records.outer_step import (
+    Anomaly,
+    ClusterVerdict,
+    ContributionRef,
+    DataRange,
+    QuoteRef,
+    StageContribution,
+)
 from trainer.data.shards import ShardSource
 
 
@@ -132,6 +139,8 @@ class AppliedRound:
     rank: int
     bits: int
     stats: Mapping[str, float] = field(default_factory=dict)
+    verdicts: Sequence[ClusterVerdict] = ()
+    """One per cluster, the same in every stage (``anomalies`` are the flagged ones)."""
 
 
 TIMING_METRICS = frozenset({"compute_seconds", "comm_seconds", "exposed_comm_seconds", "wall_seconds"})

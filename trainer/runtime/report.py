@@ -9,7 +9,8 @@ tensors); the coordinator combines them:
   over its stages (for AllReduce, its gradient bytes over the H all-reduces);
 * contribution digests: every (cluster, stage)'s own payload digest for this round;
 * applied rounds: each stage's ``OuterUpdate`` for the same round merged into one entry, with
-  norms combined over stages as sqrt(sum of squares) and anomalies tagged with their stage.
+  norms combined over stages as sqrt(sum of squares) and the round's verdicts, one per cluster,
+  which every stage must have reached alike.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from trainer.data.assignment import AssignmentRule
+from trainer.errors import TrainerError
 from trainer.outer.protocol import OuterUpdate
 from trainer.recorder import (
     AnomalyFlag,
@@ -140,6 +142,13 @@ def _applied_rounds(reports: Sequence[RankReport]) -> list[AppliedRound]:
                 if key.endswith("norm"):
                     squares[key] = squares.get(key, 0.0) + value * value
         stats.update({key: math.sqrt(value) for key, value in squares.items()})
+        verdicts = list(stage_updates[0][1].verdicts)
+        for stage, update in stage_updates[1:]:
+            if list(update.verdicts) != verdicts:
+                raise TrainerError(
+                    f"expected every stage to reach the verdicts of stage {stage_updates[0][0]} on "
+                    f"round {round_}, stage {stage} reached others"
+                )
         applied.append(
             AppliedRound(
                 round=round_,
@@ -152,10 +161,11 @@ def _applied_rounds(reports: Sequence[RankReport]) -> list[AppliedRound]:
                     key=lambda c: (c.cluster, c.stage),
                 ),
                 anomalies=[
-                    AnomalyFlag(round=round_, cluster=a.cluster, stage=stage, reason=a.reason, excluded=a.excluded)
-                    for stage, update in stage_updates
-                    for a in update.anomalies
+                    AnomalyFlag(round=round_, cluster=v.cluster, reason=v.reason, excluded=v.excluded)
+                    for v in verdicts
+                    if v.flags
                 ],
+                verdicts=verdicts,
                 payload_bytes=sum(update.payload_bytes for _, update in stage_updates),
                 rank=max(update.rank for _, update in stage_updates),
                 bits=max(update.bits for _, update in stage_updates),

@@ -6,7 +6,9 @@ import math
 
 import pytest
 
+from records.outer_step import ClusterVerdict
 from trainer.data.assignment import AssignmentRule
+from trainer.errors import TrainerError
 from trainer.outer.protocol import Anomaly, OuterUpdate
 from trainer.runtime.report import RankReport, build_record
 
@@ -14,11 +16,22 @@ RULE = AssignmentRule(context=8, sequences_per_step=4, clusters=2, seed=0, shard
                       train_shards=(0, 1, 3), eval_shards=(2,))
 
 
-def update(stage: int, *, anomalies: list[Anomaly] | None = None) -> OuterUpdate:
+def verdict(cluster: int, *, flagged: bool = False, excluded: bool = False) -> ClusterVerdict:
+    return ClusterVerdict(
+        cluster=cluster, norm=1.0, agreement=0.8, previous=None, score=None,
+        flags=("large_norm",) if flagged else (), reason="norm 80x" if flagged else "", excluded=excluded,
+    )
+
+
+VERDICTS = [verdict(0), verdict(1, flagged=True)]
+
+
+def update(stage: int, *, verdicts: list[ClusterVerdict] = VERDICTS) -> OuterUpdate:
     return OuterUpdate(
         round=3,
         contribution_digests=[f"c0s{stage}", f"c1s{stage}"],
-        anomalies=anomalies or [],
+        anomalies=[Anomaly(cluster=v.cluster, reason=v.reason, excluded=v.excluded) for v in verdicts if v.flags],
+        verdicts=verdicts,
         payload_bytes=100 * (stage + 1),
         rank=4,
         bits=8,
@@ -33,7 +46,7 @@ def report(cluster: int, stage: int, **changes: object) -> RankReport:
         "files": {f"inner-{cluster}-{stage}": "d"},
         "contribution_digest": f"c{cluster}s{stage}",
         "contribution_stats": {"pseudo_gradient_norm": 1.0},
-        "updates": [update(stage, anomalies=[Anomaly(cluster=1, reason="norm 80x", excluded=False)] if stage == 1 else None)],
+        "updates": [update(stage)],
         "train_loss": (2.0 + cluster) if stage == 1 else None,
         "eval_loss": 1.5 if (cluster, stage) == (0, 1) else None,
         "grad_norm": 0.5,
@@ -62,7 +75,7 @@ def test_record_combines_losses_seconds_bytes_and_norms() -> None:
     assert (m["rank"], m["bits"]) == (4, 8)
 
 
-def test_record_lists_every_contribution_and_tags_anomalies_with_their_stage() -> None:
+def test_record_lists_every_contribution_and_one_verdict_per_cluster() -> None:
     reports = [report(c, s) for c in (0, 1) for s in (0, 1)]
     record = build_record(step=3, inner_steps=5, method="dilocox", first_inner_step=15, tokens_before=0,
                           rule=RULE, reports=reports, wall_seconds=1.0)
@@ -72,9 +85,20 @@ def test_record_lists_every_contribution_and_tags_anomalies_with_their_stage() -
     (applied,) = record.applied
     assert applied.round == 3 and applied.payload_bytes == 300
     assert [(c.cluster, c.stage) for c in applied.contribution_digests] == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert [(a.round, a.cluster, a.stage) for a in record.anomalies] == [(3, 1, 1)]
+    assert [(a.round, a.cluster, a.reason) for a in record.anomalies] == [(3, 1, "norm 80x")]
+    assert applied.verdicts == VERDICTS
     assert record.flagged_clusters == [1]
     assert len(record.files) == 4
+
+
+def test_stages_that_reach_different_verdicts_are_refused() -> None:
+    """The verdict on a cluster is the cluster's, not a stage's: stage 1 excluding cluster 1
+    while stage 0 keeps it would average different clusters in different stages."""
+    split = [verdict(0), verdict(1, flagged=True, excluded=True)]
+    reports = [report(c, s, updates=[update(s, verdicts=split if s == 1 else VERDICTS)]) for c in (0, 1) for s in (0, 1)]
+    with pytest.raises(TrainerError, match="stage 1 reached others"):
+        build_record(step=3, inner_steps=5, method="dilocox", first_inner_step=15, tokens_before=0,
+                     rule=RULE, reports=reports, wall_seconds=1.0)
 
 
 def test_data_ranges_follow_the_assignment_rule() -> None:
