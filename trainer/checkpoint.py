@@ -14,6 +14,10 @@ the process that owns it -- nothing gathers the whole model in one process:
 * ``outer-cluster0000C-stage0000S.safetensors``: the outer algorithm's ``state_dict()`` (global
   fp32 parameters, outer momentum, error feedback, rank state, pending payload). Absent for the
   AllReduce baseline.
+* ``exchange-stage0000S.safetensors``: every cluster's payload of that stage for each round
+  applied in the step (``round000123.cluster00001``: 1-D uint8, the bytes whose SHA-256 the
+  entry records), so a verifier can recompute the round's verdicts and contribution scores.
+  Written by cluster 0's process of that stage; absent when the step applied no exchange.
 * ``trainer_state.json``: step, data cursor, the next round's H, the pending exchange's round
   and signals, the configuration digest. Written by the coordinator (global rank 0).
 * ``config.json``, ``generation_config.json`` and the tokenizer's files (trainer/hf_repo.py):
@@ -27,7 +31,8 @@ index, the manifest) is the recorder's job.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +59,43 @@ def inner_file(cluster: int, stage: int) -> str:
 
 def outer_file(cluster: int, stage: int) -> str:
     return f"outer-cluster{cluster:05d}-stage{stage:05d}.safetensors"
+
+
+def exchange_file(stage: int) -> str:
+    return f"exchange-stage{stage:05d}.safetensors"
+
+
+def exchange_tensors(payloads: Mapping[int, Sequence[torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The exchange file of one stage: round -> every cluster's payload, cluster order."""
+    return {
+        f"round{round_:06d}.cluster{cluster:05d}": payload.detach().cpu().contiguous()
+        for round_, gathered in payloads.items()
+        for cluster, payload in enumerate(gathered)
+    }
+
+
+def read_exchange(tensors: Mapping[str, torch.Tensor]) -> dict[int, list[torch.Tensor]]:
+    """The inverse of ``exchange_tensors`` (every round's clusters must be 0..C-1)."""
+    rounds: dict[int, dict[int, torch.Tensor]] = {}
+    for name, tensor in tensors.items():
+        match = _EXCHANGE_NAME.fullmatch(name)
+        if match is None or tensor.dtype != torch.uint8 or tensor.dim() != 1:
+            raise CheckpointError(
+                f"expected 1-D uint8 tensors named roundNNNNNN.clusterNNNNN, got {name!r}"
+            )
+        rounds.setdefault(int(match[1]), {})[int(match[2])] = tensor
+    out = {}
+    for round_, by_cluster in sorted(rounds.items()):
+        if sorted(by_cluster) != list(range(len(by_cluster))):
+            raise CheckpointError(
+                f"expected clusters 0..{len(by_cluster) - 1} in round {round_}, "
+                f"got {sorted(by_cluster)}"
+            )
+        out[round_] = [by_cluster[c] for c in range(len(by_cluster))]
+    return out
+
+
+_EXCHANGE_NAME = re.compile(r"round(\d{6})\.cluster(\d{5})")
 
 
 @dataclass(frozen=True)
