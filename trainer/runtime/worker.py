@@ -36,7 +36,13 @@ import torch
 import torch.distributed as dist
 
 from records.genesis import ClusterKeys
-from trainer.checkpoint import TRAINER_STATE, CheckpointFiles, load_checkpoint_directory
+from trainer.checkpoint import (
+    TRAINER_STATE,
+    CheckpointFiles,
+    exchange_file,
+    exchange_tensors,
+    load_checkpoint_directory,
+)
 from trainer.config import TrainConfig
 from trainer.data.assignment import AssignmentRule
 from trainer.data.manifest import DataManifest
@@ -63,6 +69,7 @@ from trainer.runtime.inner import InnerOptimizer, InnerStepStats
 from trainer.runtime.launch import Rendezvous, init_process_group, torchrun_rank
 from trainer.runtime.outer_sync import OuterSync, StepExchange
 from trainer.runtime.pipeline import PipelineRunner
+from trainer.runtime.pipeline_judge import PipelineJudge
 from trainer.runtime.poison import poison_local
 from trainer.runtime.progress import ConsoleProgress, Progress, SilentProgress
 from trainer.runtime.report import RankReport, build_record
@@ -165,6 +172,7 @@ class _Process:
         ]
         self.outer_names = [name for name, _ in outer_named]
         self.outer_params = [p for _, p in outer_named]
+        self.reader = BatchReader(spec.manifest, spec.rule, spec.shards)
         self.outer: OuterAlgorithm | None = None
         if config.method != "allreduce":
             self.outer = build_outer_algorithm(
@@ -173,8 +181,17 @@ class _Process:
                 cluster=self.cluster,
                 n_clusters=config.clusters,
                 seed=config.seed,
+                judge=PipelineJudge(  # the cluster's stages reach one verdict together
+                    config.outer,
+                    params=self.outer_params,
+                    sync_tied=self._sync_tied_copy,
+                    runner=self.runner,
+                    reader=self.reader,
+                    group=self.groups.pipeline,
+                    last_stage_rank=self.topology.rank_of(self.cluster, config.stages - 1),
+                    device=device,
+                ),
             )
-        self.reader = BatchReader(spec.manifest, spec.rule, spec.shards)
         self.eval_batches = (
             self.reader.eval_batches(config.eval_batches) if self.cluster == 0 and spec.mode != "contribute" else []
         )
@@ -259,6 +276,9 @@ class _Process:
         signals = RoundSignals(mean_train_loss=self._mean_over_clusters(losses))
 
         exchanged: StepExchange | None = None
+        note_round_data = getattr(self.outer, "note_round_data", None)  # trainer/outer's have it
+        if callable(note_round_data):  # what the round trains on, for its contribution scores
+            note_round_data(step, first_inner_step=cursor.inner_steps_done, inner_steps=H)
         if self.sync is not None:
             if poisoned and poison is not None:
                 poison_local(self.outer_params, round_start, poison, seed=self.config.seed)
@@ -384,6 +404,10 @@ class _Process:
             save_local=self.outer is not None and self.outer.overlapped,
             weights=dict(zip(self.outer_names, global_params, strict=True)) if global_params is not None else None,
         )
+        applied_payloads = getattr(self.outer, "applied_payloads", None)  # trainer/outer's have it
+        if self.cluster == 0 and callable(applied_payloads) and applied_payloads():
+            # What this step's verdicts were reached on, for a verifier to recompute them.
+            files[exchange_file(self.stage)] = exchange_tensors(applied_payloads())
         json_files: dict[str, Any] = {}
         if self.rank == 0:
             # The coordinator makes the step's folder a Hugging Face model repo (DESIGN.md §6).
