@@ -85,6 +85,7 @@ class Forger:
                     log=keys.log_key(self.run_id).public.vkey,
                     statement=keys.statement_key(self.run_id).public.vkey,
                     clusters=tuple(f.enrol(self.run_id, genesis.config_digest, c) for c, f in enumerate(folders)),
+                    model_signing=genesis.keys.model_signing,  # the checkpoints' model.sig stay valid
                 ),
             )
         self._drop_run()

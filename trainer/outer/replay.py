@@ -60,6 +60,15 @@ class RecordedRound:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReplayedStep:
+    rounds: Sequence[ReplayedRound]
+    before: Mapping[str, torch.Tensor]
+    """The global parameters before the step, by parameter name."""
+    after: Mapping[str, torch.Tensor]
+    """... and after it (the recorded verdicts applied)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReplayedRound:
     round: int
     digests: Sequence[Sequence[str]]
@@ -73,12 +82,12 @@ def replay_step(
     states: Sequence[Mapping[str, torch.Tensor]] | None,
     rounds: Sequence[RecordedRound],
     batches: ScoreBatches,
-) -> tuple[list[ReplayedRound], dict[str, torch.Tensor]]:
+) -> ReplayedStep:
     """Steps 1-3 of the module docstring. ``states``: cluster 0's outer state of every stage
-    after the previous step (None: the seed's initial state). Returns every round's recomputed
-    verdicts and the global parameters after the step, by parameter name."""
+    after the previous step (None: the seed's initial state)."""
     with _one_thread():
         loops = _stage_loops(config, states)
+        before = _weights(loops)
         replayed = []
         for recorded in rounds:
             if len(recorded.payloads) != len(loops):
@@ -87,12 +96,13 @@ def replay_step(
                     f"got {len(recorded.payloads)}"
                 )
             replayed.append(_replay_round(config, loops, recorded, batches))
-        weights = {
-            n: t
-            for loop in loops
-            for n, t in zip(loop.names, loop.global_parameters(), strict=True)
-        }
-    return replayed, weights
+        return ReplayedStep(rounds=replayed, before=before, after=_weights(loops))
+
+
+def _weights(loops: Sequence[OuterLoop]) -> dict[str, torch.Tensor]:
+    return {
+        n: t for loop in loops for n, t in zip(loop.names, loop.global_parameters(), strict=True)
+    }
 
 
 def _replay_round(
