@@ -29,10 +29,12 @@ recomputes the numbers (or reads them from the entry) gets it too. The rules, pe
    held-out probe loss by ``g_i``; flagged when ``g_i < held_out_ratio · G``, ``G`` the median
    gain of the other clusters that failed none of rules 1-5, when ``G > 0``. A poisoned
    contribution raises the loss (``g_i < 0``); a lazy one gains much less.
-7. ``own_data``: the gain on the cluster's own windows minus the gain on held-out windows,
-   ``v_i``: an honest cluster improves its own (just-trained-on) data more than unseen data; a
-   cluster that trained on other data, or replays an old update, does not. Flagged when
-   ``v_i < own_data_ratio · V``, ``V`` the same median over the others, when ``V > 0``.
+7. ``own_data`` (when ``own_data_check`` is on; off by default): the gain on the cluster's own
+   windows minus the gain on held-out windows, ``v_i``: an honest cluster should improve its
+   own (just-trained-on) data more than unseen data; a cluster that trained on other data, or
+   replays an old update, does not. Flagged when ``v_i < own_data_ratio · V``, ``V`` the same
+   median over the others, when ``V > 0``. On the tiny preset ``v_i`` of honest clusters is
+   within the noise of the scored batches, hence off by default (docs/outer-algorithm.md §4).
 
 Exclusion: non-finite contributions always; the others when ``exclude`` is on, at least
 ``exclude_min_clusters`` clusters are present and the unflagged clusters are a strict majority
@@ -74,6 +76,7 @@ class VerdictRule:
     exclude: bool
     exclude_min_clusters: int
     held_out_ratio: float
+    own_data_check: bool
     own_data_ratio: float
 
     @classmethod
@@ -87,6 +90,7 @@ class VerdictRule:
             exclude=config.anomaly_exclude,
             exclude_min_clusters=config.anomaly_exclude_min_clusters,
             held_out_ratio=config.anomaly_held_out_ratio,
+            own_data_check=config.anomaly_own_data_check,
             own_data_ratio=config.anomaly_own_data_ratio,
         )
 
@@ -424,6 +428,8 @@ def _check_scores(
                 f"applied alone it lowers the held-out loss by {gains[i]:.4g}, the other clusters' "
                 f"median is {reference:.4g} (expected at least {rule.held_out_ratio:g}x)"
             )
+        if not rule.own_data_check:
+            continue
         reference = _median([own[j] for j in trusted if j != i])
         if reference is not None and reference > 0 and own[i] < rule.own_data_ratio * reference:
             failures[i]["own_data"] = (

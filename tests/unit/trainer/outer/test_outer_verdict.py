@@ -114,10 +114,14 @@ def test_a_harmful_contribution_is_flagged_by_its_held_out_score() -> None:
     assert verdicts[2].score == scores[2]
 
 
-def test_a_cluster_no_better_on_its_own_data_is_flagged() -> None:
+def test_with_the_own_data_check_a_cluster_no_better_on_its_own_data_is_flagged() -> None:
     """Trained on other data: it helps held-out data as much as the others, its own less."""
     scores = [score(-0.20, -0.30), score(-0.21, -0.32), score(-0.20, -0.15), score(-0.19, -0.29)]
-    verdicts = decide(RULE, measures(honest(4)), scores, VerdictHistory(8))
+    assert [v.flags for v in decide(RULE, measures(honest(4)), scores, VerdictHistory(8))] == [
+        ()
+    ] * 4
+    rule = VerdictRule.from_config(OuterConfig(anomaly_own_data_check=True))
+    verdicts = decide(rule, measures(honest(4)), scores, VerdictHistory(8))
     assert [v.flags for v in verdicts] == [(), (), ("own_data",), ()]
     assert "own data" in verdicts[2].reason
 
