@@ -126,3 +126,22 @@ def test_the_page_shows_the_exclusion_next_to_the_scores(
     row = page[page.index('<tr class="anomalous">') : page.index("</tr>", page.index('<tr class="anomalous">'))]
     assert f"cluster {POISONED} (excluded)" in row
     assert 'class="score flag"' in row and f"{POISONED}: " in row  # its score, marked, beside the flag
+
+
+def test_verify_recomputes_the_verdicts_of_an_overlapped_compressed_run(tmp_path: Path) -> None:
+    """DiLoCoX: compressed payloads, and round t applied in step t+1 (the last step applies two
+    rounds), so each recomputation starts from the previous step's look-ahead state."""
+    settings = load_settings(data_dir=tmp_path / "veritrain-data")
+    config = with_overrides(
+        run_preset("tiny"), run_id="overlapped", method="dilocox", outer_steps=3, inner_steps=4
+    )
+    assert config.outer.overlapped and config.outer.compressed
+    train_recorded(settings, config, quiet=True)
+
+    with DirectSource(settings) as source:
+        report = verify_run(source, "overlapped", deep=True)
+        recorded = [step for _, step in RecordedRun.load(source, "overlapped").outer_steps]
+    assert report.ok, report.render()
+    assert [[a.round for a in s.applied] for s in recorded] == [[], [0], [1, 2]]
+    assert all(len(a.verdicts) == 2 and a.verdicts[0].score is not None for s in recorded for a in s.applied)
+    assert any("2 of 2 steps recomputed from their contributions (bitwise" in n for n in report.results[12].notes)

@@ -395,7 +395,7 @@ def _optional_tensors(
 def _digest_state(rounds: Sequence[Sequence[str]]) -> dict[str, torch.Tensor]:
     flat = b"".join(bytes.fromhex(d) for r in rounds for d in r)
     return {
-        "verdict.digests": torch.frombuffer(bytearray(flat), dtype=torch.uint8).clone(),
+        "verdict.digests": torch.tensor(list(flat), dtype=torch.uint8),
         "verdict.digests_counts": torch.tensor([len(r) for r in rounds], dtype=torch.int64),
     }
 

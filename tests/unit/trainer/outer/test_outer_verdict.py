@@ -208,3 +208,22 @@ def test_stages_of_one_cluster_reach_one_verdict_when_each_sees_a_part() -> None
                 (2, False),
             ]
             assert update.stats["included_clusters"] == 2.0
+
+
+def test_the_verdict_history_survives_a_resume_before_and_after_the_first_round() -> None:
+    """state_dict before any round (nothing judged yet) and after one loads back exactly."""
+    g = torch.Generator().manual_seed(1)
+    named = [("w", torch.randn(12, 8, generator=g)), ("b", torch.zeros(12))]
+    (loop, other) = build_clusters(OuterConfig(), named, 2)
+    fresh = build_clusters(OuterConfig(), named, 2)[0]
+    fresh.load_state_dict(loop.state_dict())  # nothing judged yet
+    locals_ = start_locals(named, 2)
+    train_locals(locals_, named, round=0)
+    loop.note_round_data(0, first_inner_step=0, inner_steps=5)  # type: ignore[attr-defined]
+    gathered = [a.contribution(0, p).payload for a, p in zip((loop, other), locals_, strict=True)]
+    loop.apply(0, gathered, locals_[0], SIGNALS)
+    again = build_clusters(OuterConfig(), named, 2)[0]
+    again.load_state_dict(loop.state_dict())
+    assert isinstance(loop, OuterLoop) and isinstance(again, OuterLoop)
+    assert again.history.norms == loop.history.norms and again.history.norms != []
+    assert again._recent_digests == loop._recent_digests and len(again._recent_digests[0]) == 2
