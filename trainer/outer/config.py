@@ -122,7 +122,11 @@ class OuterConfig:
     algorithm built without one judges on the statistics alone."""
     anomaly_held_out_ratio: float = 0.5
     """A contribution whose held-out loss gain is below this share of the other clusters'
-    median gain is flagged."""
+    median gain is flagged ..."""
+    anomaly_held_out_margin: float = 0.02
+    """... when it is also this many nats below that median: late in a run honest gains shrink
+    towards the noise of one probe batch (honest clusters of one round differed by up to 0.012
+    nats there in ``veritrain bench poison``), and a relative rule alone flags them."""
     anomaly_own_data_check: bool = False
     """Flag a contribution by its own-data score (rule ``own_data``). Off by default: on the
     tiny preset an honest cluster's extra gain on its own windows is within the noise of the
@@ -179,6 +183,7 @@ class OuterConfig:
                  ">= 2")
         _require(self, "anomaly_held_out_ratio", 0.0 <= self.anomaly_held_out_ratio < 1.0,
                  "in [0, 1)")
+        _require(self, "anomaly_held_out_margin", self.anomaly_held_out_margin >= 0.0, ">= 0")
         _require(self, "anomaly_own_data_ratio", 0.0 <= self.anomaly_own_data_ratio < 1.0,
                  "in [0, 1)")
         _require(self, "anomaly_probe_batches", self.anomaly_probe_batches >= 1, ">= 1")

@@ -26,8 +26,9 @@ recomputes the numbers (or reads them from the entry) gets it too. The rules, pe
 5. ``replayed``: a stage's payload is byte-identical to a payload of one of the last
    ``history`` rounds (same stage, any cluster): a replay, or zeros sent again.
 6. ``held_out`` (contribution scores, contribution_score.py): applied alone, Δ_i lowers the
-   held-out probe loss by ``g_i``; flagged when ``g_i < held_out_ratio · G``, ``G`` the median
-   gain of the other clusters that failed none of rules 1-5, when ``G > 0``. A poisoned
+   held-out probe loss by ``g_i``; flagged when ``g_i < held_out_ratio · G`` and
+   ``G − g_i > held_out_margin``, ``G`` the median gain of the other clusters that failed none
+   of rules 1-5, when ``G > 0`` (the margin keeps the noise of late, small gains from flagging). A poisoned
    contribution raises the loss (``g_i < 0``); a lazy one gains much less.
 7. ``own_data`` (when ``own_data_check`` is on; off by default): the gain on the cluster's own
    windows minus the gain on held-out windows, ``v_i``: an honest cluster should improve its
@@ -76,6 +77,7 @@ class VerdictRule:
     exclude: bool
     exclude_min_clusters: int
     held_out_ratio: float
+    held_out_margin: float
     own_data_check: bool
     own_data_ratio: float
 
@@ -90,6 +92,7 @@ class VerdictRule:
             exclude=config.anomaly_exclude,
             exclude_min_clusters=config.anomaly_exclude_min_clusters,
             held_out_ratio=config.anomaly_held_out_ratio,
+            held_out_margin=config.anomaly_held_out_margin,
             own_data_check=config.anomaly_own_data_check,
             own_data_ratio=config.anomaly_own_data_ratio,
         )
@@ -423,10 +426,16 @@ def _check_scores(
         if i not in gains or "non_finite" in failures[i]:
             continue
         reference = _median([gains[j] for j in trusted if j != i])
-        if reference is not None and reference > 0 and gains[i] < rule.held_out_ratio * reference:
+        if (
+            reference is not None
+            and reference > 0
+            and gains[i] < rule.held_out_ratio * reference
+            and reference - gains[i] > rule.held_out_margin
+        ):
             failures[i]["held_out"] = (
                 f"applied alone it lowers the held-out loss by {gains[i]:.4g}, the other clusters' "
-                f"median is {reference:.4g} (expected at least {rule.held_out_ratio:g}x)"
+                f"median is {reference:.4g} (expected at least {rule.held_out_ratio:g}x, or within "
+                f"{rule.held_out_margin:g})"
             )
         if not rule.own_data_check:
             continue
