@@ -10,7 +10,9 @@ import torch
 from outer_helpers import SIGNALS, build_clusters, start_locals, train_locals
 
 from records.outer_step import ContributionScore
+from trainer.checkpoint import exchange_tensors, read_exchange
 from trainer.outer import OuterConfig, OuterLoop
+from trainer.outer.errors import OuterStateError
 from trainer.outer.verdict import (
     ContributionStatistics,
     Measures,
@@ -227,3 +229,56 @@ def test_the_verdict_history_survives_a_resume_before_and_after_the_first_round(
     assert isinstance(loop, OuterLoop) and isinstance(again, OuterLoop)
     assert again.history.norms == loop.history.norms and again.history.norms != []
     assert again._recent_digests == loop._recent_digests and len(again._recent_digests[0]) == 2
+
+
+def test_a_round_judges_only_the_clusters_of_its_quorum() -> None:
+    """Cluster 1 of four is not in the round's quorum: three clusters are judged, named by
+    their own indices, and a 100x cluster 3 is excluded by the majority of those three."""
+    contributions = honest(3)
+    contributions[2] = [100 * t for t in contributions[2]]
+    verdicts = decide(RULE, measures(contributions), None, VerdictHistory(8), clusters=[0, 2, 3])
+    assert [(v.cluster, v.flags, v.excluded) for v in verdicts] == [
+        (0, (), False),
+        (2, (), False),
+        (3, ("large_norm",), True),
+    ]
+
+
+def test_a_quorum_of_two_records_the_flag_and_excludes_nothing() -> None:
+    """Four clusters in the run, two in the round: no majority to exclude by."""
+    contributions = honest(2)
+    contributions[1] = [100 * t for t in contributions[1]]
+    verdicts = decide(RULE, measures(contributions), None, VerdictHistory(8), clusters=[1, 3])
+    assert [(v.cluster, v.flags, v.excluded) for v in verdicts] == [
+        (1, (), False),
+        (3, ("large_norm",), False),
+    ]
+
+
+def test_clusters_of_a_round_must_match_its_measures() -> None:
+    with pytest.raises(OuterStateError, match=r"expected 2 distinct clusters in ascending order, got \[2, 0\]"):
+        decide(RULE, measures(honest(2)), None, VerdictHistory(8), clusters=[2, 0])
+
+
+def test_apply_on_a_quorum_excludes_within_it_and_keeps_the_payloads_by_cluster() -> None:
+    """A run of four; round 0's quorum is clusters 0, 1 and 3, and cluster 3 sends 100x its
+    update: every member excludes cluster 3, averages clusters 0 and 1, and keeps the three
+    payloads under their clusters' indices (what the checkpoint's exchange file stores)."""
+    g = torch.Generator().manual_seed(11)
+    named = [("w", torch.randn(16, 8, generator=g) * 0.02), ("b", torch.zeros(16))]
+    loops = build_clusters(OuterConfig(), named, 4)
+    locals_ = start_locals(named, 4)
+    train_locals(locals_, named, round=0)
+    quorum = [0, 1, 3]
+    for p, (_, p0) in zip(locals_[3], named, strict=True):
+        p.copy_(p0 - 100 * (p0 - p))
+    gathered = [loops[c].contribution(0, locals_[c]).payload for c in quorum]
+    updates = [loops[c].apply(0, gathered, locals_[c], SIGNALS, quorum) for c in quorum]
+    for update in updates:
+        assert [(v.cluster, v.excluded) for v in update.verdicts] == [(0, False), (1, False), (3, True)]
+        assert update.stats["included_clusters"] == 2.0
+    loop = loops[0]
+    assert isinstance(loop, OuterLoop)
+    stored = read_exchange(exchange_tensors(loop.applied_payloads()))
+    assert sorted(stored[0]) == quorum
+    assert all(torch.equal(stored[0][c], p) for c, p in zip(quorum, gathered, strict=True))
