@@ -190,6 +190,112 @@ class ContributionRef:
         return value
 
 
+VERDICT_FLAGS = (
+    "non_finite",
+    "empty",
+    "large_norm",
+    "small_norm",
+    "direction",
+    "replayed",
+    "held_out",
+    "own_data",
+)
+"""The rules a cluster's contribution can fail (trainer/outer/verdict.py,
+docs/outer-algorithm.md §4): not finite; all zeros; norm far above the reference; norm well
+below the other clusters'; direction disagreeing with the other clusters; a payload already sent in an earlier round; applied alone, a held-out loss gain far
+below the other clusters'; a gain on its own data no larger than on held-out data."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContributionScore:
+    """What one cluster's decoded contribution does to the loss when it alone is applied to the
+    global parameters (θ − Δ_i): the loss of that model minus the loss of θ (negative: it
+    helps)."""
+
+    held_out: float
+    """On the fixed probe batch of held-out windows."""
+    own_data: float
+    """On windows drawn from the cluster's own assigned data for the round."""
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"held_out": self.held_out, "own_data": self.own_data}
+
+    @classmethod
+    def read(cls, f: Fields) -> ContributionScore:
+        value = cls(held_out=f.number("held_out"), own_data=f.number("own_data"))
+        f.exactly()
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterVerdict:
+    """One cluster's verdict on one round: the measures it was judged on, the rules it failed and
+    whether its contribution was left out of the mean (in every pipeline stage)."""
+
+    cluster: int
+    norm: float | None
+    """L2 norm of the whole decoded contribution (every stage); null when not finite."""
+    agreement: float | None
+    """Cosine with the mean of the other clusters' contributions; null when undefined."""
+    previous: float | None
+    """Cosine with the previous applied mean; null when undefined."""
+    score: ContributionScore | None
+    """Null when scoring is off or the contribution is not finite."""
+    flags: tuple[str, ...]
+    """The rules failed, in ``VERDICT_FLAGS`` order (empty: clean)."""
+    reason: str
+    """The failures in words, with the numbers (empty when clean)."""
+    excluded: bool
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "norm": self.norm,
+            "agreement": self.agreement,
+            "previous": self.previous,
+            "score": self.score.to_payload() if self.score is not None else None,
+            "flags": list(self.flags),
+            "reason": self.reason,
+            "excluded": self.excluded,
+        }
+
+    @classmethod
+    def read(cls, f: Fields) -> ClusterVerdict:
+        flags = f.strings("flags")
+        for i, flag in enumerate(flags):
+            if flag not in VERDICT_FLAGS:
+                raise f.fail(f"flags[{i}]", f"one of {', '.join(map(repr, VERDICT_FLAGS))}", flag)
+        if list(flags) != sorted(set(flags), key=VERDICT_FLAGS.index):
+            raise f.fail("flags", "distinct flags in the order of VERDICT_FLAGS", list(flags))
+        score = ContributionScore.read(f.obj("score")) if f.raw("score") is not None else None
+        value = cls(
+            cluster=f.integer("cluster", minimum=0),
+            norm=f.optional_number("norm"),
+            agreement=f.optional_number("agreement"),
+            previous=f.optional_number("previous"),
+            score=score,
+            flags=flags,
+            reason=f.string("reason"),
+            excluded=f.boolean("excluded"),
+        )
+        f.exactly()
+        if value.excluded and not value.flags:
+            raise f.fail("excluded", "false for a contribution that failed no rule", True)
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Anomaly:
+    """A flagged cluster of one applied round: a view of its ``ClusterVerdict`` (the page's and
+    the progress line's "anomalies")."""
+
+    round: int
+    """The round whose exchange was flagged."""
+    cluster: int
+    reason: str
+    excluded: bool
+
+
 @dataclass(frozen=True, kw_only=True)
 class AppliedExchange:
     """One round's exchange as applied in this step (the step's own round when blocking, the
@@ -201,6 +307,9 @@ class AppliedExchange:
     """Bytes one cluster put on the wire for this round, summed over stages."""
     rank: int
     bits: int
+    verdicts: tuple[ClusterVerdict, ...] = ()
+    """One per cluster, in cluster order, the same in every stage (empty when the checks are
+    off); ``veritrain verify`` recomputes them."""
 
     def to_payload(self) -> dict[str, Any]:
         return {
@@ -209,6 +318,7 @@ class AppliedExchange:
             "payload_bytes": self.payload_bytes,
             "rank": self.rank,
             "bits": self.bits,
+            "verdicts": [v.to_payload() for v in self.verdicts],
         }
 
     @classmethod
@@ -219,39 +329,14 @@ class AppliedExchange:
             payload_bytes=f.integer("payload_bytes", minimum=0),
             rank=f.integer("rank", minimum=0),
             bits=f.integer("bits", minimum=1),
+            verdicts=f.items("verdicts", ClusterVerdict.read),
         )
         f.exactly()
-        return value
-
-
-@dataclass(frozen=True, kw_only=True)
-class Anomaly:
-    round: int
-    """The round whose exchange was flagged."""
-    cluster: int
-    stage: int
-    reason: str
-    excluded: bool
-
-    def to_payload(self) -> dict[str, Any]:
-        return {
-            "round": self.round,
-            "cluster": self.cluster,
-            "stage": self.stage,
-            "reason": self.reason,
-            "excluded": self.excluded,
-        }
-
-    @classmethod
-    def read(cls, f: Fields) -> Anomaly:
-        value = cls(
-            round=f.integer("round", minimum=0),
-            cluster=f.integer("cluster", minimum=0),
-            stage=f.integer("stage", minimum=0),
-            reason=f.string("reason"),
-            excluded=f.boolean("excluded"),
-        )
-        f.exactly()
+        judged = [v.cluster for v in value.verdicts]
+        if judged not in ([], sorted({c.cluster for c in value.contribution_digests})):
+            raise f.fail(
+                "verdicts", "none, or one per contributing cluster in cluster order", judged
+            )
         return value
 
 
@@ -409,7 +494,6 @@ class OuterStep:
     contributions: tuple[ClusterContributions, ...]
     """This step's own payloads, per cluster and stage (empty for AllReduce)."""
     applied: tuple[AppliedExchange, ...]
-    anomalies: tuple[Anomaly, ...]
     aggregate_digest: str
     checkpoint: CheckpointRef
     generations: GenerationsRef
@@ -421,6 +505,16 @@ class OuterStep:
     def shards_read(self) -> list[int]:
         """Every shard index any cluster read in this step, sorted."""
         return shards_read(self.data_ranges)
+
+    @property
+    def anomalies(self) -> list[Anomaly]:
+        """Every flagged cluster of every applied round, in (round, cluster) order."""
+        return [
+            Anomaly(round=a.round, cluster=v.cluster, reason=v.reason, excluded=v.excluded)
+            for a in self.applied
+            for v in a.verdicts
+            if v.flags
+        ]
 
     def signed_contributions(self) -> dict[tuple[int, int], str]:
         """(cluster, stage) -> digest of this step's own contributions."""
@@ -440,7 +534,6 @@ class OuterStep:
             "data_ranges": [r.to_payload() for r in self.data_ranges],
             "contributions": [c.to_payload() for c in self.contributions],
             "applied": [a.to_payload() for a in self.applied],
-            "anomalies": [a.to_payload() for a in self.anomalies],
             "aggregate_digest": self.aggregate_digest,
             "checkpoint": self.checkpoint.to_payload(),
             "generations": self.generations.to_payload(),
@@ -464,7 +557,6 @@ class OuterStep:
             data_ranges=f.items("data_ranges", DataRange.read),
             contributions=f.items("contributions", ClusterContributions.read),
             applied=f.items("applied", AppliedExchange.read),
-            anomalies=f.items("anomalies", Anomaly.read),
             aggregate_digest=f.digest("aggregate_digest"),
             checkpoint=CheckpointRef.read(f.obj("checkpoint")),
             generations=GenerationsRef.read(f.obj("generations")),

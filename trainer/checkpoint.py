@@ -14,6 +14,11 @@ the process that owns it -- nothing gathers the whole model in one process:
 * ``outer-cluster0000C-stage0000S.safetensors``: the outer algorithm's ``state_dict()`` (global
   fp32 parameters, outer momentum, error feedback, rank state, pending payload). Absent for the
   AllReduce baseline.
+* ``exchange-stage0000S.safetensors``: each contributing cluster's payload of that stage for
+  each round applied in the step (``round000123.cluster00001``: 1-D uint8, the bytes whose
+  SHA-256 the entry records; a round's clusters are its quorum's), so a verifier can recompute
+  the round's verdicts and contribution scores.
+  Written by cluster 0's process of that stage; absent when the step applied no exchange.
 * ``trainer_state.json``: step, data cursor, the next round's H, the pending exchange's round
   and signals, the configuration digest. Written by the coordinator (global rank 0).
 * ``config.json``, ``generation_config.json`` and the tokenizer's files (trainer/hf_repo.py):
@@ -27,6 +32,7 @@ index, the manifest) is the recorder's job.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +60,35 @@ def inner_file(cluster: int, stage: int) -> str:
 
 def outer_file(cluster: int, stage: int) -> str:
     return f"outer-cluster{cluster:05d}-stage{stage:05d}.safetensors"
+
+
+def exchange_file(stage: int) -> str:
+    return f"exchange-stage{stage:05d}.safetensors"
+
+
+def exchange_tensors(payloads: Mapping[int, Mapping[int, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The exchange file of one stage: round -> contributing cluster -> its payload."""
+    return {
+        f"round{round_:06d}.cluster{cluster:05d}": payload.detach().cpu().contiguous()
+        for round_, gathered in payloads.items()
+        for cluster, payload in sorted(gathered.items())
+    }
+
+
+def read_exchange(tensors: Mapping[str, torch.Tensor]) -> dict[int, dict[int, torch.Tensor]]:
+    """The inverse of ``exchange_tensors``: round -> cluster -> payload, both ascending."""
+    rounds: dict[int, dict[int, torch.Tensor]] = {}
+    for name, tensor in tensors.items():
+        match = _EXCHANGE_NAME.fullmatch(name)
+        if match is None or tensor.dtype != torch.uint8 or tensor.dim() != 1:
+            raise CheckpointError(
+                f"expected 1-D uint8 tensors named roundNNNNNN.clusterNNNNN, got {name!r}"
+            )
+        rounds.setdefault(int(match[1]), {})[int(match[2])] = tensor
+    return {r: dict(sorted(by_cluster.items())) for r, by_cluster in sorted(rounds.items())}
+
+
+_EXCHANGE_NAME = re.compile(r"round(\d{6})\.cluster(\d{5})")
 
 
 @dataclass(frozen=True)

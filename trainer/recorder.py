@@ -49,6 +49,7 @@ from records.genesis import ClusterKeys
 from records.outer_step import (
     Anomaly,
     CheckpointRef,
+    ClusterVerdict,
     ContributionRef,
     DataRange,
     Quorum,
@@ -152,6 +153,8 @@ class AppliedRound:
     rank: int
     bits: int
     stats: Mapping[str, float] = field(default_factory=dict)
+    verdicts: Sequence[ClusterVerdict] = ()
+    """One per cluster, the same in every stage (``anomalies`` are the flagged ones)."""
 
 
 TIMING_METRICS = frozenset({"compute_seconds", "comm_seconds", "exposed_comm_seconds", "quorum_seconds", "wall_seconds"})

@@ -333,6 +333,7 @@ class LedgerRecorder:
                 payload_bytes=a.payload_bytes,
                 rank=a.rank,
                 bits=a.bits,
+                verdicts=tuple(a.verdicts),
             )
             for a in record.applied
         )
@@ -350,7 +351,6 @@ class LedgerRecorder:
             data_ranges=tuple(record.data_ranges),
             contributions=contributions,
             applied=applied,
-            anomalies=tuple(record.anomalies),
             aggregate_digest=aggregate_digest(applied),
             quorum=record.quorum,
             checkpoint=pending.checkpoint,

@@ -86,7 +86,7 @@ class Forger:
                 keys=RunKeys(
                     log=keys.log_key(self.run_id).public.vkey,
                     statement=keys.statement_key(self.run_id).public.vkey,
-                    model_signing=genesis.keys.model_signing,
+                    model_signing=genesis.keys.model_signing,  # the checkpoints' model.sig stay valid
                     clusters=tuple(f.enrol(self.run_id, genesis.config_digest, c) for c, f in enumerate(folders)),
                 ),
             )

@@ -60,7 +60,7 @@ def inflate_the_final_entry(final: dict[str, Any]) -> None:
 
 def apply_round_99(step: dict[str, Any]) -> None:
     made_up = {"cluster": 0, "stage": 0, "digest": "ab" * 32}
-    step["applied"].append({"round": 99, "contribution_digests": [made_up], "payload_bytes": 1, "rank": 28, "bits": 2})
+    step["applied"].append({"round": 99, "contribution_digests": [made_up], "payload_bytes": 1, "rank": 28, "bits": 2, "verdicts": []})
     step["compression"] = {"rank": 28, "bits": 2}
 
 

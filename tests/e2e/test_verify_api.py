@@ -45,7 +45,7 @@ def test_verify_and_reproduce_with_only_the_url(recorded_run: Settings, serve_ap
     result = _cli(["verify", RUN_ID, "--api", url, "--json"], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
-    assert report["ok"] and [c["number"] for c in report["checks"]] == list(range(1, 12))
+    assert report["ok"] and [c["number"] for c in report["checks"]] == list(range(1, 13))
     assert report["source"] == url
 
     reproduced = _cli(["reproduce", RUN_ID, "--step", "1", "--api", url], tmp_path)

@@ -175,6 +175,9 @@ def test_a_cluster_killed_mid_run_leaves_rejoins_and_the_run_verifies_and_reprod
     assert joined.step > left.step and joined.quorum.clusters == (0, 1, 2)
     assert all(s.quorum.clusters == (0, 1, 2) for s in steps if s.step < left.step or s.step >= joined.step)
     assert {c.cluster for c in steps[-1].contributions} == {0, 1, 2}  # it contributes again
+    for s in steps:  # every applied round judges exactly the clusters of its quorum
+        for applied in s.applied:
+            assert [v.cluster for v in applied.verdicts] == list(steps[applied.round].quorum.clusters)
     times = _recorded_at(database)
     after_kill = min(t for t in times.values() if t > killed_at)
     waited = left.metrics["quorum_seconds"]
@@ -185,8 +188,9 @@ def test_a_cluster_killed_mid_run_leaves_rejoins_and_the_run_verifies_and_reprod
     assert waited < HEARTBEAT_TIMEOUT + 10, "the survivors waited for the dead cluster far beyond the heartbeat timeout"
     assert after_kill - killed_at < 60, "the survivors took too long to go on without cluster 2"
 
-    verified = subprocess.run([veritrain, "verify", RUN, "--no-witness"], env=env, capture_output=True, text=True,
-                              timeout=TIMEOUT)
+    # --deep: check 12 recomputes the verdicts of every step, the rounds of two clusters too
+    verified = subprocess.run([veritrain, "verify", RUN, "--no-witness", "--deep"], env=env, capture_output=True,
+                              text=True, timeout=TIMEOUT)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     for step in range(STEPS):
         done = subprocess.run([veritrain, "reproduce", RUN, "--step", str(step)], env=env, capture_output=True,

@@ -199,9 +199,13 @@ def test_a_poisoned_cluster_is_flagged_in_the_step_it_is_poisoned(workspace: Pat
         train(config, InMemoryRecorder.factory(sink), data_dir=workspace / "corpus", quiet=True)
         records = MemoryRecording(list(sink)).records
 
-    def norm_flags(step: int) -> set[tuple[int, int]]:
-        return {(a.cluster, a.stage) for a in records[step].anomalies if "norm" in a.reason and a.round == step}
+    def norm_flags(step: int) -> list[tuple[int, bool]]:
+        (applied,) = records[step].applied
+        return [(v.cluster, v.excluded) for v in applied.verdicts if "large_norm" in v.flags]
 
-    assert norm_flags(0) == norm_flags(1) == set()
-    assert norm_flags(2) == {(1, 0), (1, 1)}  # the poisoned cluster, on both of its stages
-    assert 1 in records[2].flagged_clusters
+    assert norm_flags(0) == norm_flags(1) == []
+    assert norm_flags(2) == [(1, False)]  # one verdict for both stages; two clusters: no exclusion
+    assert records[2].flagged_clusters == [1]
+    scores = [v.score for v in records[2].applied[0].verdicts]
+    assert scores[0] is not None and scores[0].held_out < 0  # the honest update helps
+    assert scores[1] is not None and scores[1].held_out > 1  # x100 blows the loss up

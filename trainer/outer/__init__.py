@@ -14,6 +14,7 @@ from trainer.outer.adaptive import next_inner_steps
 from trainer.outer.algorithm import OuterLoop, payload_digest
 from trainer.outer.codec import Codec, DenseCodec
 from trainer.outer.config import OuterConfig
+from trainer.outer.judge import Examination, FullModelJudge, Judge, StageJudge
 from trainer.outer.lowrank_codec import LowRankCodec
 from trainer.outer.protocol import (
     Anomaly,
@@ -27,12 +28,16 @@ from trainer.outer.protocol import (
 __all__ = [
     "Anomaly",
     "Contribution",
+    "Examination",
+    "FullModelJudge",
+    "Judge",
     "OuterAlgorithm",
     "OuterConfig",
     "OuterLoop",
     "OuterUpdate",
     "ResumableOuterAlgorithm",
     "RoundSignals",
+    "StageJudge",
     "build_outer_algorithm",
     "next_inner_steps",
     "payload_digest",
@@ -46,10 +51,13 @@ def build_outer_algorithm(
     cluster: int,
     n_clusters: int,
     seed: int,
+    judge: Judge | None = None,
 ) -> ResumableOuterAlgorithm:
     """The outer algorithm for one process: its stage's parameters (``named_params``, the
     initial values θ₀, copied to fp32), its cluster index and the run seed shared by every
-    cluster (the low-rank bases are drawn from it, so every cluster must pass the same)."""
+    cluster (the low-rank bases are drawn from it, so every cluster must pass the same).
+    ``judge`` joins this stage's view of each round to the rest of its cluster's (judge.py;
+    default: this stage alone, no contribution scores)."""
     shapes = [p.shape for _, p in named_params]
     codec: Codec
     if config.compressed:
@@ -57,4 +65,6 @@ def build_outer_algorithm(
         codec = LowRankCodec(config, shapes=shapes, seed=seed, lag=2 if config.overlapped else 1, device=device)
     else:
         codec = DenseCodec(shapes)
-    return OuterLoop(config, named_params=named_params, codec=codec, cluster=cluster, n_clusters=n_clusters)
+    return OuterLoop(
+        config, named_params=named_params, codec=codec, cluster=cluster, n_clusters=n_clusters, judge=judge
+    )

@@ -30,16 +30,18 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
 import torch
 
-from trainer.outer.anomaly import AnomalyDetector, ContributionStats
+from records.outer_step import ClusterVerdict, ContributionScore
 from trainer.outer.codec import Codec, check_payload
 from trainer.outer.config import OuterConfig
+from trainer.outer.contribution_score import RoundData
 from trainer.outer.errors import CallOrderError, OuterStateError, PayloadError
+from trainer.outer.judge import Examination, Judge, StageJudge
 from trainer.outer.nesterov import OuterNesterov
 from trainer.outer.protocol import Anomaly, Contribution, OuterUpdate, RoundSignals
+from trainer.outer.verdict import ContributionStatistics, VerdictHistory, VerdictRule, decide
 
 ANCHOR = 0.5
 """Share of a cluster's start offset pulled back by the ``anchored`` look-ahead: any value in
@@ -64,6 +66,7 @@ class OuterLoop:
         codec: Codec,
         cluster: int,
         n_clusters: int,
+        judge: Judge | None = None,
     ) -> None:
         if not 0 <= cluster < n_clusters:
             raise OuterStateError(f"expected 0 <= cluster < n_clusters ({n_clusters}), got {cluster}")
@@ -81,13 +84,13 @@ class OuterLoop:
             momentum=config.momentum,
             nesterov=config.nesterov,
         )
-        self.detector = AnomalyDetector(
-            norm_ratio=config.anomaly_norm_ratio,
-            min_cosine=config.anomaly_min_cosine,
-            cosine_ratio=config.anomaly_cosine_ratio,
-            history=config.anomaly_history,
-            exclude=config.anomaly_exclude,
-        )
+        self.judge: Judge = judge if judge is not None else StageJudge()
+        self.rule = VerdictRule.from_config(config)
+        self.history = VerdictHistory(config.anomaly_history)
+        self._recent_digests: list[list[str]] = []  # this stage's payloads of the last rounds
+        self._round_data: dict[int, RoundData] = {}  # what rounds not yet applied trained on
+        # Since the last contribution: round -> cluster -> payload of this stage.
+        self._applied_payloads: dict[int, dict[int, torch.Tensor]] = {}
         self._next_round = 0  # the round the next contribution() must be for
         self._pending: dict[int, torch.Tensor] = {}  # own payloads contributed, not yet applied
         # Where the current round's pseudo-gradient is measured from (None: θ). Overlapped:
@@ -116,6 +119,7 @@ class OuterLoop:
         payload = self.codec.encode(round, pseudo_gradient)
         self._pending[round] = payload
         self._next_round = round + 1
+        self._applied_payloads = {}
         if self.overlapped:
             self._contributed_reference = [r.clone() for r in reference]
             # Provisional reference of round t+1: if no apply() comes first (round 0), round t+1
@@ -157,19 +161,101 @@ class OuterLoop:
             raise PayloadError(
                 f"expected cluster {self.cluster}'s gathered payload to be this cluster's own for round {round}"
             )
+        examination = self.examine(round, gathered, members)
+        verdicts: list[ClusterVerdict] = []
+        if self.config.anomaly_checks:
+            statistics = self.judge.combine(examination.statistics)
+            finite = [m.norm is not None for m in statistics.measures()]
+            scores = None
+            if self.config.anomaly_scores:
+                scores = self.judge.score(examination, statistics, finite)
+            verdicts = self.rule_on(examination, statistics, scores)
+        return self.commit(examination, verdicts, local, signals)
+
+    # ----------------------------------------------------------------------------------------
+    # apply() in three parts, public so that one process can drive every stage of a cluster
+    # (veritrain verify recomputes a step's verdicts this way)
+
+    def note_round_data(self, round: int, *, first_inner_step: int, inner_steps: int) -> None:
+        """What round ``round`` trains on (global inner steps), for its contribution scores; the
+        runtime says it before the round's ``contribution``."""
+        self._round_data[round] = RoundData(
+            first_inner_step=first_inner_step, inner_steps=inner_steps
+        )
+
+    def examine(
+        self, round: int, gathered: Sequence[torch.Tensor], clusters: Sequence[int] | None = None
+    ) -> Examination:
+        """Decode the payloads of the round's ``clusters`` (ascending; ``gathered[i]`` is
+        ``clusters[i]``'s; None: every cluster 0..n-1) for this stage and measure this stage's
+        share of the statistics; changes nothing."""
+        clusters = list(range(self.n_clusters)) if clusters is None else list(clusters)
+        if len(clusters) != len(gathered):
+            raise PayloadError(f"expected {len(clusters)} gathered payloads, got {len(gathered)}")
         digests = [payload_digest(p) for p in gathered]
         coordinates = [self.codec.coordinates(round, p) for p in gathered]
-        rank = self.codec.rank_of(round)
+        latest = self._means[max(self._means)] if self._means else None
+        statistics = ContributionStatistics.measure(
+            coordinates,
+            previous=self.codec.project(round, latest) if latest is not None else None,
+            digests=digests,
+            earlier=frozenset(d for r in self._recent_digests for d in r),
+        )
+        return Examination(
+            round=round,
+            clusters=clusters,
+            payloads=gathered,
+            digests=digests,
+            coordinates=coordinates,
+            statistics=statistics,
+            names=self.names,
+            base=self.outer.params,
+            expand=lambda i: self.codec.expand(round, coordinates[i]),
+            data=self._round_data.get(round),
+        )
 
-        # 1. Outlier checks on what every cluster sent, then the rank-ordered mean.
-        anomalies = [replace(a, cluster=members[a.cluster]) for a in self._check(round, coordinates)]
-        excluded = {a.cluster for a in anomalies if a.excluded}
-        included = [c for member, c in zip(members, coordinates, strict=True) if member not in excluded]
+    def rule_on(
+        self,
+        examination: Examination,
+        statistics: ContributionStatistics,
+        scores: Sequence[ContributionScore | None] | None,
+    ) -> list[ClusterVerdict]:
+        """The round's verdicts from the cluster's combined ``statistics`` (verdict.py); the
+        histories move on."""
+        verdicts = decide(
+            self.rule, statistics.measures(), scores, self.history, clusters=examination.clusters
+        )
+        self.history.accept(verdicts)
+        recent = [*self._recent_digests, list(examination.digests)]
+        self._recent_digests = recent[-self.rule.history :]
+        return verdicts
+
+    def commit(
+        self,
+        examination: Examination,
+        verdicts: Sequence[ClusterVerdict],
+        local: Sequence[torch.Tensor],
+        signals: RoundSignals,
+    ) -> OuterUpdate:
+        """Average the contributions the verdicts keep, step θ and write where the next round
+        starts into ``local``."""
+        round = examination.round
+        coordinates = examination.coordinates
+        rank = self.codec.rank_of(round)
+        payload_bytes = self.codec.payload_length(round)
+
+        # 1. The rank-ordered mean of what the verdicts keep.
+        excluded = {v.cluster for v in verdicts if v.excluded}
+        included = [
+            c
+            for cluster, c in zip(examination.clusters, coordinates, strict=True)
+            if cluster not in excluded
+        ]
         stats: dict[str, float] = {"included_clusters": float(len(included))}
         mean_coordinates = _rank_ordered_mean(included) if included else None
         mean = self.codec.expand(round, mean_coordinates) if mean_coordinates is not None else None
-        own = self.codec.expand(round, self.codec.coordinates(round, self._pending[round]))
-        self._last_contributors = len(members)
+        own = self.codec.expand(round, self.codec.coordinates(round, self._own_payload(examination)))
+        self._last_contributors = len(included)
 
         # 2. The outer step on the global parameters.
         if mean is not None:
@@ -182,7 +268,12 @@ class OuterLoop:
         stats["global_param_norm"] = _norm(self.outer.params)
         self.codec.finish_round(round, mean_coordinates, signals)
         stats.update(self.codec.last_stats)
-        del self._pending[round]
+        self._pending.pop(round, None)
+        self._round_data.pop(round, None)
+        self._applied_payloads[round] = {
+            cluster: p.detach().cpu().clone()
+            for cluster, p in zip(examination.clusters, examination.payloads, strict=True)
+        }
 
         # 3. Where the next round starts: its reference, minus what this cluster could not send
         #    yet when error feedback lives in the local parameters. After the final exchange of
@@ -194,19 +285,49 @@ class OuterLoop:
         self._reference = reference if self.overlapped else None
         return OuterUpdate(
             round=round,
-            clusters=members,
-            contribution_digests=digests,
-            anomalies=anomalies,
+            clusters=list(examination.clusters),
+            contribution_digests=list(examination.digests),
+            anomalies=[
+                Anomaly(cluster=v.cluster, reason=v.reason, excluded=v.excluded)
+                for v in verdicts
+                if v.flags
+            ],
             payload_bytes=payload_bytes,
             rank=rank,
             bits=self.codec.bits,
             stats=stats,
+            verdicts=list(verdicts),
         )
+
+    def applied_payloads(self) -> dict[int, dict[int, torch.Tensor]]:
+        """Each contributing cluster's payload (by cluster) of each round applied since this
+        cluster's last ``contribution``: what a step's record names, kept so the runtime can
+        store it."""
+        return {round: dict(payloads) for round, payloads in self._applied_payloads.items()}
+
+    def _own_payload(self, examination: Examination) -> torch.Tensor:
+        """This cluster's payload of the round being committed: the one it sent (or, having
+        joined with a peer's state, the peer's), else -- a replay (replay.py) commits rounds it
+        did not contribute in this process -- the gathered one."""
+        pending = self._pending.get(examination.round)
+        if pending is not None:
+            return pending
+        if self.cluster not in examination.clusters:
+            raise PayloadError(
+                f"expected cluster {self.cluster} among the clusters of round {examination.round}, "
+                f"got {list(examination.clusters)}"
+            )
+        return examination.payloads[list(examination.clusters).index(self.cluster)]
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         state = self.outer.state_dict("")
         state.update(self.codec.state_dict("codec."))
-        state.update(self.detector.state_dict(""))
+        state.update(self.history.state_dict(""))
+        state.update(_digest_state(self._recent_digests))
+        for round, data in self._round_data.items():
+            state[f"round_data.{round}"] = torch.tensor(
+                [data.first_inner_step, data.inner_steps], dtype=torch.int64
+            )
         state["next_round"] = torch.tensor(self._next_round, dtype=torch.int64)
         for round, payload in self._pending.items():
             state[f"pending.{round}"] = payload.detach().cpu().clone()
@@ -224,7 +345,15 @@ class OuterLoop:
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         self.outer.load_state_dict(state, "")
         self.codec.load_state_dict(state, "codec.")
-        self.detector.load_state_dict(state, "")
+        self.history.load_state_dict(state, "")
+        self._recent_digests = _load_digests(state)
+        self._round_data = {
+            int(key.removeprefix("round_data.")): RoundData(
+                first_inner_step=int(value[0].item()), inner_steps=int(value[1].item())
+            )
+            for key, value in state.items()
+            if key.startswith("round_data.")
+        }
         if "next_round" not in state:
             raise OuterStateError("expected key 'next_round' in the outer state, it is missing")
         self._next_round = int(state["next_round"].item())
@@ -293,21 +422,6 @@ class OuterLoop:
             if tensor.shape != shape:
                 raise PayloadError(f"expected {name} of shape {tuple(shape)}, got {tuple(tensor.shape)}")
 
-    def _check(self, round: int, coordinates: Sequence[Sequence[torch.Tensor]]) -> list[Anomaly]:
-        if not self.config.anomaly_checks:
-            return []
-        latest = self._means[max(self._means)] if self._means else None
-        previous = self.codec.project(round, latest) if latest is not None else None
-        stats = []
-        for i, mine in enumerate(coordinates):
-            others = [c for j, c in enumerate(coordinates) if j != i]
-            stats.append(ContributionStats(
-                norm=_norm(mine),
-                agreement=_cosine(mine, _rank_ordered_mean(others)) if others else None,
-                previous=_cosine(mine, previous) if previous is not None else None,
-            ))
-        return self.detector.check(stats)
-
 
 def _optional_tensors(
     state: Mapping[str, torch.Tensor], label: str, names: Sequence[str]
@@ -317,6 +431,30 @@ def _optional_tensors(
     if present and len(present) != len(names):
         raise OuterStateError(f"expected every {label}.* tensor or none, got {len(present)} of {len(names)}")
     return present or None
+
+
+def _digest_state(rounds: Sequence[Sequence[str]]) -> dict[str, torch.Tensor]:
+    flat = b"".join(bytes.fromhex(d) for r in rounds for d in r)
+    return {
+        "verdict.digests": torch.tensor(list(flat), dtype=torch.uint8),
+        "verdict.digests_counts": torch.tensor([len(r) for r in rounds], dtype=torch.int64),
+    }
+
+
+def _load_digests(state: Mapping[str, torch.Tensor]) -> list[list[str]]:
+    if "verdict.digests" not in state or "verdict.digests_counts" not in state:
+        raise OuterStateError("expected key 'verdict.digests' in the outer state, it is missing")
+    flat = bytes(state["verdict.digests"].tolist())
+    counts = [int(c) for c in state["verdict.digests_counts"].tolist()]
+    if len(flat) != 32 * sum(counts):
+        raise OuterStateError(
+            f"expected {sum(counts)} digests in verdict.digests, got {len(flat)} bytes"
+        )
+    rounds, start = [], 0
+    for count in counts:
+        rounds.append([flat[32 * i : 32 * (i + 1)].hex() for i in range(start, start + count)])
+        start += count
+    return rounds
 
 
 def _rank_ordered_mean(contributions: Sequence[Sequence[torch.Tensor]]) -> list[torch.Tensor]:
@@ -339,10 +477,3 @@ def _norm(tensors: Sequence[torch.Tensor]) -> float:
     return math.sqrt(max(_dot(tensors, tensors), 0.0)) if all(
         bool(torch.isfinite(t).all()) for t in tensors
     ) else math.nan
-
-
-def _cosine(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float | None:
-    na, nb = _norm(a), _norm(b)
-    if not (math.isfinite(na) and math.isfinite(nb)) or na == 0.0 or nb == 0.0:
-        return None
-    return _dot(a, b) / (na * nb)

@@ -92,19 +92,56 @@ class OuterConfig:
     look-ahead minus half of the cluster's current offset from θ, which keeps the clusters from
     drifting apart."""
 
-    # --- anomaly checks (both kinds) ------------------------------------------------------
+    # --- verdicts on contributions (both kinds; trainer/outer/verdict.py) -----------------
     anomaly_checks: bool = True
-    """Flag contributions whose norm or direction is an outlier (see trainer/outer/anomaly.py)."""
-    anomaly_exclude: bool = False
-    """Leave flagged contributions out of the average (non-finite ones are always left out)."""
+    """Judge every cluster's contribution to every round (one verdict per cluster, the same in
+    every stage); off: no verdicts, every contribution is averaged."""
+    anomaly_exclude: bool = True
+    """Leave flagged contributions out of the average when ``anomaly_exclude_min_clusters`` or
+    more clusters are present and the unflagged ones are a majority (non-finite contributions
+    are always left out)."""
+    anomaly_exclude_min_clusters: int = 3
+    """Fewest clusters present for an exclusion: with two, a disagreement does not say which
+    cluster is wrong, so flags are recorded and nothing is excluded."""
     anomaly_norm_ratio: float = 10.0
     """A norm more than this many times the reference norm is flagged."""
+    anomaly_min_norm_ratio: float = 0.6
+    """... and so is one below this share of the median norm of the other clusters' this round
+    (honest clusters of one round were within 15 % of each other in ``veritrain bench poison``;
+    one that took H/4 inner steps sent 0.4-0.55 of their norm)."""
     anomaly_min_cosine: float = 0.02
     """A contribution whose cosine with the other clusters' mean is below this is flagged."""
     anomaly_cosine_ratio: float = 0.3
     """... and so is one below this share of the typical (median of recent accepted) cosine."""
     anomaly_history: int = 8
-    """Rounds of accepted norms and cosines that make the references."""
+    """Rounds of accepted norms and cosines that make the references (and of payloads a new one
+    must not repeat)."""
+    anomaly_scores: bool = True
+    """Score every contribution by what it does to the loss when applied alone to the global
+    parameters (trainer/outer/contribution_score.py); needs the runtime's model, so an outer
+    algorithm built without one judges on the statistics alone."""
+    anomaly_held_out_ratio: float = 0.5
+    """A contribution whose held-out loss gain is below this share of the other clusters'
+    median gain is flagged ..."""
+    anomaly_held_out_margin: float = 0.02
+    """... when it is also this many nats below that median: late in a run honest gains shrink
+    towards the noise of one probe batch (honest clusters of one round differed by up to 0.012
+    nats there in ``veritrain bench poison``), and a relative rule alone flags them."""
+    anomaly_own_data_check: bool = False
+    """Flag a contribution by its own-data score (rule ``own_data``). Off by default: on the
+    tiny preset an honest cluster's extra gain on its own windows is within the noise of the
+    held-out and own-data batches -- the rule flagged 15 % of honest contributions and caught no
+    cluster that trained on other data (``veritrain bench poison``, docs/outer-algorithm.md
+    §4). The scores are recorded either way."""
+    anomaly_own_data_ratio: float = 0.0
+    """With the check on: a contribution whose extra gain on its own data (over held-out data)
+    is below this share of the other clusters' median is flagged (0: one that gains less on its
+    own data than on held-out data while the others gain more)."""
+    anomaly_probe_batches: int = 1
+    """Held-out batches (the first ones) every contribution is scored on."""
+    anomaly_own_batches: int = 2
+    """Batches of the cluster's own assigned data, drawn from the round's inner steps, that it
+    is scored on."""
 
     # --- adaptive inner steps (runtime reads these; see trainer/outer/adaptive.py) --------
     adaptive_inner_steps: bool = False
@@ -137,9 +174,20 @@ class OuterConfig:
         _require(self, "stall_rounds", self.stall_rounds >= 1, ">= 1")
         _require(self, "stall_tolerance", self.stall_tolerance >= 0.0, ">= 0")
         _require(self, "anomaly_norm_ratio", self.anomaly_norm_ratio > 1.0, "> 1")
+        _require(self, "anomaly_min_norm_ratio", 0.0 <= self.anomaly_min_norm_ratio < 1.0,
+                 "in [0, 1)")
         _require(self, "anomaly_min_cosine", -1.0 <= self.anomaly_min_cosine < 1.0, "in [-1, 1)")
         _require(self, "anomaly_cosine_ratio", 0.0 <= self.anomaly_cosine_ratio < 1.0, "in [0, 1)")
         _require(self, "anomaly_history", self.anomaly_history >= 1, ">= 1")
+        _require(self, "anomaly_exclude_min_clusters", self.anomaly_exclude_min_clusters >= 2,
+                 ">= 2")
+        _require(self, "anomaly_held_out_ratio", 0.0 <= self.anomaly_held_out_ratio < 1.0,
+                 "in [0, 1)")
+        _require(self, "anomaly_held_out_margin", self.anomaly_held_out_margin >= 0.0, ">= 0")
+        _require(self, "anomaly_own_data_ratio", 0.0 <= self.anomaly_own_data_ratio < 1.0,
+                 "in [0, 1)")
+        _require(self, "anomaly_probe_batches", self.anomaly_probe_batches >= 1, ">= 1")
+        _require(self, "anomaly_own_batches", self.anomaly_own_batches >= 1, ">= 1")
         _require(self, "min_inner_steps", self.min_inner_steps >= 1, ">= 1")
         _require(self, "max_inner_steps", self.max_inner_steps >= self.min_inner_steps,
                  f">= min_inner_steps ({self.min_inner_steps})")

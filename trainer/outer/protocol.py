@@ -39,6 +39,8 @@ from typing import Protocol
 
 import torch
 
+from records.outer_step import ClusterVerdict
+
 
 @dataclass(frozen=True, kw_only=True)
 class Contribution:
@@ -54,9 +56,11 @@ class Contribution:
 
 @dataclass(frozen=True, kw_only=True)
 class Anomaly:
+    """A flagged cluster of one round (its ``ClusterVerdict``, in short)."""
+
     cluster: int
     reason: str
-    """Human-readable, e.g. 'norm 812.4 is 96x the median 8.45'."""
+    """Human-readable, e.g. 'norm 812.4 is 96x the reference 8.45 (limit 10x)'."""
     excluded: bool
 
 
@@ -86,6 +90,9 @@ class OuterUpdate:
     """Quantisation bits used this round (32 = fp32, 16 = bf16)."""
     stats: Mapping[str, float] = field(default_factory=dict)
     """Norms of the averaged pseudo-gradient, the outer step, the global parameters, ..."""
+    verdicts: Sequence[ClusterVerdict] = ()
+    """One per cluster (cluster order), identical in every stage of every cluster (empty when
+    the checks are off); ``anomalies`` are the flagged ones."""
 
 
 class OuterAlgorithm(Protocol):

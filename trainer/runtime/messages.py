@@ -13,7 +13,7 @@ from typing import Any
 from records.commitments import InnerCommitments
 from records.fields import Fields
 from records.genesis import ClusterKeys
-from records.outer_step import CheckpointRef, QuoteRef, StageContribution
+from records.outer_step import CheckpointRef, ClusterVerdict, QuoteRef, StageContribution
 from trainer.outer.protocol import Anomaly, OuterUpdate
 from trainer.recorder import AttestationRequest, ClusterEvidence
 from trainer.runtime.report import RankReport
@@ -129,6 +129,7 @@ def _update_message(update: OuterUpdate) -> dict[str, Any]:
         "rank": update.rank,
         "bits": update.bits,
         "stats": dict(update.stats),
+        "verdicts": [v.to_payload() for v in update.verdicts],
     }
 
 
@@ -145,4 +146,8 @@ def _update_from(message: Mapping[str, Any]) -> OuterUpdate:
         rank=int(message["rank"]),
         bits=int(message["bits"]),
         stats={str(k): float(v) for k, v in message["stats"].items()},
+        verdicts=[
+            ClusterVerdict.read(Fields(v, where=f"round {message['round']}'s verdicts"))
+            for v in message["verdicts"]
+        ],
     )

@@ -14,8 +14,8 @@ Two sources, on purpose:
   process that died before reporting leaves its files out of the checkpoint, nothing else.
 
 Seconds are the slowest process's; applied rounds merge each stage's ``OuterUpdate`` of the same
-round into one entry, with norms combined over stages as sqrt(sum of squares) and anomalies
-tagged with their stage.
+round into one entry, with norms combined over stages as sqrt(sum of squares) and the round's
+verdicts, one per contributing cluster, which every stage must have reached alike.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from records.commitments import InnerCommitments
 from records.outer_step import Quorum
 from trainer.data.assignment import AssignmentRule
+from trainer.errors import TrainerError
 from trainer.outer.protocol import OuterUpdate
 from trainer.recorder import (
     AnomalyFlag,
@@ -186,6 +187,13 @@ def _applied_rounds(reports: Sequence[RankReport]) -> list[AppliedRound]:
                 if key.endswith("norm"):
                     squares[key] = squares.get(key, 0.0) + value * value
         stats.update({key: math.sqrt(value) for key, value in squares.items()})
+        verdicts = list(stage_updates[0][1].verdicts)
+        for stage, update in stage_updates[1:]:
+            if list(update.verdicts) != verdicts:
+                raise TrainerError(
+                    f"expected every stage to reach the verdicts of stage {stage_updates[0][0]} on "
+                    f"round {round_}, stage {stage} reached others"
+                )
         applied.append(
             AppliedRound(
                 round=round_,
@@ -198,10 +206,11 @@ def _applied_rounds(reports: Sequence[RankReport]) -> list[AppliedRound]:
                     key=lambda c: (c.cluster, c.stage),
                 ),
                 anomalies=[
-                    AnomalyFlag(round=round_, cluster=a.cluster, stage=stage, reason=a.reason, excluded=a.excluded)
-                    for stage, update in stage_updates
-                    for a in update.anomalies
+                    AnomalyFlag(round=round_, cluster=v.cluster, reason=v.reason, excluded=v.excluded)
+                    for v in verdicts
+                    if v.flags
                 ],
+                verdicts=verdicts,
                 payload_bytes=sum(update.payload_bytes for _, update in stage_updates),
                 rank=max(update.rank for _, update in stage_updates),
                 bits=max(update.bits for _, update in stage_updates),

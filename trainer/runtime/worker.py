@@ -47,6 +47,8 @@ from records.outer_step import CheckpointRef, Quorum, StageContribution
 from trainer.checkpoint import (
     TRAINER_STATE,
     CheckpointFiles,
+    exchange_file,
+    exchange_tensors,
     inner_file,
     load_checkpoint_directory,
     model_file,
@@ -109,6 +111,7 @@ from trainer.runtime.messages import (
 )
 from trainer.runtime.outer_sync import OuterSync, StepExchange
 from trainer.runtime.pipeline import PipelineRunner
+from trainer.runtime.pipeline_judge import PipelineJudge
 from trainer.runtime.poison import poison_local
 from trainer.runtime.progress import ConsoleProgress, Progress, SilentProgress
 from trainer.runtime.report import RankReport, build_record
@@ -254,6 +257,7 @@ class _Process:
             if config.method != "allreduce" and not self.follower
             else None
         )
+        self.reader = BatchReader(spec.manifest, spec.rule, spec.shards)
         self.outer: OuterAlgorithm | None = None
         if config.method != "allreduce":
             self.outer = build_outer_algorithm(
@@ -262,8 +266,18 @@ class _Process:
                 cluster=self.cluster,
                 n_clusters=config.clusters,
                 seed=config.seed,
+                judge=PipelineJudge(  # the cluster's stages reach one verdict together
+                    config.outer,
+                    params=self.outer_params,
+                    sync_tied=self._sync_tied_copy,
+                    runner=self.runner,
+                    reader=self.reader,
+                    group=self.groups.pipeline,
+                    # its rank in the cluster's world (replica d's stages are d*S .. d*S+S-1)
+                    last_stage_rank=self.topology.cluster_rank(self.stages - 1, self.replica),
+                    device=device,
+                ),
             )
-        self.reader = BatchReader(spec.manifest, spec.rule, spec.shards)
         self.eval_batches = (
             self.reader.eval_batches(config.eval_batches)
             if self.cluster == 0 and not self.follower and spec.mode != "contribute"
@@ -522,6 +536,9 @@ class _Process:
         numbers = self._cluster_numbers(losses, last, compute_seconds / H)
 
         exchanged: StepExchange | None = None
+        note_round_data = getattr(self.outer, "note_round_data", None)  # trainer/outer's have it
+        if callable(note_round_data):  # what the round trains on, for its contribution scores
+            note_round_data(step, first_inner_step=cursor.inner_steps_done, inner_steps=H)
         if self.sync is not None:
             if poisoned and poison is not None:
                 poison_local(self.outer_params, round_start, poison, seed=self.config.seed)
@@ -812,6 +829,10 @@ class _Process:
             save_local=self.outer is not None and self.outer.overlapped,
             weights=dict(zip(self.outer_names, global_params, strict=True)) if global_params is not None else None,
         )
+        applied_payloads = getattr(self.outer, "applied_payloads", None)  # trainer/outer's have it
+        if self.cluster == 0 and callable(applied_payloads) and applied_payloads():
+            # What this step's verdicts were reached on, for a verifier to recompute them.
+            files[exchange_file(self.stage)] = exchange_tensors(applied_payloads())
         json_files: dict[str, Any] = {}
         if self.coordinating:
             # The coordinator makes the step's folder a Hugging Face model repo (DESIGN.md §6).

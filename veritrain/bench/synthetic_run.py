@@ -171,7 +171,6 @@ def outer_step_record(run_id: str, step: int, *, clusters: int, stages: int) -> 
             for c in range(clusters)
         ),
         applied=applied,
-        anomalies=(),
         aggregate_digest=aggregate_digest(applied),
         checkpoint=CheckpointRef(
             manifest_root=_digest(run_id, f"root/{step}"),

@@ -1,4 +1,5 @@
-"""``veritrain bench comm|ledger|storage|data|audit|throughput``: the measurements behind the project's claims.
+"""``veritrain bench comm|ledger|storage|data|audit|throughput|poison``: the measurements behind the
+project's claims.
 
 Each command parses its options and calls its benchmark's one entry point in
 ``veritrain.bench``; ``--json`` prints that result as one JSON object on stdout (progress goes
@@ -13,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-app = typer.Typer(help="Benchmarks: communication (DiLoCoX vs AllReduce), ledger, storage, data.", no_args_is_help=True)
+app = typer.Typer(help="Benchmarks: communication (DiLoCoX vs AllReduce), ledger, storage, data, poisoned clusters.", no_args_is_help=True)
 
 Quick = Annotated[bool, typer.Option("--quick", help="A shorter run (minutes on 2 cores) with the same measurements.")]
 Json = Annotated[bool, typer.Option("--json", help="Print the result as one JSON object.")]
@@ -160,6 +161,24 @@ def throughput(
         micro_batch_size=micro_batch_size, timed_steps=steps, peak_tflops=peak_tflops, threads=threads,
     )
     _print(run_throughput_bench(config, say=_say), json_output)
+
+
+@app.command("poison")
+def poison(
+    quick: Quick = False,
+    json_output: Json = False,
+    seeds: Annotated[int | None, typer.Option(min=1, help="Seeds (default 3; 1 with --quick).")] = None,
+    clusters: Annotated[int, typer.Option(min=3, help="Clusters, one of them attacking.")] = 4,
+    outer_steps: Annotated[int | None, typer.Option(min=3, help="T (default 8; 5 with --quick).")] = None,
+    inner_steps: Annotated[int | None, typer.Option(min=1, help="H (default the preset's; 10 with --quick).")] = None,
+) -> None:
+    """Detection rate per attack, false positives on clean runs, loss with and without exclusion."""
+    from veritrain.bench.poison import PoisonBenchConfig, run_poison_bench
+
+    config = PoisonBenchConfig(
+        quick=quick, seeds=seeds, clusters=clusters, outer_steps=outer_steps, inner_steps=inner_steps
+    )
+    _print(run_poison_bench(config, say=_say), json_output)
 
 
 def _print(result: Any, json_output: bool) -> None:

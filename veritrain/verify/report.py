@@ -17,6 +17,7 @@ CHECKS: dict[int, str] = {
     9: "metrics",
     10: "configuration and verification policy (genesis)",
     11: "run.final",
+    12: "verdicts and contribution scores",
 }
 
 

@@ -26,7 +26,10 @@ outer step):
 9. the metrics table equals the metrics signed in the entries;
 10. the genesis: config digest recomputed, configuration consistent, TEE reference and
     verification policy within the published bounds;
-11. ``run.final`` recomputed from the last outer step.
+11. ``run.final`` recomputed from the last outer step;
+12. every applied exchange's verdicts follow from the recorded numbers by the genesis' rules,
+    and (for a sample of steps) the numbers themselves -- statistics, contribution scores -- and
+    the step's weights are recomputed from the stored contributions.
 
 Nothing the source says is trusted, and nothing it sends can crash the verifier: a malformed
 answer is a failed check in the report.
@@ -47,6 +50,7 @@ from veritrain.verify.log_checks import check_chain, check_inclusion, check_tree
 from veritrain.verify.object_checks import check_checkpoints, check_generations, check_metrics
 from veritrain.verify.report import Report
 from veritrain.verify.seen_heads import SeenHeads
+from veritrain.verify.verdict_checks import check_verdicts
 from veritrain.verify.witness_checks import check_witnesses
 
 
@@ -93,6 +97,7 @@ def verify_run(
     check_data(report, run, source, data, config, deep=deep, signed_root=signed_root)
     check_metrics(report, run, source)
     check_final(report, run, config)
+    check_verdicts(report, run, source, config, data, deep=deep, signed_root=signed_root)
 
     report.summary = {
         "entries": len(run.entries),

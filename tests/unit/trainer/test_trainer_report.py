@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
-from records.outer_step import Quorum
+from records.outer_step import ClusterVerdict, Quorum
 from trainer.data.assignment import AssignmentRule
+from trainer.errors import TrainerError
 from trainer.outer.protocol import Anomaly, OuterUpdate
 from trainer.runtime.exchange import ClusterNumbers, ContributionHeader
 from trainer.runtime.report import RankReport, build_record
@@ -17,12 +19,23 @@ RULE = AssignmentRule(context=8, sequences_per_step=4, clusters=3, seed=0, shard
 BOTH = Quorum(id=4, clusters=(0, 1), joined=(), left=())
 
 
-def update(stage: int, *, anomalies: list[Anomaly] | None = None) -> OuterUpdate:
+def verdict(cluster: int, *, flagged: bool = False, excluded: bool = False) -> ClusterVerdict:
+    return ClusterVerdict(
+        cluster=cluster, norm=1.0, agreement=0.8, previous=None, score=None,
+        flags=("large_norm",) if flagged else (), reason="norm 80x" if flagged else "", excluded=excluded,
+    )
+
+
+VERDICTS = [verdict(0), verdict(1, flagged=True)]
+
+
+def update(stage: int, *, verdicts: list[ClusterVerdict] = VERDICTS) -> OuterUpdate:
     return OuterUpdate(
         round=3,
         clusters=[0, 1],
         contribution_digests=[f"c0s{stage}", f"c1s{stage}"],
-        anomalies=anomalies or [],
+        anomalies=[Anomaly(cluster=v.cluster, reason=v.reason, excluded=v.excluded) for v in verdicts if v.flags],
+        verdicts=verdicts,
         payload_bytes=100 * (stage + 1),
         rank=4,
         bits=8,
@@ -54,7 +67,7 @@ def report(cluster: int, stage: int, **changes: object) -> RankReport:
         "cluster": cluster,
         "stage": stage,
         "files": {f"inner-{cluster}-{stage}": "d"},
-        "updates": [update(stage, anomalies=[Anomaly(cluster=1, reason="norm 80x", excluded=False)] if stage == 1 else None)],
+        "updates": [update(stage)],
         "eval_loss": 1.5 if (cluster, stage) == (0, 1) else None,
         "compute_seconds": 1.0 + cluster,
         "comm_seconds": 0.2,
@@ -86,7 +99,7 @@ def test_record_combines_losses_seconds_bytes_and_norms() -> None:
     assert (m["rank"], m["bits"]) == (4, 8)
 
 
-def test_record_lists_every_contribution_and_tags_anomalies_with_their_stage() -> None:
+def test_record_lists_every_contribution_and_one_verdict_per_cluster() -> None:
     record = record_of([report(c, s) for c in (0, 1) for s in (0, 1)])
     assert [(c.cluster, c.stage, c.digest) for c in record.contribution_digests] == [
         (0, 0, "c0s0"), (0, 1, "c0s1"), (1, 0, "c1s0"), (1, 1, "c1s1"),
@@ -94,7 +107,8 @@ def test_record_lists_every_contribution_and_tags_anomalies_with_their_stage() -
     (applied,) = record.applied
     assert applied.round == 3 and applied.payload_bytes == 300
     assert [(c.cluster, c.stage) for c in applied.contribution_digests] == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert [(a.round, a.cluster, a.stage) for a in record.anomalies] == [(3, 1, 1)]
+    assert [(a.round, a.cluster, a.reason) for a in record.anomalies] == [(3, 1, "norm 80x")]
+    assert applied.verdicts == VERDICTS
     assert record.flagged_clusters == [1]
     assert len(record.files) == 4
     assert record.quorum == BOTH
@@ -110,6 +124,33 @@ def test_a_cluster_that_left_before_reporting_still_counts_for_what_it_committed
     assert record.metrics["train_loss"] == 3.0  # (2 + 3 + 4) / 3
     assert record.metrics["step_tokens"] == 3 * 5 * 4 * 8
     assert not any("2-" in name for name in record.files)
+
+
+def test_stages_that_reach_different_verdicts_are_refused() -> None:
+    """The verdict on a cluster is the cluster's, not a stage's: stage 1 excluding cluster 1
+    while stage 0 keeps it would average different clusters in different stages."""
+    split = [verdict(0), verdict(1, flagged=True, excluded=True)]
+    reports = [report(c, s, updates=[update(s, verdicts=split if s == 1 else VERDICTS)]) for c in (0, 1) for s in (0, 1)]
+    with pytest.raises(TrainerError, match="stage 1 reached others"):
+        record_of(reports)
+
+
+def test_verdicts_of_a_round_name_the_clusters_of_its_quorum() -> None:
+    """Cluster 1 left: round 3's quorum is clusters 0 and 2, and so are its verdicts."""
+    quorum = Quorum(id=6, clusters=(0, 2), joined=(), left=(1,))
+    verdicts = [verdict(0), verdict(2, flagged=True)]
+
+    def quorum_update(stage: int) -> OuterUpdate:
+        return replace(
+            update(stage, verdicts=verdicts), clusters=[0, 2], contribution_digests=[f"c0s{stage}", f"c2s{stage}"]
+        )
+
+    reports = [report(c, s, updates=[quorum_update(s)]) for c in (0, 2) for s in (0, 1)]
+    record = record_of(reports, quorum=quorum)
+    (applied,) = record.applied
+    assert [v.cluster for v in applied.verdicts] == [0, 2]
+    assert sorted({c.cluster for c in applied.contribution_digests}) == [0, 2]
+    assert record.flagged_clusters == [2]
 
 
 def test_data_ranges_follow_the_assignment_rule() -> None:

@@ -50,6 +50,16 @@ def test_the_step_table_is_server_rendered_newest_first_with_anomalies(page: str
     assert rows[-1][header.index("Rank")] == "8" and rows[0][header.index("Rank")] == "4"
 
 
+def test_the_step_table_shows_every_clusters_contribution_scores_next_to_the_flags(page: str) -> None:
+    header, *rows = tables(page)["steps"]
+
+    column = header.index("Contribution scores (held-out / own data)")
+    assert column == header.index("Anomalies") + 1
+    scores = {r[0]: r[column] for r in rows}
+    assert scores["1"] == "0: -0.05 / -0.06, 1: -0.1 / -0.12"  # the fixture's scores, held-out / own
+    assert 'title="norm 812.4 is 96x the reference 8.46 (limit 10x)"' in page  # the flagged one says why
+
+
 def test_every_step_on_the_page_shows_what_the_model_said(page: str, demo_run: DemoRun) -> None:
     section = page[page.index('<section id="generations"'):page.index('<section id="data"')]
 

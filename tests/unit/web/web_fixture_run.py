@@ -33,7 +33,7 @@ from records.commitments import (
     ParameterCommitment,
 )
 from records.data_manifest import TokenizerIdentity
-from records.outer_step import Quorum
+from records.outer_step import ClusterVerdict, ContributionScore, Quorum
 from storage.checkpoint import Manifest, read_manifest
 from storage.factory import open_store
 from trainer.api import assignment_rule, config_digest
@@ -255,8 +255,25 @@ def _commitments(run_id: str, step: int, cluster: int) -> InnerCommitments:
 def _applied(run_id: str, step: int) -> AppliedRound:
     """The step's own round, applied blocking (DiLoCo without the one-step delay)."""
     rank = 8 if step < 2 else 4
-    flags = [AnomalyFlag(round=step, cluster=1, stage=0, reason="norm 812.4 is 96x the median", excluded=False)] if step == 1 else []
-    return AppliedRound(round=step, contribution_digests=_contributions(run_id, step), anomalies=flags, payload_bytes=4096 * rank, rank=rank, bits=8)
+    reason = "norm 812.4 is 96x the reference 8.46 (limit 10x)"
+    verdicts = [
+        ClusterVerdict(
+            cluster=c,
+            norm=812.4 if (step, c) == (1, 1) else 8.46,
+            agreement=0.8,
+            previous=None,
+            score=ContributionScore(held_out=-0.05 * (c + 1), own_data=-0.06 * (c + 1)),
+            flags=("large_norm",) if (step, c) == (1, 1) else (),
+            reason=reason if (step, c) == (1, 1) else "",
+            excluded=False,
+        )
+        for c in range(CLUSTERS)
+    ]
+    flags = [AnomalyFlag(round=step, cluster=v.cluster, reason=v.reason, excluded=v.excluded) for v in verdicts if v.flags]
+    return AppliedRound(
+        round=step, contribution_digests=_contributions(run_id, step), anomalies=flags, payload_bytes=4096 * rank,
+        rank=rank, bits=8, verdicts=verdicts,
+    )
 
 
 def _perturb(model: CausalLM, step: int) -> None:

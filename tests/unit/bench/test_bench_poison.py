@@ -1,0 +1,107 @@
+"""Every attack of ``veritrain bench poison`` against the trainer's verdicts: 4 clusters of the
+tiny preset in one process (veritrain/bench/poison_run.py), a short run, the attack active from
+round 2. Each attack is caught in every round it is active, by the rule that should catch it,
+and left out of the mean -- except the cluster that trains on other data, which the online rules
+cannot tell from an honest one (docs/outer-algorithm.md §4)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from trainer.api import assignment_rule
+from trainer.config import TrainConfig
+from trainer.data.build import prepare_data
+from trainer.data.reader import BatchReader
+from veritrain.bench.poison import AttackResult, PoisonBenchConfig, PoisonBenchResult
+from veritrain.bench.poison_run import PoisonRun, RunOutcome, Scenario, attacked_rounds, simulate
+
+ATTACKER = 3
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrainConfig, BatchReader]:
+    """The bench's configuration, shrunk: a 2-layer, 32-wide model, 4 rounds of 8 inner steps."""
+    config = PoisonBenchConfig(outer_steps=4, inner_steps=8).run_config(seed=0)
+    small = replace(config.model, num_hidden_layers=2, hidden_size=32, intermediate_size=96)
+    config = replace(config, model=small)
+    prepared = prepare_data(config.data, tmp_path_factory.mktemp("poison-data"))
+    return config, BatchReader(
+        prepared.manifest, assignment_rule(config, prepared.manifest), prepared.source
+    )
+
+
+def run(
+    setup: tuple[TrainConfig, BatchReader], scenario: Scenario | None
+) -> tuple[PoisonRun, RunOutcome]:
+    config, reader = setup
+    attack = PoisonRun(config=config, scenario=scenario, attacker=ATTACKER)
+    return attack, simulate(attack, reader)
+
+
+def test_a_clean_run_flags_no_one(setup: tuple[TrainConfig, BatchReader]) -> None:
+    _, outcome = run(setup, None)
+    assert [[v.flags for v in round_] for round_ in outcome.verdicts] == [[()] * 4] * 4
+    for round_ in outcome.verdicts:  # every contribution scored, and every honest one helps
+        assert all(v.score is not None and v.score.held_out < 0 for v in round_)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "rule"),
+    [
+        ("scale", "large_norm"),
+        ("noise", "direction"),
+        ("sign_flip", "direction"),
+        ("replay", "replayed"),
+        ("free_rider", "empty"),
+        ("lazy_quarter_steps", "small_norm"),
+    ],
+)
+def test_each_attack_is_caught_and_excluded_in_every_round_it_is_active(
+    scenario: Scenario, rule: str, setup: tuple[TrainConfig, BatchReader]
+) -> None:
+    attack, outcome = run(setup, scenario)
+    for t in range(4):
+        verdicts = outcome.verdicts[t]
+        honest = [v.flags for v in verdicts if v.cluster != ATTACKER]
+        assert honest == [(), (), ()], f"round {t}: honest clusters flagged {honest}"
+        mine = verdicts[ATTACKER]
+        if t in attacked_rounds(attack):
+            assert rule in mine.flags and mine.excluded, f"round {t}: {mine}"
+        else:
+            assert mine.flags == (), f"round {t}, before the attack: {mine}"
+
+
+def test_a_cluster_trained_on_other_data_passes_the_online_rules(
+    setup: tuple[TrainConfig, BatchReader],
+) -> None:
+    """Its update is an honest update of other windows: norm, direction and held-out gain are
+    those of an honest cluster, and its own-data advantage is within the noise on this model
+    (what catches it is re-executing its inner steps: ``veritrain reproduce --cluster J``)."""
+    attack, outcome = run(setup, "lazy_other_data")
+    for t in attacked_rounds(attack):
+        verdicts = outcome.verdicts[t]
+        assert [v.flags for v in verdicts] == [()] * 4
+        gains = sorted(
+            -v.score.held_out for v in verdicts if v.score is not None and v.cluster != ATTACKER
+        )
+        mine = verdicts[ATTACKER].score
+        assert mine is not None and 0.5 * gains[1] < -mine.held_out < 2 * gains[1]
+
+
+def test_the_result_reports_rates_and_loss_gaps() -> None:
+    result = PoisonBenchResult(
+        config={"preset": "tiny", "clusters": 4, "outer_steps": 8, "inner_steps": 20, "seeds": 1}
+    )
+    result.clean_losses = [2.0]
+    result.honest_judgements, result.false_positives = 32, 1
+    result.attacks["scale"] = AttackResult(
+        active_rounds=6, detected_rounds=6, losses_excluded=[2.02], losses_kept=[30.0]
+    )
+    d = result.to_dict()
+    assert d["false_positive_rate"] == 1 / 32
+    assert d["attacks"]["scale"]["detection_rate"] == 1.0
+    assert d["attacks"]["scale"]["loss_gap_with_exclusion"] == pytest.approx(0.01)
+    assert d["attacks"]["scale"]["meets_targets"] is True
+    assert any(line.startswith("scale") and "6/6" in line for line in result.lines())
