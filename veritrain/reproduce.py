@@ -46,6 +46,7 @@ from storage.checkpoint.sharding import is_model_shard, tensor_nbytes
 from trainer.api import Reexecution, assignment_rule, reexecute_outer_step
 from trainer.checkpoint import TRAINER_STATE, CheckpointFiles, outer_file
 from trainer.config import TrainConfig
+from trainer.data.assignment import AssignmentRule
 from trainer.execution import Execution
 from trainer.recorder import TIMING_METRICS
 from veritrain.audit.comparison import Bisection, Comparison
@@ -139,8 +140,10 @@ def reproduce_step(
             clusters=clusters,
             first_inner_step=first_inner_step,
             inner_steps=recorded.inner_steps,
-            eval_windows=config.eval_batches * rule.sequences_per_step if cluster is None else 0,
+            eval_windows=_eval_batches(config) * rule.sequences_per_step if cluster is None else 0,
         )
+        if cluster is None:
+            _add_scored_windows(windows, rule, run, recorded)
         data = download_windows(
             counting, manifest, windows, window_tokens=rule.context + 1, directory=work / "data"
         )
@@ -203,6 +206,31 @@ def reproduce_step(
     if execution is not None and execution.differences(config):
         comparison.notes.append(f"re-executed with {', '.join(execution.differences(config))}")
     return comparison
+
+
+def _eval_batches(config: TrainConfig) -> int:
+    """Held-out batches the step reads: its evaluation, and the verdicts' probe."""
+    outer = config.outer
+    probe = outer.anomaly_probe_batches if config.method != "allreduce" and outer.anomaly_scores else 0
+    return max(config.eval_batches, probe)
+
+
+def _add_scored_windows(
+    windows: dict[int, set[int]], rule: AssignmentRule, run: RecordedRun, recorded: OuterStep
+) -> None:
+    """The windows of every round the step applies, for every cluster of its quorum: the
+    verdicts score each contribution on batches of its own data for the round
+    (trainer/outer/contribution_score.py picks which; all of them are fetched)."""
+    for applied in recorded.applied:
+        for data_range in run.step(applied.round).data_ranges:
+            more = windows_read(
+                rule,
+                clusters=[data_range.cluster],
+                first_inner_step=data_range.first_inner_step,
+                inner_steps=data_range.inner_steps,
+            )
+            for shard, starts in more.items():
+                windows.setdefault(shard, set()).update(starts)
 
 
 def _payloads_in_flight(source: RunSource, previous: OuterStep, before: CheckpointFiles) -> dict[str, bytes]:
