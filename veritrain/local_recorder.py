@@ -112,9 +112,12 @@ class LocalDirectoryRecorder(SignsNothing):
             with tempfile.TemporaryDirectory(prefix=".index-", dir=directory) as folder:
                 for name in write_model_index(folder, shards):
                     os.replace(Path(folder) / name, directory / name)
-        _write_json(directory / RECORD, record.to_dict())
+        # The log line first, record.json last: record.json says the step is complete, so a run
+        # killed between the two resumes from the step before and records this one again (the
+        # later line wins in read_records), instead of resuming after a step its log lacks.
         with (self.root / "records.jsonl").open("a") as log:
             log.write(json.dumps(record.to_dict(), sort_keys=True) + "\n")
+        _write_json(directory / RECORD, record.to_dict())
 
     def end(self, summary: RunSummary) -> None:
         _write_json(self.root / "summary.json", summary.to_dict())

@@ -65,12 +65,13 @@ def apply_round_99(step: dict[str, Any]) -> None:
 
 
 def loosen_the_tolerance(genesis: dict[str, Any]) -> None:
-    genesis["verification_policy"] = {**genesis["verification_policy"], "mode": "tolerance",
-                                      "fallback": {"metric": "eval_loss", "delta": 1e9}}
+    policy = genesis["verification_policy"]
+    genesis["verification_policy"] = {**policy, "mode": "tolerance", "fallback": {**policy["fallback"], "delta": 1e9}}
 
 
 def name_hardware_nobody_has(genesis: dict[str, Any]) -> None:
-    genesis["verification_policy"]["hardware"] = {"device": "quantum", "machine": "vax", "torch": "any"}
+    hardware = genesis["verification_policy"]["hardware"]
+    genesis["verification_policy"]["hardware"] = {**hardware, "device": "quantum", "machine": "vax", "torch": "any"}
 
 
 def lower_the_eval_loss(step: dict[str, Any]) -> None:
