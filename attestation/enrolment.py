@@ -64,7 +64,9 @@ def verify_possession(enrolment: Enrolment, key: PublicKey, proof: str) -> None:
     try:
         signature = base64.b64decode(proof, validate=True)
     except (binascii.Error, ValueError):
-        raise EnrolmentError(f"cluster {enrolment.cluster} {enrolment.role} key: the proof is not base64") from None
+        raise EnrolmentError(
+            f"cluster {enrolment.cluster} {enrolment.role} key: the proof is not base64"
+        ) from None
     try:
         key.verify(signature, enrolment.message())
     except AttestationError as exc:

@@ -103,7 +103,9 @@ def append_leaf(session: Session, run_id: str, index: int, leaf: bytes) -> bytes
     return subtrees.range_hash((0, index + 1), known | new_nodes)
 
 
-def inclusion_proof(session: Reader, run_id: str, index: int, size: int) -> tuple[bytes, list[bytes]]:
+def inclusion_proof(
+    session: Reader, run_id: str, index: int, size: int
+) -> tuple[bytes, list[bytes]]:
     """The leaf hash of entry ``index`` and its inclusion proof in the tree of ``size``."""
     path = merkle.inclusion_path(index, size)
     leaf = (0, index)
@@ -113,7 +115,9 @@ def inclusion_proof(session: Reader, run_id: str, index: int, size: int) -> tupl
     return nodes[leaf], _hash_ranges(path, nodes)
 
 
-def all_inclusion_proofs(session: Session, run_id: str, size: int) -> list[tuple[bytes, list[bytes]]]:
+def all_inclusion_proofs(
+    session: Session, run_id: str, size: int
+) -> list[tuple[bytes, list[bytes]]]:
     """(leaf hash, inclusion proof) of every entry in the tree of ``size``: the stored nodes
     are read once and every proof is assembled in memory (a verifier checking a whole run)."""
     nodes = stored_nodes(session, run_id)

@@ -144,7 +144,9 @@ class S3Store(ObjectStore):
         try:
             with s3_errors("GetObject", self._location(key)):
                 if ranged:
-                    response = self._client.get_object(Bucket=self.bucket, Key=key, Range=request_range)
+                    response = self._client.get_object(
+                        Bucket=self.bucket, Key=key, Range=request_range
+                    )
                 else:
                     response = self._client.get_object(Bucket=self.bucket, Key=key)
         except InvalidRangeError:
@@ -186,7 +188,9 @@ class S3Store(ObjectStore):
             return
 
         def before_commit(size: int) -> None:
-            check_digest(hasher.hexdigest(), digest, f"the stream uploaded to {self._location(key)}")
+            check_digest(
+                hasher.hexdigest(), digest, f"the stream uploaded to {self._location(key)}"
+            )
 
         try:
             upload_once(

@@ -157,7 +157,9 @@ class AppliedRound:
     """One per cluster, the same in every stage (``anomalies`` are the flagged ones)."""
 
 
-TIMING_METRICS = frozenset({"compute_seconds", "comm_seconds", "exposed_comm_seconds", "quorum_seconds", "wall_seconds"})
+TIMING_METRICS = frozenset(
+    {"compute_seconds", "comm_seconds", "exposed_comm_seconds", "quorum_seconds", "wall_seconds"}
+)
 """Metrics measured with a clock: they differ between executions. Every other metric of an
 outer step is computed from the run's data and state, so a bitwise re-execution reproduces it
 exactly."""

@@ -44,7 +44,9 @@ class DemoResult:
         return self.report.ok and self.reproduction.ok
 
 
-def run_demo(settings: Settings, *, console: Console | None = None, reproduce_step_number: int = 2) -> DemoResult:
+def run_demo(
+    settings: Settings, *, console: Console | None = None, reproduce_step_number: int = 2
+) -> DemoResult:
     console = console or Console()
     started = time.monotonic()
     run_id = "demo-" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
@@ -61,7 +63,9 @@ def run_demo(settings: Settings, *, console: Console | None = None, reproduce_st
         f"keys: the coordinator's (log, statement) in {settings.keys_path}; each cluster's own, as on its own host, in "
         + ", ".join(f"{cluster_keys / f'cluster-{j}'}" for j in range(config.clusters))
     )
-    console.rule("1-2. build the corpus and train (every outer step is recorded, signed and attested)")
+    console.rule(
+        "1-2. build the corpus and train (every outer step is recorded, signed and attested)"
+    )
     train_recorded(settings, config, cluster_keys=cluster_keys)
 
     console.rule("3. verify the run from its ledger and objects")

@@ -50,7 +50,9 @@ class AddCheckpoint:
 
     def __post_init__(self) -> None:
         if not 0 <= self.old_size <= MAX_SIZE:
-            raise MalformedSubmissionError(f"expected an old size in [0, 2^63), got {self.old_size}")
+            raise MalformedSubmissionError(
+                f"expected an old size in [0, 2^63), got {self.old_size}"
+            )
         if len(self.proof) > MAX_PROOF_LINES:
             raise MalformedSubmissionError(
                 f"expected at most {MAX_PROOF_LINES} consistency proof lines, got {len(self.proof)}"
@@ -101,7 +103,9 @@ def parse_add_checkpoint(body: bytes) -> AddCheckpoint:
     if not note:
         raise MalformedSubmissionError("expected a checkpoint after the empty line, got nothing")
     return AddCheckpoint(
-        old_size=old_size, proof=tuple(_hash(line, i + 2) for i, line in enumerate(proof_lines)), note=note
+        old_size=old_size,
+        proof=tuple(_hash(line, i + 2) for i, line in enumerate(proof_lines)),
+        note=note,
     )
 
 

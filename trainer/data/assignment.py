@@ -89,7 +89,9 @@ class AssignmentRule:
         shard, w = divmod(j, self.windows_per_shard)
         return self.eval_shards[shard], w * self.context
 
-    def shards_read(self, cluster: int, first_inner_step: int, inner_steps: int) -> tuple[tuple[int, int], ...]:
+    def shards_read(
+        self, cluster: int, first_inner_step: int, inner_steps: int
+    ) -> tuple[tuple[int, int], ...]:
         """Shard indices a cluster read over some inner steps, as sorted [first, last] runs."""
         used = {
             self.train_window(p)[0]

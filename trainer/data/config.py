@@ -45,7 +45,9 @@ class DataConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "paths", tuple(self.paths))
         if self.stdlib_max_bytes < 1024:
-            raise ConfigError(f"DataConfig.stdlib_max_bytes must be >= 1024, got {self.stdlib_max_bytes}")
+            raise ConfigError(
+                f"DataConfig.stdlib_max_bytes must be >= 1024, got {self.stdlib_max_bytes}"
+            )
         if self.shard_tokens < 2:
             raise ConfigError(f"DataConfig.shard_tokens must be >= 2, got {self.shard_tokens}")
         if self.eval_shards < 1:
@@ -53,7 +55,9 @@ class DataConfig:
         if not self.license:
             raise ConfigError("DataConfig.license must be an SPDX identifier or 'unknown', got ''")
         if not self.text_field:
-            raise ConfigError("DataConfig.text_field must name a JSON field or Parquet column, got ''")
+            raise ConfigError(
+                "DataConfig.text_field must name a JSON field or Parquet column, got ''"
+            )
         if self.tokenizer_vocab_size is not None:
             if self.tokenizer is not None:
                 raise ConfigError(
@@ -66,7 +70,9 @@ class DataConfig:
                     f"got {self.tokenizer_vocab_size}"
                 )
         if self.tokenizer_train_bytes < 1:
-            raise ConfigError(f"DataConfig.tokenizer_train_bytes must be >= 1, got {self.tokenizer_train_bytes}")
+            raise ConfigError(
+                f"DataConfig.tokenizer_train_bytes must be >= 1, got {self.tokenizer_train_bytes}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

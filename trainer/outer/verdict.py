@@ -317,9 +317,7 @@ def decide(
     n = len(measures)
     members = list(range(n)) if clusters is None else list(clusters)
     if len(members) != n or members != sorted(set(members)):
-        raise OuterStateError(
-            f"expected {n} distinct clusters in ascending order, got {members}"
-        )
+        raise OuterStateError(f"expected {n} distinct clusters in ascending order, got {members}")
     failures: list[dict[str, str]] = [{} for _ in range(n)]
     finite = [m.norm is not None for m in measures]
     for i, m in enumerate(measures):
@@ -424,9 +422,10 @@ def _break_tie(
         high, low = (0, 1) if a >= b else (1, 0)
         p_high, p_low = max(a, b), min(a, b)
         if p_high > rule.min_cosine and p_low < TIE_BREAK * p_high:
-            return [
-                low
-            ], f" (and {p_low:.3f} with the previous mean, cluster {clusters[high]} has {p_high:.3f})"
+            return (
+                [low],
+                f" (and {p_low:.3f} with the previous mean, cluster {clusters[high]} has {p_high:.3f})",
+            )
     return [0, 1], " (ambiguous: two clusters, the previous mean does not tell which)"
 
 

@@ -136,7 +136,9 @@ class Heartbeat:
         self._key = channel.prefix + alive_key(cluster)
         self._stop = threading.Event()
         self._store.add(self._key, 1)
-        self._thread = threading.Thread(target=self._run, name=f"veritrain-heartbeat-{cluster}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"veritrain-heartbeat-{cluster}", daemon=True
+        )
         self._thread.start()
 
     def _run(self) -> None:

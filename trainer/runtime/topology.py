@@ -48,11 +48,18 @@ class Topology:
         if not self.present or list(self.present) != sorted(set(self.present)):
             raise ConfigError(f"expected present clusters in ascending order, got {self.present}")
         if self.present[0] < 0 or self.present[-1] >= self.clusters:
-            raise ConfigError(f"expected present clusters below {self.clusters}, got {self.present}")
+            raise ConfigError(
+                f"expected present clusters below {self.clusters}, got {self.present}"
+            )
 
     @classmethod
     def full(cls, clusters: int, stages: int, data_parallel: int = 1) -> Topology:
-        return cls(clusters=clusters, stages=stages, present=tuple(range(clusters)), data_parallel=data_parallel)
+        return cls(
+            clusters=clusters,
+            stages=stages,
+            present=tuple(range(clusters)),
+            data_parallel=data_parallel,
+        )
 
     @property
     def per_cluster(self) -> int:

@@ -38,7 +38,10 @@ class Sighting:
 
 class SeenHeads:
     def __init__(self, directory: Path | None = None) -> None:
-        default = Path(os.environ.get("VERITRAIN_WITNESS_DIR") or Path.home() / ".cache" / "veritrain" / "witness")
+        default = Path(
+            os.environ.get("VERITRAIN_WITNESS_DIR")
+            or Path.home() / ".cache" / "veritrain" / "witness"
+        )
         self.directory = directory or default
 
     def _path(self, run_id: str, source: str) -> Path:

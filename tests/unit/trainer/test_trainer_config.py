@@ -61,12 +61,16 @@ def test_invalid_values_name_the_field(changes: dict[str, object], field: str) -
 def test_outer_kind_must_match_the_method() -> None:
     config = run_preset("tiny")
     with pytest.raises(ConfigError, match=r"outer\.kind must equal method"):
-        TrainConfig.from_dict({**config.to_dict(), "method": "dilocox", "outer": {"kind": "diloco"}})
+        TrainConfig.from_dict(
+            {**config.to_dict(), "method": "dilocox", "outer": {"kind": "diloco"}}
+        )
 
 
 def test_poison_must_fit_the_run() -> None:
     with pytest.raises(ConfigError, match="poison_for_testing"):
-        TrainConfig(clusters=2, outer_steps=3, poison_for_testing=PoisonForTesting(cluster=2, step=1))
+        TrainConfig(
+            clusters=2, outer_steps=3, poison_for_testing=PoisonForTesting(cluster=2, step=1)
+        )
     with pytest.raises(ConfigError, match="'allreduce'"):
         TrainConfig(method="allreduce", poison_for_testing=PoisonForTesting(cluster=0, step=0))
 
