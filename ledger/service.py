@@ -242,7 +242,8 @@ class Ledger:
         """Entries ``start`` .. ``start+limit-1`` (fewer at the end of the log)."""
         if start < 0 or not 1 <= limit <= MAX_PAGE:
             raise InvalidRangeError(
-                f"expected start >= 0 and 1 <= limit <= {MAX_PAGE}, got start {start}, limit {limit}"
+                "expected start >= 0 and 1 <= limit <= "
+                f"{MAX_PAGE}, got start {start}, limit {limit}"
             )
         with db.read_session(self._engine) as session:
             _require_run(session, run_id)
@@ -373,7 +374,8 @@ class Ledger:
             )
             if len(bodies) != end - start:
                 raise VerificationError(
-                    f"run {run_id!r}: expected entries {start}..{end - 1}, got {len(bodies)} of them"
+                    f"run {run_id!r}: expected entries "
+                    f"{start}..{end - 1}, got {len(bodies)} of them"
                 )
             return tiles.entry_bundle(bodies)
 

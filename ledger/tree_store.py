@@ -57,7 +57,8 @@ def _point_lookups(count: int) -> sa.TextClause:
     table = TreeNode.__tablename__
     return sa.text(
         " UNION ALL ".join(
-            f"SELECT level, idx, hash FROM {table} WHERE run_id = :run_id AND level = :l{i} AND idx = :i{i}"
+            f"SELECT level, idx, hash FROM {table} WHERE "
+            f"run_id = :run_id AND level = :l{i} AND idx = :i{i}"
             for i in range(count)
         )
     )

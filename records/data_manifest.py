@@ -45,7 +45,8 @@ corpus."""
 
 
 def chunk_index(data: bytes, chunk_bytes: int = CHUNK_BYTES) -> bytes:
-    """The chunk index of a shard's bytes: the SHA-256 of each ``chunk_bytes`` piece, concatenated."""
+    """The chunk index of a shard's bytes: the SHA-256 of each ``chunk_bytes`` piece,
+    concatenated."""
     return b"".join(
         hashlib.sha256(data[start : start + chunk_bytes]).digest()
         for start in range(0, len(data), chunk_bytes)
@@ -121,7 +122,8 @@ class TokenizerIdentity:
                 )
         elif self.sha256 is None or not is_digest(self.sha256) or not self.end_of_text_token:
             raise ValueError(
-                f"expected a {self.kind} tokenizer identity with a hex sha256 and an end-of-text token, got {self}"
+                f"expected a {self.kind} tokenizer identity with "
+                f"a hex sha256 and an end-of-text token, got {self}"
             )
         if (self.kind == "byte-level-bpe") != (self.training is not None):
             raise ValueError(

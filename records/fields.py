@@ -89,7 +89,8 @@ class Fields:
         return as_number(self.raw(name), self, name, minimum=minimum)
 
     def optional_number(self, name: str) -> float | None:
-        """A finite number, or null where the writer had none (e.g. a measure that was not finite)."""
+        """A finite number, or null where the writer had none (e.g. a measure that was not
+        finite)."""
         value = self.raw(name)
         return None if value is None else as_number(value, self, name)
 

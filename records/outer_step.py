@@ -209,10 +209,11 @@ VERDICT_FLAGS = (
     "held_out",
     "own_data",
 )
-"""The rules a cluster's contribution can fail (trainer/outer/verdict.py,
-docs/outer-algorithm.md §4): not finite; all zeros; norm far above the reference; norm well
-below the other clusters'; direction disagreeing with the other clusters; a payload already sent in an earlier round; applied alone, a held-out loss gain far
-below the other clusters'; a gain on its own data no larger than on held-out data."""
+"""The rules a cluster's contribution can fail (trainer/outer/verdict.py, docs/outer-algorithm.md
+§4): not finite; all zeros; norm far above the reference; norm well below the other clusters';
+direction disagreeing with the other clusters; a payload already sent in an earlier round; applied
+alone, a held-out loss gain far below the other clusters'; a gain on its own data no larger than on
+held-out data."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -499,7 +499,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     sizes = sorted({r.get("parameters", MODEL.parameter_count()) for r in rows})
     shown = " / ".join(f"{n:,}" for n in sizes)
     ax.set_title(
-        f"DiLoCoX compression trade-off: {shown}-parameter byte-level Qwen2-shaped model, 2 clusters"
+        f"DiLoCoX compression trade-off: {shown}-parameter "
+        "byte-level Qwen2-shaped model, 2 clusters"
     )
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()

@@ -114,7 +114,8 @@ class S3Store(ObjectStore):
     def presigned_url(self, digest: str, expires_s: int = 3600) -> str:
         if not 1 <= expires_s <= MAX_PRESIGN_SECONDS:
             raise StorageError(
-                f"expected expires_s between 1 and {MAX_PRESIGN_SECONDS} (SigV4 limit), got {expires_s}"
+                "expected expires_s between 1 and "
+                f"{MAX_PRESIGN_SECONDS} (SigV4 limit), got {expires_s}"
             )
         key = self.key_for(digest)
         with s3_errors("presign GetObject", self._location(key)):

@@ -82,7 +82,8 @@ def train(
     if under_torchrun():
         if config.clusters != 1:
             raise ConfigError(
-                f"TrainConfig.clusters is {config.clusters}: under torchrun each launch is one cluster "
+                f"TrainConfig.clusters is {config.clusters}: "
+                "under torchrun each launch is one cluster "
                 "(veritrain train --cluster J --lighthouse URL)"
             )
         return train_cluster(
@@ -143,7 +144,8 @@ def train_cluster(
         raise ConfigError(f"expected a cluster in [0, {config.clusters}), got {cluster}")
     if lighthouse is None and config.clusters > 1:
         raise ConfigError(
-            f"a run of {config.clusters} clusters needs the lighthouse they meet at (--lighthouse URL)"
+            f"a run of {config.clusters} clusters needs "
+            "the lighthouse they meet at (--lighthouse URL)"
         )
     prepared = data or prepare_data(config.data, data_dir or default_data_dir())
     topology = Topology(
@@ -218,7 +220,8 @@ def run_configuration(
     while (message := channel.get(CONFIGURATION_KEY)) is None:
         if time.monotonic() > deadline:
             raise WorkerError(
-                f"cluster 0 of run {run_id!r} posted no configuration at {lighthouse} within {timeout}"
+                f"cluster 0 of run {run_id!r} posted no "
+                f"configuration at {lighthouse} within {timeout}"
             )
         time.sleep(0.2)
     config = TrainConfig.from_dict(message["config"])
@@ -358,17 +361,20 @@ def _spec(
     manifest = prepared.manifest
     if manifest.vocab_size != config.model.vocab_size:
         raise ConfigError(
-            f"TrainConfig.model.vocab_size must match the tokenizer's vocabulary ({manifest.vocab_size}), "
+            "TrainConfig.model.vocab_size must match the "
+            f"tokenizer's vocabulary ({manifest.vocab_size}), "
             f"got {config.model.vocab_size}"
         )
     rule = assignment_rule(config, manifest)
     if manifest.assignment is not None and dict(manifest.assignment) != rule.to_dict():
         raise DataError(
-            f"expected the manifest's assignment rule {dict(manifest.assignment)} to match the configuration's {rule.to_dict()}"
+            f"expected the manifest's assignment rule {dict(manifest.assignment)} "
+            f"to match the configuration's {rule.to_dict()}"
         )
     if config.eval_batches * rule.sequences_per_step > rule.eval_windows:
         raise ConfigError(
-            f"TrainConfig.eval_batches must be <= {rule.eval_windows // rule.sequences_per_step} for "
+            "TrainConfig.eval_batches must be <= "
+            f"{rule.eval_windows // rule.sequences_per_step} for "
             f"{len(rule.eval_shards)} held-out shards, got {config.eval_batches}"
         )
     return WorkerSpec(

@@ -189,27 +189,32 @@ class TrainConfig:
         stage_layout(self.model.num_hidden_layers, self.stages)  # raises when S exceeds the depth
         if self.micro_batch_size % self.data_parallel:
             raise ConfigError(
-                f"TrainConfig.micro_batch_size must be a multiple of data_parallel ({self.data_parallel}), "
+                "TrainConfig.micro_batch_size must be a multiple "
+                f"of data_parallel ({self.data_parallel}), "
                 f"got {self.micro_batch_size}"
             )
         if self.data_parallel > 1 and self.method == "allreduce":
             raise ConfigError(
-                "TrainConfig.data_parallel > 1 needs an outer method (diloco or dilocox), got 'allreduce'"
+                "TrainConfig.data_parallel > 1 needs an outer "
+                "method (diloco or dilocox), got 'allreduce'"
             )
         if self.schedule == "1f1b" and self.micro_batches < self.stages:
             raise ConfigError(
-                f"TrainConfig.micro_batches must be >= stages ({self.stages}) for the 1F1B schedule, "
+                "TrainConfig.micro_batches must be >= stages "
+                f"({self.stages}) for the 1F1B schedule, "
                 f"got {self.micro_batches}"
             )
         if self.method != "allreduce" and self.outer.kind != self.method:
             raise ConfigError(
-                f"TrainConfig.outer.kind must equal method ({self.method!r}), got {self.outer.kind!r}"
+                "TrainConfig.outer.kind must equal method "
+                f"({self.method!r}), got {self.outer.kind!r}"
             )
         if self.poison_for_testing is not None:
             poison = self.poison_for_testing
             if poison.cluster >= self.clusters or poison.step >= self.outer_steps:
                 raise ConfigError(
-                    f"TrainConfig.poison_for_testing must name a cluster < {self.clusters} and a step "
+                    "TrainConfig.poison_for_testing must name "
+                    f"a cluster < {self.clusters} and a step "
                     f"< {self.outer_steps}, got cluster {poison.cluster}, step {poison.step}"
                 )
             if self.method == "allreduce":
@@ -304,7 +309,8 @@ def _known(cls: type[Any], data: Any, where: str) -> dict[str, Any]:
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(
-            f"{where} has unknown field(s) {', '.join(unknown)}; expected some of {', '.join(sorted(names))}"
+            f"{where} has unknown field(s) {', '.join(unknown)}; "
+            f"expected some of {', '.join(sorted(names))}"
         )
     # JSON (and canonical JSON especially) writes 1.0 as 1: give float fields their floats back.
     floats = {f.name for f in fields(cls) if str(f.type).split(" | ")[0] == "float"}

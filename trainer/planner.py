@@ -300,8 +300,10 @@ class Plan:
         """The plan for a person: memory per GPU by stage, then the link."""
         p, c, gb = self.placement, self.comm, self.accelerator.memory_gb
         out = [
-            f"{self.parameters / 1e9:,.2f} B parameters on C={p.clusters} clusters x S={p.stages} stages x "
-            f"D={p.data_parallel} replicas ({p.gpus_per_cluster} GPUs per cluster, {self.accelerator.name})",
+            f"{self.parameters / 1e9:,.2f} B parameters on "
+            f"C={p.clusters} clusters x S={p.stages} stages x "
+            f"D={p.data_parallel} replicas ({p.gpus_per_cluster} "
+            f"GPUs per cluster, {self.accelerator.name})",
             f"memory per GPU (GB; capacity {gb:g}):",
         ]
         names = [SHORT_NAMES.get(item.name, item.name) for item in self.stages[0].items]
@@ -319,21 +321,28 @@ class Plan:
                 else f"DOES NOT FIT (+{(stage.total_bytes - stage.capacity_bytes) / GB:.1f})"
             )
             out.append(
-                f"  {stage.stage:>5} {stage.parameters / 1e9:6.2f}B  {cells}  {stage.total_bytes / GB:7.1f}  {verdict}"
+                f"  {stage.stage:>5} {stage.parameters / 1e9:6.2f}B "
+                f" {cells}  {stage.total_bytes / GB:7.1f}  {verdict}"
             )
         out.append(f"  -> {'fits' if self.fits else 'does NOT fit'} in {gb:g} GB per GPU")
         out += [f"  assumes {line}" for line in self.assumptions]
         out += [
-            f"per outer step (H={c.inner_steps}) on a {c.link_mbit:g} Mbit/s link, {c.tokens_per_inner_step:,} tokens "
+            f"per outer step (H={c.inner_steps}) on a {c.link_mbit:g} "
+            f"Mbit/s link, {c.tokens_per_inner_step:,} tokens "
             f"per cluster per inner step:",
             f"  compute             {c.compute_seconds_per_inner_step:12,.1f} s per inner step",
-            f"  AllReduce           {c.allreduce_bytes_per_inner_step / 1e9:12,.2f} GB per inner step -> "
-            f"{c.allreduce_comm_seconds_per_inner_step:,.0f} s; {c.allreduce_seconds_per_outer_step:,.0f} s per outer step "
+            "  AllReduce           "
+            f"{c.allreduce_bytes_per_inner_step / 1e9:12,.2f} GB per inner step -> "
+            f"{c.allreduce_comm_seconds_per_inner_step:,.0f} s; "
+            f"{c.allreduce_seconds_per_outer_step:,.0f} s per outer step "
             f"({c.allreduce_comm_fraction:.2%} communicating)",
             f"  DiLoCoX (rank {self.outer.rank}, int{self.outer.bits}"
-            f"{', 1-D int8' if self.outer.dense_bits == 8 else ''})  {c.dilocox_payload_bytes / 1e6:,.1f} MB per round -> "
-            f"{c.dilocox_comm_seconds_per_outer_step:,.1f} s, exposed {c.dilocox_exposed_seconds_per_outer_step:,.1f} s "
-            f"({'one-step-delay overlap' if c.overlapped else 'blocking'}); hidden from H >= {c.inner_steps_to_hide}",
+            f"{', 1-D int8' if self.outer.dense_bits == 8 else ''}) "
+            f" {c.dilocox_payload_bytes / 1e6:,.1f} MB per round -> "
+            f"{c.dilocox_comm_seconds_per_outer_step:,.1f} s, exposed "
+            f"{c.dilocox_exposed_seconds_per_outer_step:,.1f} s "
+            f"({'one-step-delay overlap' if c.overlapped else 'blocking'}); "
+            f"hidden from H >= {c.inner_steps_to_hide}",
             f"  bytes AllReduce/DiLoCoX {c.bytes_ratio:,.0f}x, estimated speedup {c.speedup:,.1f}x",
         ]
         return out
@@ -561,7 +570,8 @@ def bandwidth_for_comm_fraction(
         raise ConfigError(f"expected a communication fraction in (0, 1), got {fraction}")
     if not (bytes_per_step > 0 and compute_seconds_per_step > 0):
         raise ConfigError(
-            f"expected positive bytes and compute seconds per step, got {bytes_per_step} and {compute_seconds_per_step}"
+            "expected positive bytes and compute seconds per step, "
+            f"got {bytes_per_step} and {compute_seconds_per_step}"
         )
     comm_seconds = compute_seconds_per_step * fraction / (1.0 - fraction)
     return bytes_per_step * 8 / comm_seconds / 1e6
@@ -692,7 +702,8 @@ def _stage_memory(
     )
     layers = len(stage_layout(model.num_hidden_layers, S)[stage])
     tokens = workload.micro_batch_size * workload.sequence_length
-    # 1F1B (Narayanan et al. 2021): stage s holds up to S - s micro-batches between forward and backward.
+    # 1F1B (Narayanan et al. 2021): stage s holds up to S - s micro-batches between forward and
+    # backward.
     in_flight = min(S - stage, workload.micro_batches)
     full_block = block_activation_bytes(
         model, tokens=tokens, bytes_per_element=precision.activations
@@ -774,13 +785,16 @@ def _assumptions(
     workload: Workload, accelerator: Accelerator, precision: Precision, offload_outer: bool
 ) -> tuple[str, ...]:
     return (
-        f"micro-batch {workload.micro_batch_size} x {workload.sequence_length} tokens, {workload.micro_batches} micro-batches "
+        f"micro-batch {workload.micro_batch_size} x {workload.sequence_length} "
+        f"tokens, {workload.micro_batches} micro-batches "
         f"per replica per inner step, 1F1B schedule",
         "full activation recomputation" if workload.recompute else "no activation recomputation",
         f"mixed precision: {precision.weights} B weights, {precision.gradients} B gradients, "
         f"{precision.inner_optimizer} B AdamW state, fp32 outer state",
-        f"{accelerator.name}: {accelerator.peak_tflops:g} TFLOP/s peak at {accelerator.mfu:.0%} MFU, "
+        f"{accelerator.name}: {accelerator.peak_tflops:g} "
+        f"TFLOP/s peak at {accelerator.mfu:.0%} MFU, "
         f"{accelerator.headroom_gb:g} GB headroom",
         "outer state in host memory" if offload_outer else "outer state on the GPU",
-        "AllReduce baseline: fp32 gradients ring-all-reduced over the link every inner step, not overlapped",
+        "AllReduce baseline: fp32 gradients ring-all-reduced "
+        "over the link every inner step, not overlapped",
     )

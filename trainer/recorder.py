@@ -30,9 +30,9 @@ composition root (``veritrain/``) implements with ledger + storage + attestation
 
     a joining cluster:    recorder.load_checkpoint(ref, names)   # the recorded state it starts from
 
-The trainer moves the enrolments, the request and the evidence between processes (inside a
-cluster over its world, between clusters over the run channel); it never sees a key. A step's record is made only after all of its files were saved, so "step t is
-recorded" means "step t can be resumed from".
+The trainer moves the enrolments, the request and the evidence between processes (inside a cluster
+over its world, between clusters over the run channel); it never sees a key. A step's record is made
+only after all of its files were saved, so "step t is recorded" means "step t can be resumed from".
 """
 
 from __future__ import annotations

@@ -9,12 +9,12 @@ or ``VERITRAIN_KEY_DIR`` of that cluster's processes), created there, never copi
                                                        the attestation key (a hardware TEE's
                                                        vendor chain takes its place)
 
-At genesis the cluster enrols the contribution and attestation keys with proofs of possession
-made in its own process (attestation/enrolment.py). At every outer step each of the cluster's
-processes signs its own contribution digest -- the one it computed, not one it is told -- before
-the payload goes on the wire, and the process that speaks for the cluster (pipeline stage 0)
-extends its attester's register with the step's statement and quotes the coordinator's nonce. The signed objects are stored by the
-cluster itself; the coordinator only collects their digests and cannot make them.
+At genesis the cluster enrols the contribution and attestation keys with proofs of possession made
+in its own process (attestation/enrolment.py). At every outer step each of the cluster's processes
+signs its own contribution digest -- the one it computed, not one it is told -- before the payload
+goes on the wire, and the process that speaks for the cluster (pipeline stage 0) extends its
+attester's register with the step's statement and quotes the coordinator's nonce. The signed objects
+are stored by the cluster itself; the coordinator only collects their digests and cannot make them.
 """
 
 from __future__ import annotations
@@ -151,7 +151,8 @@ class ClusterSigner:
     ) -> StageContribution:
         if (own.cluster, own.stage) != (self._cluster, self._stage):
             raise RecorderError(
-                f"cluster {self._cluster} stage {self._stage} was asked to sign cluster {own.cluster} stage {own.stage}'s "
+                f"cluster {self._cluster} stage {self._stage} was asked "
+                f"to sign cluster {own.cluster} stage {own.stage}'s "
                 "contribution: a process signs only its own"
             )
         if commitments is None or (
@@ -161,7 +162,8 @@ class ClusterSigner:
             commitments.stage,
         ) != (self._run_id, step, own.cluster, own.stage):
             raise RecorderError(
-                f"cluster {own.cluster} stage {own.stage} was asked to sign its step-{step} contribution without its own "
+                f"cluster {own.cluster} stage {own.stage} was asked "
+                f"to sign its step-{step} contribution without its own "
                 "per-inner-step commitments for that step"
             )
         commitments_object = self._store.put_bytes(canonical_json(commitments.to_payload()))
@@ -189,7 +191,8 @@ class ClusterSigner:
         # recorded history first (its fresh register would otherwise start over).
         if request.statements[: len(self._attested)] != tuple(self._attested):
             raise RecorderError(
-                f"cluster {self._cluster}: the coordinator's statement history no longer extends the one this "
+                f"cluster {self._cluster}: the coordinator's "
+                "statement history no longer extends the one this "
                 "cluster attested (a rewritten log?); refusing to quote"
             )
         for digest in request.statements[len(self._attested) :]:

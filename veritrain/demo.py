@@ -1,8 +1,8 @@
 """``veritrain demo``: the whole promise in one command, on the embedded defaults.
 
 1. build the default corpus (Python standard-library sources, byte-level);
-2. train the ``tiny`` preset with DiLoCoX, 2 clusters x 2 pipeline stages, recording every outer step in
-   the SQLite ledger and the local object folder (signed, attested);
+2. train the ``tiny`` preset with DiLoCoX, 2 clusters x 2 pipeline stages, recording every outer
+   step in the SQLite ledger and the local object folder (signed, attested);
 3. verify the run (``veritrain verify``) and re-execute one step bitwise (``veritrain reproduce``);
 4. serve the audit page, unless ``--no-serve``.
 
@@ -54,13 +54,16 @@ def run_demo(
     console.rule(f"[bold]veritrain demo[/] — run {run_id}")
     console.print(
         f"ledger {settings.database_url}\nobjects {settings.store_url}\n"
-        f"model '{DEMO_PRESET}' ({config.model.parameter_count():,} parameters), {config.clusters} clusters x "
-        f"{config.stages} pipeline stages, {config.outer_steps} outer steps of H={config.inner_steps}, method {config.method}"
+        f"model '{DEMO_PRESET}' ({config.model.parameter_count():,} "
+        f"parameters), {config.clusters} clusters x "
+        f"{config.stages} pipeline stages, {config.outer_steps} outer "
+        f"steps of H={config.inner_steps}, method {config.method}"
     )
 
     cluster_keys = settings.data_dir / "cluster-keys"
     console.print(
-        f"keys: the coordinator's (log, statement) in {settings.keys_path}; each cluster's own, as on its own host, in "
+        "keys: the coordinator's (log, statement) in "
+        f"{settings.keys_path}; each cluster's own, as on its own host, in "
         + ", ".join(f"{cluster_keys / f'cluster-{j}'}" for j in range(config.clusters))
     )
     console.rule(

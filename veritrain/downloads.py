@@ -57,7 +57,8 @@ def read_checkpoint_manifest(source: RunSource, checkpoint: CheckpointRef) -> Ma
         ) from None
     if manifest.root != checkpoint.manifest_root:
         raise DownloadError(
-            f"manifest root: expected {checkpoint.manifest_root}, got {manifest.root} (another checkpoint?)"
+            f"manifest root: expected {checkpoint.manifest_root}, "
+            f"got {manifest.root} (another checkpoint?)"
         )
     return manifest
 

@@ -53,7 +53,8 @@ def run_genesis(
 ) -> Genesis:
     if canonical_digest(dict(run.config)) != run.config_digest:
         raise RecorderError(
-            f"run {run.run_id!r}: the trainer's config digest {run.config_digest} is not the digest of its configuration"
+            f"run {run.run_id!r}: the trainer's config digest "
+            f"{run.config_digest} is not the digest of its configuration"
         )
     where = f"run {run.run_id!r} genesis"
     topology = Topology.read(Fields(run.topology, where=where, path="topology"))

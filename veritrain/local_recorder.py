@@ -54,7 +54,8 @@ def latest_recorded_step(root: Path) -> int | None:
 
 
 def resume_directory(path: Path) -> Path:
-    """A step folder to resume from: ``path`` itself, or the latest recorded step under a run root."""
+    """A step folder to resume from: ``path`` itself, or the latest recorded step under a run
+    root."""
     if (path / RECORD).is_file():
         return path
     step = latest_recorded_step(path)

@@ -1,8 +1,8 @@
 """OpenSSF model signing of every checkpoint (PyPI ``model-signing``): the file ``model.sig``
 that lets the standard tool check a downloaded checkpoint folder::
 
-    huggingface_hub.snapshot_download(repo_id=RUN, revision="step-000012", endpoint=URL, local_dir=D)
-    model_signing verify key --public_key model-signing.pub --signature D/model.sig D
+    huggingface_hub.snapshot_download(repo_id=RUN, revision="step-000012", endpoint=URL,
+    local_dir=D) model_signing verify key --public_key model-signing.pub --signature D/model.sig D
 
 The coordinator signs each step's checkpoint with an elliptic-curve key of its own key folder
 (``runs/<run>/model-signing.pem``; the tool signs with P-256/384/521 keys, not Ed25519), whose
@@ -117,12 +117,14 @@ def check_signature(signature: bytes, manifest: Manifest, public_key_pem: str) -
         raise ModelSignatureError("model.sig does not verify under the genesis' model-signing key")
     if statement.get("predicateType") != PREDICATE_TYPE:
         raise ModelSignatureError(
-            f"model.sig: expected predicate type {PREDICATE_TYPE}, got {statement.get('predicateType')!r}"
+            f"model.sig: expected predicate type {PREDICATE_TYPE}, "
+            f"got {statement.get('predicateType')!r}"
         )
     expected = {e.name: ("sha256", e.digest) for e in manifest.entries}
     if resources != expected:
         raise ModelSignatureError(
-            f"model.sig signs files {sorted(resources)}, the checkpoint holds {sorted(expected)} (or other digests)"
+            f"model.sig signs files {sorted(resources)}, the "
+            f"checkpoint holds {sorted(expected)} (or other digests)"
         )
     roots = [s.get("digest", {}).get("sha256") for s in subjects if isinstance(s, dict)]
     if roots != [manifest.root]:

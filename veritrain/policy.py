@@ -89,10 +89,14 @@ def tolerance_problem(tolerance: Tolerance) -> str | None:
     if bound is None:
         return f"expected a tolerance on one of {sorted(METRIC_BOUNDS)}, got {tolerance.metric!r}"
     if not 0 <= tolerance.delta <= bound:
-        return f"expected a {tolerance.metric} tolerance within [0, {bound}] (published bound), got {tolerance.delta}"
+        return (
+            f"expected a {tolerance.metric} tolerance within [0, "
+            f"{bound}] (published bound), got {tolerance.delta}"
+        )
     if not 0 < tolerance.parameter_distance <= PARAMETER_DISTANCE_BOUND:
         return (
-            f"expected a parameter distance within (0, {PARAMETER_DISTANCE_BOUND}] (published bound, measured by "
+            "expected a parameter distance within (0, "
+            f"{PARAMETER_DISTANCE_BOUND}] (published bound, measured by "
             f"`veritrain bench audit`), got {tolerance.parameter_distance}"
         )
     return None
@@ -130,14 +134,17 @@ def policy_problems(policy: VerificationPolicy) -> list[str]:
         or flags.cudnn_benchmark is not None
     ):
         problems.append(
-            f"expected no GPU, CUDA or cuDNN fields on a {hardware.device!r} class, got {cuda_fields}"
+            "expected no GPU, CUDA or cuDNN fields on a "
+            f"{hardware.device!r} class, got {cuda_fields}"
         )
     if policy.mode == "bitwise" and not flags.algorithms:
         problems.append(
-            "expected deterministic algorithms under a bitwise policy, the genesis says they were off"
+            "expected deterministic algorithms under a "
+            "bitwise policy, the genesis says they were off"
         )
     if policy.mode == "bitwise" and flags.cudnn_benchmark:
         problems.append(
-            "expected cuDNN autotuning off under a bitwise policy (it picks kernels by timing), it was on"
+            "expected cuDNN autotuning off under a bitwise "
+            "policy (it picks kernels by timing), it was on"
         )
     return problems

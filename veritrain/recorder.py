@@ -216,7 +216,8 @@ class LedgerRecorder:
         manifest = read_manifest(self._store, checkpoint.manifest_object)
         if manifest.root != checkpoint.manifest_root:
             raise RecorderError(
-                f"checkpoint manifest root: expected {checkpoint.manifest_root}, got {manifest.root}"
+                "checkpoint manifest root: expected "
+                f"{checkpoint.manifest_root}, got {manifest.root}"
             )
         wanted = set(names([e.name for e in manifest.entries]))
         with tempfile.TemporaryDirectory(prefix="veritrain-join-") as folder:
@@ -260,7 +261,8 @@ class LedgerRecorder:
         if not exists:
             if run.resumed_from_step is not None:
                 raise RecorderError(
-                    f"cannot resume run {run.run_id!r} from step {run.resumed_from_step}: the ledger has no such run"
+                    f"cannot resume run {run.run_id!r} from step "
+                    f"{run.resumed_from_step}: the ledger has no such run"
                 )
             genesis = run_genesis(
                 run,
@@ -516,7 +518,8 @@ def _checked_enrollments(run: RunStart, *, every_cluster: bool) -> tuple[Cluster
     enrollments = tuple(sorted(run.enrollments, key=lambda k: k.cluster))
     if every_cluster and [k.cluster for k in enrollments] != list(range(clusters)):
         raise RecorderError(
-            f"expected the enrolment of every cluster 0..{clusters - 1}, got clusters {[k.cluster for k in enrollments]}"
+            f"expected the enrolment of every cluster 0..{clusters - 1}, "
+            f"got clusters {[k.cluster for k in enrollments]}"
         )
     for keys in enrollments:
         for role, vkey, proof in (
@@ -551,7 +554,8 @@ def _collect_evidence(
         got = signed.get(key)
         if got is None or got.digest != digest:
             raise RecorderError(
-                f"outer step {record.step}: cluster {key[0]} stage {key[1]} did not sign its contribution {digest[:16]}…"
+                f"outer step {record.step}: cluster {key[0]} stage "
+                f"{key[1]} did not sign its contribution {digest[:16]}…"
             )
     by_cluster: dict[int, list[StageContribution]] = {}
     for (cluster, _), contribution in sorted(signed.items()):
@@ -598,13 +602,15 @@ def _check_continuation(
     for keys in enrollments:
         if keys.cluster < len(genesis.keys.clusters) and genesis.keys.cluster(keys.cluster) != keys:
             raise RecorderError(
-                f"cluster {keys.cluster}'s key folder holds other keys than run {run.run_id!r} enrolled at genesis: "
+                f"cluster {keys.cluster}'s key folder holds other "
+                f"keys than run {run.run_id!r} enrolled at genesis: "
                 "resume each cluster with the key folder it started with"
             )
     if genesis.config_digest != run.config_digest:
         raise RecorderError(
             f"run {run.run_id!r} exists with configuration {genesis.config_digest}, "
-            f"got {run.config_digest}: pick another run id, or resume it with `veritrain train --resume {run.run_id}`"
+            f"got {run.config_digest}: pick another run id, or "
+            f"resume it with `veritrain train --resume {run.run_id}`"
         )
     latest = recorded.last_step
     if latest != run.resumed_from_step:

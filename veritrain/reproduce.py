@@ -95,8 +95,10 @@ def verified_run(source: RunSource, run_id: str | None) -> tuple[RecordedRun, Tr
     if report.failures or config is None:
         shown = "; ".join(f"{f.where()}{f.message}" for f in report.failures[:5])
         raise ReproduceError(
-            f"run {run_id!r}: the log does not verify, so there is nothing trustworthy to re-execute against "
-            f"({len(report.failures)} problem(s): {shown}); run `veritrain verify {run_id}` for the full report"
+            f"run {run_id!r}: the log does not verify, so there "
+            "is nothing trustworthy to re-execute against "
+            f"({len(report.failures)} problem(s): {shown}); run "
+            f"`veritrain verify {run_id}` for the full report"
         )
     return run, config
 
@@ -263,7 +265,8 @@ def _compare_commitments(
     """Every re-run (cluster, stage)'s recorded commitments against the re-execution's."""
     if run.genesis.method == "allreduce":
         comparison.notes.append(
-            "AllReduce exchanges gradients every inner step and records no per-inner-step commitments"
+            "AllReduce exchanges gradients every inner "
+            "step and records no per-inner-step commitments"
         )
         return []
     signed, problems = recorded_commitments(source, run.genesis, recorded, clusters)
@@ -370,7 +373,8 @@ def _compare_files(
     saved = {c for n in expected if (c := _cluster_of(n)) is not None}
     left = sorted({c for n in files.tensors if (c := _cluster_of(n)) is not None} - saved)
     if left:
-        # A cluster of the step that stopped before it saved: the step is recorded without its files.
+        # A cluster of the step that stopped before it saved: the step is recorded without its
+        # files.
         comparison.notes.append(
             f"cluster(s) {left} took part in the step but saved no files (they left during it)"
         )
@@ -389,7 +393,8 @@ def _compare_files(
                 comparison.matched.append(f"{name}: {expected[name][:16]}…")
             else:
                 comparison.mismatched.append(
-                    f"{name}: recorded {str(expected.get(name))[:16]}…, re-executed {str(digests.get(name))[:16]}…"
+                    f"{name}: recorded {str(expected.get(name))[:16]}…, "
+                    f"re-executed {str(digests.get(name))[:16]}…"
                 )
 
 
@@ -464,7 +469,8 @@ def _compare_trainer_state(
         comparison.matched.append(f"{TRAINER_STATE}: equal except timing-dependent fields")
         for key in differing:
             comparison.notes.append(
-                f"{key} (adaptive H, chosen from measured timings) recorded {recorded['cursor'][key]}, "
+                f"{key} (adaptive H, chosen from measured "
+                f"timings) recorded {recorded['cursor'][key]}, "
                 f"re-executed {again['cursor'][key]}"
             )
     else:

@@ -125,7 +125,8 @@ def resume_recorded(
     several hosts only cluster 0 resumes (it reads the ledger); the others join it."""
     if placement is not None and placement.cluster != 0:
         raise RecorderError(
-            f"only cluster 0 resumes run {run_id!r} (it alone reads the ledger); cluster {placement.cluster} joins "
+            f"only cluster 0 resumes run {run_id!r} (it alone "
+            f"reads the ledger); cluster {placement.cluster} joins "
             f"it: veritrain train --cluster {placement.cluster} --lighthouse URL --run-id {run_id}"
         )
     try:

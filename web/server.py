@@ -48,8 +48,8 @@ def serve(
             proxy_headers=True,
             workers=workers,
         )
-        # The supervisor returns only once a signal has stopped it (it exits on errors); report
-        # the interrupt as the single-process server does, so Ctrl+C ends with status 130 either way.
+        # The supervisor returns only once a signal has stopped it (it exits on errors); report the
+        # interrupt as the single-process server does, so Ctrl+C ends with status 130 either way.
         raise KeyboardInterrupt
 
     config = uvicorn.Config(
@@ -105,7 +105,8 @@ def serve_in_thread(
         while not server.started:
             if not thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"the web app did not start on {host}:{bound_port} within {START_TIMEOUT_S:.0f} s"
+                    f"the web app did not start on {host}:{bound_port} "
+                    f"within {START_TIMEOUT_S:.0f} s"
                 )
             time.sleep(0.02)
         yield base_url(host, bound_port)

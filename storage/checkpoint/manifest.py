@@ -82,7 +82,8 @@ class Manifest:
             validate_file_name(entry.name)
             if entry.algorithm != DIGEST_ALGORITHM:
                 raise CheckpointError(
-                    f"expected algorithm {DIGEST_ALGORITHM!r} for {entry.name}, got {entry.algorithm!r}"
+                    f"expected algorithm {DIGEST_ALGORITHM!r} "
+                    f"for {entry.name}, got {entry.algorithm!r}"
                 )
             try:
                 validate_digest(entry.digest)
@@ -163,7 +164,8 @@ class Manifest:
         )
         if document["root"] != manifest.root:
             raise CheckpointError(
-                f"expected the manifest root to be {manifest.root} (recomputed), got {document['root']!r}"
+                f"expected the manifest root to be {manifest.root} "
+                f"(recomputed), got {document['root']!r}"
             )
         return manifest
 

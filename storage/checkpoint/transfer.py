@@ -48,7 +48,8 @@ def upload_manifest(store: ObjectStore, manifest: Manifest) -> str:
     for entry in manifest.entries:
         if not store.exists(entry.digest):
             raise ObjectNotFoundError(
-                f"expected {entry.name} (sha256/{entry.digest}) in {store.url} before its manifest, found none"
+                f"expected {entry.name} (sha256/{entry.digest}) "
+                f"in {store.url} before its manifest, found none"
             )
     return store.put_bytes(manifest.to_json())
 

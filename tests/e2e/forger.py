@@ -102,7 +102,8 @@ class Forger:
                 keys=RunKeys(
                     log=keys.log_key(self.run_id).public.vkey,
                     statement=keys.statement_key(self.run_id).public.vkey,
-                    model_signing=genesis.keys.model_signing,  # the checkpoints' model.sig stay valid
+                    # the checkpoints' model.sig stay valid
+                    model_signing=genesis.keys.model_signing,
                     clusters=tuple(
                         f.enrol(self.run_id, genesis.config_digest, c)
                         for c, f in enumerate(folders)

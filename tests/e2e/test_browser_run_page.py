@@ -33,7 +33,8 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 def playwright() -> Iterator[Playwright]:
     if not Path(CHROMIUM).exists():
         pytest.fail(
-            f"chromium not found at {CHROMIUM} (Debian package `chromium`; set VERITRAIN_TEST_CHROMIUM)"
+            f"chromium not found at {CHROMIUM} (Debian "
+            "package `chromium`; set VERITRAIN_TEST_CHROMIUM)"
         )
     with sync_playwright() as instance:
         yield instance

@@ -248,8 +248,10 @@ def test_a_cluster_killed_mid_run_leaves_rejoins_and_the_run_verifies_and_reprod
     waited = left.metrics["quorum_seconds"]
     print(
         f"\nmembership: cluster 2 killed; next step committed {after_kill - killed_at:.2f} s later "
-        f"(steps take {left.metrics['wall_seconds']:.1f} s; the quorum without it formed after {waited:.2f} s of "
-        f"waiting, heartbeat timeout {HEARTBEAT_TIMEOUT:g} s); left at step {left.step}, rejoined at step "
+        f"(steps take {left.metrics['wall_seconds']:.1f} s; "
+        f"the quorum without it formed after {waited:.2f} s of "
+        f"waiting, heartbeat timeout {HEARTBEAT_TIMEOUT:g} "
+        f"s); left at step {left.step}, rejoined at step "
         f"{joined.step}; steps lost {len(lost)}, duplicated {duplicated}"
     )
     assert waited < HEARTBEAT_TIMEOUT + 10, (

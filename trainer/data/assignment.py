@@ -52,7 +52,8 @@ class AssignmentRule:
     def __post_init__(self) -> None:
         if self.windows_per_shard < 1:
             raise ConfigError(
-                f"expected shards of more than context ({self.context}) tokens, got {self.shard_tokens}"
+                "expected shards of more than context "
+                f"({self.context}) tokens, got {self.shard_tokens}"
             )
         if not self.train_shards:
             raise DataError("expected at least one training shard, got none (corpus too small?)")

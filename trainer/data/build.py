@@ -66,7 +66,8 @@ class PreparedData:
 
     manifest: DataManifest
     source: ShardSource
-    """Any source of the manifest's files (a folder here; downloaded objects on the recorder side)."""
+    """Any source of the manifest's files (a folder here; downloaded objects on the recorder
+    side)."""
 
     def tokenizer(self) -> Tokenizer:
         """The corpus's tokenizer, its ``tokenizer.json`` (if any) read from ``source`` and
@@ -114,7 +115,10 @@ def _choose_sources(config: DataConfig) -> tuple[list[Source], dict[str, Any]]:
         "kind": "python-stdlib",
         "python": python_identity(),
         "license": STDLIB_LICENSE,
-        "selection": f"top-level *.py of the stdlib folder, sorted by name, while the total stays <= {config.stdlib_max_bytes} bytes",
+        "selection": (
+            "top-level *.py of the stdlib folder, sorted by name, "
+            f"while the total stays <= {config.stdlib_max_bytes} bytes"
+        ),
     }
     return stdlib_sources(config.stdlib_max_bytes), corpus
 
@@ -170,7 +174,8 @@ def _build(
     shards = writer.shards
     if len(shards) < 2:
         raise DataError(
-            f"expected a corpus of at least 2 shards of {config.shard_tokens} tokens, got {len(shards)}"
+            "expected a corpus of at least 2 shards of "
+            f"{config.shard_tokens} tokens, got {len(shards)}"
             " (add data or lower DataConfig.shard_tokens)"
         )
     return DataManifest(

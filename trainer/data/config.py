@@ -40,7 +40,8 @@ class DataConfig:
     shard_tokens: int = 32_768
     """Tokens per shard; the tail of the stream that does not fill a shard is dropped."""
     eval_shards: int = 2
-    """Shards held out for evaluation (evenly spaced through the stream); no cluster trains on them."""
+    """Shards held out for evaluation (evenly spaced through the stream); no cluster trains on
+    them."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "paths", tuple(self.paths))
@@ -61,7 +62,8 @@ class DataConfig:
         if self.tokenizer_vocab_size is not None:
             if self.tokenizer is not None:
                 raise ConfigError(
-                    "DataConfig.tokenizer_vocab_size must be None when DataConfig.tokenizer names a "
+                    "DataConfig.tokenizer_vocab_size must be "
+                    "None when DataConfig.tokenizer names a "
                     f"file (use the file, or train a BPE), got {self.tokenizer_vocab_size}"
                 )
             if not MIN_BPE_VOCAB <= self.tokenizer_vocab_size <= 2**31:

@@ -104,18 +104,21 @@ def _json_lines(source: Source, field: str, *, compressed: bool) -> Iterator[Pie
                 ) from exc
             if not isinstance(record, dict):
                 raise DataError(
-                    f"expected a JSON object on line {number} of {source.uri}, got {_json_type(record)}"
+                    f"expected a JSON object on line {number} "
+                    f"of {source.uri}, got {_json_type(record)}"
                 )
             if field not in record:
                 keys = ", ".join(repr(k) for k in list(record)[:8]) or "none"
                 raise DataError(
-                    f"expected a {field!r} field on line {number} of {source.uri}, the object has {keys}"
+                    f"expected a {field!r} field on line {number} "
+                    f"of {source.uri}, the object has {keys}"
                     " (--text-field names the field)"
                 )
             text = record[field]
             if not isinstance(text, str):
                 raise DataError(
-                    f"expected a string in {field!r} on line {number} of {source.uri}, got {_json_type(text)}"
+                    f"expected a string in {field!r} on line "
+                    f"{number} of {source.uri}, got {_json_type(text)}"
                 )
             yield Piece(text, True)
 
@@ -148,7 +151,8 @@ def _parquet(source: Source, field: str) -> Iterator[Piece]:
     if schema.get_field_index(field) < 0:
         columns = ", ".join(repr(name) for name in schema.names[:8]) or "none"
         raise DataError(
-            f"expected a column {field!r} in {source.uri}, it has {columns} (--text-field names the column)"
+            f"expected a column {field!r} in {source.uri}, "
+            f"it has {columns} (--text-field names the column)"
         )
     column_type = schema.field(field).type
     if pa.types.is_dictionary(column_type):

@@ -66,7 +66,8 @@ class ShardWriter:
         values = np.asarray(tokens)
         if values.size and (values.min() < 0 or values.max() > np.iinfo(self._buffer.dtype).max):
             raise DataError(
-                f"expected token ids that fit {self._buffer.dtype}, got {values.min()}..{values.max()}"
+                f"expected token ids that fit {self._buffer.dtype}, "
+                f"got {values.min()}..{values.max()}"
             )
         start = 0
         while start < values.size:
@@ -77,7 +78,8 @@ class ShardWriter:
             if self._filled == self.shard_tokens:
                 data = self._buffer.tobytes()
                 digest = write_content(data, self.directory)
-                # The chunk index lets a re-executor fetch and verify single windows (records/data_manifest.py).
+                # The chunk index lets a re-executor fetch and verify single windows
+                # (records/data_manifest.py).
                 chunks = write_content(chunk_index(data, CHUNK_BYTES), self.directory)
                 self.shards.append(
                     ShardInfo(

@@ -94,7 +94,8 @@ def stdlib_sources(max_bytes: int) -> list[Source]:
     for path in sorted(root.glob("*.py"), key=lambda p: p.name):
         size = path.stat().st_size
         if total + size > max_bytes:
-            break  # the rule is a prefix of the sorted list, so every machine stops at the same file
+            # the rule is a prefix of the sorted list, so every machine stops at the same file
+            break
         total += size
         sources.append(_source(path, f"{STDLIB_URI_SCHEME}:{version}/{path.name}", STDLIB_LICENSE))
     if not sources:
@@ -130,7 +131,8 @@ def file_sources(paths: Sequence[Path], *, license: str) -> list[Source]:
             raise DataError(f"expected a data file or folder at {given}, found nothing there")
     if not files:
         raise DataError(
-            f"expected text, .jsonl, .jsonl.gz or .parquet files under {', '.join(map(str, paths))}, found none"
+            "expected text, .jsonl, .jsonl.gz or .parquet files "
+            f"under {', '.join(map(str, paths))}, found none"
         )
     return [_source(path, uri, license) for uri, path in files]
 

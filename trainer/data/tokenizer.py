@@ -196,7 +196,8 @@ def corpus_tokenizer(identity: TokenizerIdentity, source: ShardSource) -> Tokeni
     )
     if tokenizer.identity != identity:
         raise DataError(
-            f"expected tokenizer {identity.to_payload()}, the file gives {tokenizer.identity.to_payload()}"
+            f"expected tokenizer {identity.to_payload()}, "
+            f"the file gives {tokenizer.identity.to_payload()}"
         )
     return tokenizer
 

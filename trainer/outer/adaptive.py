@@ -38,7 +38,8 @@ def next_inner_steps(
     """H for the next round given the last exchange's duration and the compute time per step."""
     if not 1 <= min_steps <= max_steps:
         raise ConfigError(
-            f"expected 1 <= min_steps <= max_steps, got min_steps={min_steps}, max_steps={max_steps}"
+            "expected 1 <= min_steps <= max_steps, got "
+            f"min_steps={min_steps}, max_steps={max_steps}"
         )
     if current < 1:
         raise ConfigError(f"expected current inner steps >= 1, got {current}")

@@ -161,7 +161,8 @@ class OuterLoop:
             or members[-1] >= self.n_clusters
         ):
             raise PayloadError(
-                f"expected distinct clusters below {self.n_clusters} in ascending order, got {members}"
+                "expected distinct clusters below "
+                f"{self.n_clusters} in ascending order, got {members}"
             )
         payload_bytes = self.codec.payload_length(round)
         for payload in gathered:
@@ -172,7 +173,8 @@ class OuterLoop:
             gathered[members.index(self.cluster)].cpu(), self._pending[round].cpu()
         ):
             raise PayloadError(
-                f"expected cluster {self.cluster}'s gathered payload to be this cluster's own for round {round}"
+                f"expected cluster {self.cluster}'s gathered "
+                f"payload to be this cluster's own for round {round}"
             )
         examination = self.examine(round, gathered, members)
         verdicts: list[ClusterVerdict] = []

@@ -29,9 +29,9 @@ them. The rules, per cluster ``i``
 5. ``replayed``: a stage's payload is byte-identical to a payload of one of the last
    ``history`` rounds (same stage, any cluster): a replay, or zeros sent again.
 6. ``held_out`` (contribution scores, contribution_score.py): applied alone, Δ_i lowers the
-   held-out probe loss by ``g_i``; flagged when ``g_i < held_out_ratio · G`` and
-   ``G − g_i > held_out_margin``, ``G`` the median gain of the other clusters that failed none
-   of rules 1-5, when ``G > 0`` (the margin keeps the noise of late, small gains from flagging). A poisoned
+   held-out probe loss by ``g_i``; flagged when ``g_i < held_out_ratio · G`` and ``G − g_i >
+   held_out_margin``, ``G`` the median gain of the other clusters that failed none of rules 1-5,
+   when ``G > 0`` (the margin keeps the noise of late, small gains from flagging). A poisoned
    contribution raises the loss (``g_i < 0``); a lazy one gains much less.
 7. ``own_data`` (when ``own_data_check`` is on; off by default): the gain on the cluster's own
    windows minus the gain on held-out windows, ``v_i``: an honest cluster should improve its
@@ -424,7 +424,8 @@ def _break_tie(
         if p_high > rule.min_cosine and p_low < TIE_BREAK * p_high:
             return (
                 [low],
-                f" (and {p_low:.3f} with the previous mean, cluster {clusters[high]} has {p_high:.3f})",
+                f" (and {p_low:.3f} with the previous mean, "
+                f"cluster {clusters[high]} has {p_high:.3f})",
             )
     return [0, 1], " (ambiguous: two clusters, the previous mean does not tell which)"
 

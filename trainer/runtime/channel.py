@@ -201,6 +201,7 @@ def _connect(address: ChannelAddress, timeout: timedelta) -> Any:
         )
     except RuntimeError as exc:
         raise ChannelError(
-            f"cannot reach the run channel at {address.host}:{address.port} (the lighthouse's port + "
+            "cannot reach the run channel at "
+            f"{address.host}:{address.port} (the lighthouse's port + "
             f"{CHANNEL_PORT_OFFSET}): {exc}"
         ) from None

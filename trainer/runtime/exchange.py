@@ -251,8 +251,10 @@ class PendingExchange:
         data = self.fetch(digest) if self.fetch is not None else None
         if data is None:
             raise WorkerError(
-                f"round {self.round}: cluster {cluster}'s payload {digest[:16]}… did not come through the "
-                "exchange and is kept nowhere to fetch it from (only a recorder with an object store keeps payloads)"
+                f"round {self.round}: cluster {cluster}'s "
+                f"payload {digest[:16]}… did not come through the "
+                "exchange and is kept nowhere to fetch it from (only "
+                "a recorder with an object store keeps payloads)"
             )
         payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         if _digest(payload) != digest or payload.numel() != self.length:
@@ -309,7 +311,8 @@ def start_exchange(
     lengths = {h.length for h in headers.values()}
     if len(lengths) != 1:
         raise WorkerError(
-            f"round {round}: expected one payload length from every contributor, got {sorted(lengths)}"
+            f"round {round}: expected one payload length "
+            f"from every contributor, got {sorted(lengths)}"
         )
     length = lengths.pop()
     tensor = (

@@ -207,7 +207,8 @@ class InnerOptimizer:
         return total.sqrt()
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        """AdamW state by parameter name: ``<name>.exp_avg``, ``<name>.exp_avg_sq``, ``<name>.step``."""
+        """AdamW state by parameter name: ``<name>.exp_avg``, ``<name>.exp_avg_sq``,
+        ``<name>.step``."""
         state: dict[str, torch.Tensor] = {}
         for name, p in self.named:
             for key, value in self.optimizer.state.get(p, {}).items():
@@ -224,8 +225,8 @@ class InnerOptimizer:
                 raise CheckpointError(
                     f"expected AdamW state {keys} for {name}, got only some of them"
                 )
-            # Moments follow the parameter's dtype: a state saved at one precision resumes at another
-            # (an fp64 re-execution of an fp32 run); the step counter stays a CPU scalar.
+            # Moments follow the parameter's dtype: a state saved at one precision resumes at
+            # another (an fp64 re-execution of an fp32 run); the step counter stays a CPU scalar.
             self.optimizer.state[p] = {
                 k: state[f"{name}.{k}"].clone().to(p.device, p.dtype)
                 if k != "step"

@@ -66,8 +66,10 @@ def torchrun_rank(stages: int, data_parallel: int = 1) -> tuple[int, int]:
     given = int(os.environ["WORLD_SIZE"])
     if given != stages * data_parallel:
         raise ConfigError(
-            f"expected WORLD_SIZE = stages x data_parallel = {stages * data_parallel} (each torchrun launch is "
-            f"one cluster), got {given} (set --nnodes * --nproc-per-node to the processes of one cluster)"
+            "expected WORLD_SIZE = stages x data_parallel = "
+            f"{stages * data_parallel} (each torchrun launch is "
+            f"one cluster), got {given} (set --nnodes * "
+            "--nproc-per-node to the processes of one cluster)"
         )
     return int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))
 

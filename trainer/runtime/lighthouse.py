@@ -110,7 +110,8 @@ class Lighthouse:
                 self._server.shutdown()
                 if port:
                     raise WorkerError(
-                        f"cannot serve the run channel on port {port + CHANNEL_PORT_OFFSET} (the lighthouse's + "
+                        "cannot serve the run channel on port "
+                        f"{port + CHANNEL_PORT_OFFSET} (the lighthouse's + "
                         f"{CHANNEL_PORT_OFFSET}): {exc}"
                     ) from None
         else:

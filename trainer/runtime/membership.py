@@ -152,7 +152,8 @@ class TorchftMembership:
         self.manager.wait_quorum()
         if self.manager.errored() is not None:
             raise WorkerError(
-                f"round {round}: torchft could not set up the quorum's process group: {self.manager.errored()}"
+                f"round {round}: torchft could not set up the "
+                f"quorum's process group: {self.manager.errored()}"
             )
         members = self.group.members
         latest = {m: self.channel.get(latest_key(m, self.stage)) for m in members}

@@ -86,7 +86,8 @@ def step_line(record: OuterStepRecord, outer_steps: int) -> str:
         parts.append(f"clusters {','.join(map(str, quorum.clusters))} ({'; '.join(changes)})")
     parts.append(
         f"{m.get('wall_seconds', 0.0):.1f} s (compute {m.get('compute_seconds', 0.0):.1f} s, "
-        f"comm {m.get('comm_seconds', 0.0):.2f} s, exposed {m.get('exposed_comm_seconds', 0.0):.2f} s)"
+        f"comm {m.get('comm_seconds', 0.0):.2f} s, exposed "
+        f"{m.get('exposed_comm_seconds', 0.0):.2f} s)"
     )
     if record.anomalies:
         parts.append("FLAGGED clusters " + ",".join(str(c) for c in record.flagged_clusters))

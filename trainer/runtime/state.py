@@ -99,7 +99,8 @@ def read_cursor(files: CheckpointFiles, *, config_digest: str) -> Cursor:
     if document.get("config_digest") != config_digest:
         raise CheckpointError(
             f"expected a state saved with configuration {config_digest[:12]}, got one saved with "
-            f"{str(document.get('config_digest'))[:12]} (resume and re-execution need the same configuration)"
+            f"{str(document.get('config_digest'))[:12]} (resume "
+            "and re-execution need the same configuration)"
         )
     return Cursor.from_dict(document["cursor"])
 
@@ -166,7 +167,8 @@ def restore_stage(
                 )
             if weights[name].shape != p.shape:
                 raise CheckpointError(
-                    f"expected {name} of shape {tuple(p.shape)}, got {tuple(weights[name].shape)} (another model?)"
+                    f"expected {name} of shape {tuple(p.shape)}, got "
+                    f"{tuple(weights[name].shape)} (another model?)"
                 )
             p.copy_(weights[name])
     inner.load_state_tensors(inner_state)
@@ -197,7 +199,8 @@ def state_owner(names: Collection[str], *, cluster: int, stages: int) -> int:
     donors = [c for c in saved if complete(c)]
     if not donors:
         raise CheckpointError(
-            f"expected the inner state of at least one cluster in the checkpoint, got {sorted(names)}"
+            "expected the inner state of at least one "
+            f"cluster in the checkpoint, got {sorted(names)}"
         )
     return donors[0]
 

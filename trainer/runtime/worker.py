@@ -359,7 +359,8 @@ class _Process:
             and spec.mode == "train"
             and not spec.quiet
         )
-        """Another cluster's stage 0 says what its cluster does (the coordinator prints the steps)."""
+        """Another cluster's stage 0 says what its cluster does (the coordinator prints the
+        steps)."""
         self.previous_clusters: tuple[int, ...] = tuple(range(config.clusters))
         """The clusters of the step before (the coordinator's joined/left)."""
         self.last_comm_seconds = 0.0
@@ -423,7 +424,8 @@ class _Process:
             if cursor.pending_round is not None and self.spec.mode != "contribute":
                 if cursor.pending_mean_train_loss is None:
                     raise CheckpointError(
-                        f"expected the signals of pending round {cursor.pending_round}, they are missing"
+                        "expected the signals of pending round "
+                        f"{cursor.pending_round}, they are missing"
                     )
                 payloads = pending_payloads(files)
                 if listened is not None and listened.round == cursor.pending_round:
@@ -474,13 +476,17 @@ class _Process:
         )
         if begun["config_digest"] != self.spec.config_digest:
             raise ConfigError(
-                f"cluster 0 trains run {self.config.run_id!r} with configuration {str(begun['config_digest'])[:12]}, this "
-                f"cluster with {self.spec.config_digest[:12]}: start it without a preset or config to take cluster 0's"
+                f"cluster 0 trains run {self.config.run_id!r} with "
+                f"configuration {str(begun['config_digest'])[:12]}, this "
+                f"cluster with {self.spec.config_digest[:12]}: start "
+                "it without a preset or config to take cluster 0's"
             )
         if begun["manifest"] != self.spec.manifest.digest():
             raise DataError(
-                f"expected the corpus cluster 0 trains on (manifest {str(begun['manifest'])[:16]}…), got "
-                f"{self.spec.manifest.digest()[:16]}… (different Python versions or data files on different hosts?)"
+                "expected the corpus cluster 0 trains on "
+                f"(manifest {str(begun['manifest'])[:16]}…), got "
+                f"{self.spec.manifest.digest()[:16]}… (different "
+                "Python versions or data files on different hosts?)"
             )
         if self.channel.get("finished") is not None:
             raise WorkerError(
@@ -490,7 +496,8 @@ class _Process:
         if start != cursor.next_step:
             if start == 0:
                 raise CheckpointError(
-                    f"cluster 0 starts run {self.config.run_id!r} afresh, but this cluster was given a saved state"
+                    f"cluster 0 starts run {self.config.run_id!r} "
+                    "afresh, but this cluster was given a saved state"
                 )
             cursor = self._load_recorded(
                 checkpoint_from(begun["checkpoint"], step=start - 1), start - 1, listened=None
@@ -519,7 +526,8 @@ class _Process:
                 missing = sorted(set(clusters) - set(got))
                 raise WorkerError(
                     f"cluster(s) {missing} did not enrol within {START_TIMEOUT}: start them "
-                    "(veritrain train --cluster J --lighthouse URL) so that the genesis can name their keys"
+                    "(veritrain train --cluster J --lighthouse "
+                    "URL) so that the genesis can name their keys"
                 )
             time.sleep(0.05)
 
@@ -528,11 +536,13 @@ class _Process:
         after it (docs/trainer.md, "Clusters come and go")."""
         if self.cluster == 0:
             raise WorkerError(
-                f"cluster 0 (the coordinator) fell behind the quorum of round {quorum.round}: it cannot record "
+                "cluster 0 (the coordinator) fell behind the "
+                f"quorum of round {quorum.round}: it cannot record "
                 "steps it did not take part in; restart the run from its last recorded step"
             )
         self._say(
-            f"the run is at round {quorum.round}: listening to it, then loading the state recorded after it"
+            f"the run is at round {quorum.round}: listening "
+            "to it, then loading the state recorded after it"
         )
         message = self.channel.wait(
             f"recorded/{quorum.round}",
@@ -563,17 +573,21 @@ class _Process:
         files = self.recorder.load_checkpoint(checkpoint, names) if checkpoint is not None else None
         if files is None:
             raise WorkerError(
-                f"cluster {self.cluster} cannot load the state recorded after step {step}: joining a run under way "
-                "needs a recorder that keeps checkpoints every cluster can fetch (the ledger recorder)"
+                f"cluster {self.cluster} cannot load the state "
+                f"recorded after step {step}: joining a run under way "
+                "needs a recorder that keeps checkpoints "
+                "every cluster can fetch (the ledger recorder)"
             )
         cursor = self._restore(files, listened=listened)
         if cursor.next_step != step + 1:
             raise CheckpointError(
-                f"expected the state recorded after step {step}, got the state after step {cursor.next_step - 1}"
+                f"expected the state recorded after step {step}, "
+                f"got the state after step {cursor.next_step - 1}"
             )
         owner = share_owner(files, stage=self.stage)
         self._say(
-            f"loaded the state recorded after step {step} (cluster {owner}'s); contributing from step {step + 1}"
+            f"loaded the state recorded after step {step} (cluster "
+            f"{owner}'s); contributing from step {step + 1}"
         )
         return cursor
 
@@ -617,8 +631,10 @@ class _Process:
             if exchanged.listened is not None and exchanged.quorum is not None:
                 if self.groups.data is not None:
                     raise WorkerError(
-                        f"cluster {self.cluster} fell behind round {exchanged.quorum.round}: catching up is not "
-                        "implemented with data_parallel > 1; restart the run from its last recorded step"
+                        f"cluster {self.cluster} fell behind round "
+                        f"{exchanged.quorum.round}: catching up is not "
+                        "implemented with data_parallel > 1; "
+                        "restart the run from its last recorded step"
                     )
                 return self._catch_up(exchanged.quorum, exchanged.listened), {}
             if self.follower:
@@ -639,7 +655,8 @@ class _Process:
         )
         if self.spec.mode != "contribute" and 0 not in contributors:
             raise WorkerError(
-                f"cluster 0 (the coordinator) did not take part in round {step}: the run cannot record without it; "
+                "cluster 0 (the coordinator) did not take part in "
+                f"round {step}: the run cannot record without it; "
                 "restart the run from its last recorded step"
             )
 
@@ -749,7 +766,8 @@ class _Process:
         )
         if got[0] != cursor.next_step:
             raise WorkerError(
-                f"cluster {self.cluster} replica {self.replica} starts at step {cursor.next_step}, replica 0 at step "
+                f"cluster {self.cluster} replica {self.replica} "
+                f"starts at step {cursor.next_step}, replica 0 at step "
                 f"{got[0]}: joining a run under way is not implemented with data_parallel > 1"
             )
 
@@ -859,7 +877,8 @@ class _Process:
         return kept if kept is not None else self.recorder.fetch_contribution(digest)
 
     def _pending_digests(self, pending: PendingExchange | None) -> tuple[tuple[int, int, str], ...]:
-        """(cluster, stage, digest) of the round in flight, every stage (the coordinator saves them)."""
+        """(cluster, stage, digest) of the round in flight, every stage (the coordinator saves
+        them)."""
         if pending is None:
             return ()
         digests = []
@@ -868,7 +887,8 @@ class _Process:
                 message = self.channel.get(header_key(pending.round, cluster, stage))
                 if message is None:
                     raise WorkerError(
-                        f"round {pending.round}: no header of cluster {cluster} stage {stage} on the channel"
+                        f"round {pending.round}: no header of cluster "
+                        f"{cluster} stage {stage} on the channel"
                     )
                 digests.append((cluster, stage, ContributionHeader.from_message(message).digest))
         return tuple(digests)
@@ -982,7 +1002,8 @@ class _Process:
         if not self.coordinating:
             self._answer(step, mine)
             self._say(
-                f"step {step}/{self.config.outer_steps - 1} contributed (quorum {quorum_id}: clusters {','.join(map(str, contributors))})"
+                f"step {step}/{self.config.outer_steps - 1} contributed (quorum "
+                f"{quorum_id}: clusters {','.join(map(str, contributors))})"
             )
             return {}
         others = [c for c in contributors if c != self.cluster]
@@ -1106,7 +1127,8 @@ class _Process:
         message = self.channel.global_message(SETTINGS_KEY)
         if message is None:
             raise ChannelError(
-                "the lighthouse published no settings on its channel (is it a veritrain lighthouse?)"
+                "the lighthouse published no settings on "
+                "its channel (is it a veritrain lighthouse?)"
             )
         return LighthouseSettings.from_message(message)
 
@@ -1117,7 +1139,8 @@ class _Process:
         dist.all_gather_object(digests, self.spec.manifest.digest())
         if len(set(digests)) != 1:
             raise DataError(
-                f"expected every process to build the same corpus, got manifest digests {sorted(set(map(str, digests)))}"
+                "expected every process to build the same corpus, "
+                f"got manifest digests {sorted(set(map(str, digests)))}"
                 " (different Python versions or data files on different hosts?)"
             )
 

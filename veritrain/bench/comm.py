@@ -146,13 +146,15 @@ class CommBenchResult:
         modified = d.get("trainer_outer_modified") or []
         dirty = f" (modified: {', '.join(modified)})" if modified else ""
         out = [
-            f"comm: {d['clusters']} clusters x {d['stages']} stages, {d['parameters']:,} parameters, "
+            f"comm: {d['clusters']} clusters x {d['stages']} "
+            f"stages, {d['parameters']:,} parameters, "
             f"commit {d['commit']}{dirty}",
             f"link: {d['link_mbit']:.3g} Mbit/s ({d['shaping']}{measured})",
         ]
         out += [f"  {line}" for line in derivation.get("explanation", [])]
         out.append(
-            f"  {'method':26} {'final loss':>10} {'bytes/token':>12} {'tokens/s':>10} {'speedup':>8} "
+            f"  {'method':26} {'final loss':>10} "
+            f"{'bytes/token':>12} {'tokens/s':>10} {'speedup':>8} "
             f"{'exposed s/step':>14} {'utilisation':>11}"
         )
         for name in ("allreduce", "diloco", "dilocox", "dilocox-blocking"):
@@ -163,7 +165,8 @@ class CommBenchResult:
             per_token = f"{m['bytes_per_token']:.4g}" if "bytes_per_token" in m else "-"
             out.append(
                 f"  {name:26} {loss:>10} {per_token:>12} {m.get('tokens_per_s', 0):>10,.0f} "
-                f"{m.get('speedup_over_allreduce', 0):>8.1f} {m.get('exposed_comm_s_per_outer_step', 0):>14.3f} "
+                f"{m.get('speedup_over_allreduce', 0):>8.1f} "
+                f"{m.get('exposed_comm_s_per_outer_step', 0):>14.3f} "
                 f"{m.get('compute_utilisation', 0):>11.1%}"
             )
         for name, target in d["targets"].items():
@@ -199,7 +202,8 @@ def run_comm_bench(
     with scratch_dir(config.workdir, prefix="veritrain-bench-comm-") as workdir:
         started = time.monotonic()
         say(
-            f"convergence at equal tokens ({base.clusters} clusters x {base.stages} stages, {config.preset})"
+            f"convergence at equal tokens ({base.clusters} "
+            f"clusters x {base.stages} stages, {config.preset})"
         )
         convergence = run_convergence(
             base, ("allreduce", "diloco", "dilocox"), data_dir=data_dir, workdir=workdir, say=say
@@ -273,10 +277,14 @@ def _link_derivation(
         f"paper setting ({PAPER_MODEL}, C={PAPER_PLACEMENT.clusters} S={PAPER_PLACEMENT.stages} "
         f"D={PAPER_PLACEMENT.data_parallel}, {PAPER_LINK_MBIT:g} Mbit/s): AllReduce sends "
         f"{paper.allreduce_bytes_per_inner_step / 1e9:,.1f} GB per inner step = "
-        f"{paper.allreduce_comm_seconds_per_inner_step:,.0f} s, computes {paper.compute_seconds_per_inner_step:.1f} s "
-        f"({paper.tokens_per_inner_step:,} tokens per cluster at the planner's MFU) -> communicating "
-        f"{fraction:.2%} of the time (the paper's reported {PAPER_SPEEDUP:g}x would imply >= {1 - 1 / PAPER_SPEEDUP:.2%})",
-        f"here: AllReduce sends {bytes_per_step / 1e6:.3f} MB per inner step and computes {compute * 1000:.1f} ms "
+        f"{paper.allreduce_comm_seconds_per_inner_step:,.0f} s, "
+        f"computes {paper.compute_seconds_per_inner_step:.1f} s "
+        f"({paper.tokens_per_inner_step:,} tokens per "
+        "cluster at the planner's MFU) -> communicating "
+        f"{fraction:.2%} of the time (the paper's reported "
+        f"{PAPER_SPEEDUP:g}x would imply >= {1 - 1 / PAPER_SPEEDUP:.2%})",
+        f"here: AllReduce sends {bytes_per_step / 1e6:.3f} MB "
+        f"per inner step and computes {compute * 1000:.1f} ms "
         f"-> {derived:.3g} Mbit/s gives the same share"
         + (
             ""
@@ -305,7 +313,8 @@ def _choose_shaping(config: CommBenchConfig) -> Shaping:
     if reason is None:
         if config.delay_ms > 0 and not netem_available():
             raise BenchError(
-                "expected the netem qdisc for --delay-ms, this kernel has none (CONFIG_NET_SCH_NETEM)"
+                "expected the netem qdisc for --delay-ms, "
+                "this kernel has none (CONFIG_NET_SCH_NETEM)"
             )
         return "netns-tc"
     if config.shaping == "netns-tc":

@@ -43,7 +43,8 @@ def run_convergence(
         steps = read_steps(path)
         if len(steps) != config.outer_steps:
             raise BenchError(
-                f"expected {config.outer_steps} recorded steps from the {method} run, got {len(steps)}"
+                f"expected {config.outer_steps} recorded "
+                f"steps from the {method} run, got {len(steps)}"
             )
         traces[method] = steps
     return traces

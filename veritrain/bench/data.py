@@ -153,23 +153,29 @@ class DataBenchResult:
 
     def lines(self) -> list[str]:
         out = [
-            f"data, {self.corpus.text_bytes / MB:,.0f} MB of text in {len(self.corpus.files)} files "
-            f"({self.corpus.file_bytes / MB:,.0f} MB on disk, {self.corpus.documents:,} documents); "
+            f"data, {self.corpus.text_bytes / MB:,.0f} MB "
+            f"of text in {len(self.corpus.files)} files "
+            f"({self.corpus.file_bytes / MB:,.0f} MB on "
+            f"disk, {self.corpus.documents:,} documents); "
             f"BPE vocabulary {self.tokenizer['vocab_size']:,}",
-            f"  {'build':16} {'seconds':>8} {'tokens':>13} {'tokens/s':>10} {'MB/s':>6} {'peak RSS MB':>12} {'growth MB':>10}",
+            f"  {'build':16} {'seconds':>8} {'tokens':>13} {'tokens/s':>10} "
+            f"{'MB/s':>6} {'peak RSS MB':>12} {'growth MB':>10}",
         ]
         for b in self.builds:
             out.append(
                 f"  {b.name:16} {b.seconds:8.1f} {b.tokens:13,} {b.tokens_per_second:10,.0f} "
-                f"{b.bytes_per_second / MB:6.2f} {b.peak_rss_bytes / MB:12.0f} {b.peak_growth_bytes / MB:10.0f}"
+                f"{b.bytes_per_second / MB:6.2f} {b.peak_rss_bytes / MB:12.0f} "
+                f"{b.peak_growth_bytes / MB:10.0f}"
             )
         out.append(
-            f"  given tokenizer gives the trained build's shards: {'yes' if self.given_matches_trained else 'NO'}"
+            "  given tokenizer gives the trained build's shards: "
+            f"{'yes' if self.given_matches_trained else 'NO'}"
         )
         target = TARGET_FRACTION * self.corpus.text_bytes / MB
         if self.target_judged:
             out.append(
-                f"  peak RSS {self.peak_rss_bytes / MB:,.0f} MB < {target:,.0f} MB (half the corpus): "
+                f"  peak RSS {self.peak_rss_bytes / MB:,.0f} "
+                f"MB < {target:,.0f} MB (half the corpus): "
                 f"{'met' if self.target_met else 'MISSED'}"
             )
         else:

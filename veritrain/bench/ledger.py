@@ -73,7 +73,8 @@ class LedgerBenchConfig:
             raise BenchError(f"expected at least 3 entries to verify, got {self.verify_entries}")
         if self.clients < 1 or self.requests_per_client < 1:
             raise BenchError(
-                f"expected >= 1 client and request, got {self.clients} and {self.requests_per_client}"
+                "expected >= 1 client and request, got "
+                f"{self.clients} and {self.requests_per_client}"
             )
         if self.server_workers < 1:
             raise BenchError(f"expected >= 1 server worker, got {self.server_workers}")
@@ -178,24 +179,30 @@ class LedgerBenchResult:
     def lines(self) -> list[str]:
         v, p = self.verify, self.proofs
         postgres = (
-            f"{self.postgres.per_second:,.0f} appends/s ({self.postgres.appends:,} in {self.postgres.seconds:.1f} s)"
+            f"{self.postgres.per_second:,.0f} appends/s "
+            f"({self.postgres.appends:,} in {self.postgres.seconds:.1f} s)"
             if self.postgres
             else self.postgres_note
         )
         phases = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in v.phases.items())
         return [
             "appends (entry + signed tree head + metrics, committed)",
-            f"  SQLite      {self.sqlite.per_second:,.0f} appends/s ({self.sqlite.appends:,} in {self.sqlite.seconds:.1f} s)"
-            f"   target >= {APPENDS_TARGET:.0f}: {verdict(self.sqlite.per_second >= APPENDS_TARGET)}",
+            f"  SQLite      {self.sqlite.per_second:,.0f} appends/s "
+            f"({self.sqlite.appends:,} in {self.sqlite.seconds:.1f} s)"
+            f"   target >= {APPENDS_TARGET:.0f}: "
+            f"{verdict(self.sqlite.per_second >= APPENDS_TARGET)}",
             f"  PostgreSQL  {postgres}",
             f"verify {v.entries:,} entries (checks 1-3 + 9){'' if v.passed else ' -- FAILED'}",
             f"  {v.seconds:.2f} s: {phases}; dominated by {v.dominant}"
             f"   target < {VERIFY_TARGET_S:.0f} s: {verdict(v.seconds < VERIFY_TARGET_S)}",
-            f"inclusion proofs over HTTP, {p.clients} concurrent clients, {len(p.latencies_ms):,} requests"
+            f"inclusion proofs over HTTP, {p.clients} concurrent "
+            f"clients, {len(p.latencies_ms):,} requests"
             f"{f', {p.errors} errors' if p.errors else ''}",
-            f"  p50 {p.p50_ms:.1f} ms, p99 {p.p99_ms:.1f} ms, {rate(len(p.latencies_ms), p.seconds):,.0f} requests/s"
+            f"  p50 {p.p50_ms:.1f} ms, p99 {p.p99_ms:.1f} ms, "
+            f"{rate(len(p.latencies_ms), p.seconds):,.0f} requests/s"
             f" (one client alone: p50 {percentile(p.alone_ms, 50):.1f} ms)"
-            f"   target p99 < {PROOF_P99_TARGET_MS:.0f} ms: {verdict(p.p99_ms < PROOF_P99_TARGET_MS)}",
+            f"   target p99 < {PROOF_P99_TARGET_MS:.0f} "
+            f"ms: {verdict(p.p99_ms < PROOF_P99_TARGET_MS)}",
         ]
 
 
@@ -227,7 +234,8 @@ def run_ledger_bench(
         store_url = f"file://{workdir / 'objects'}"
         verify = time_log_verification(url, store_url, run)
         say(
-            f"inclusion proofs through `veritrain serve --workers {config.server_workers}` with {config.clients} clients"
+            "inclusion proofs through `veritrain serve --workers "
+            f"{config.server_workers}` with {config.clients} clients"
         )
         env = {
             "VERITRAIN_DATABASE_URL": url,
@@ -316,7 +324,8 @@ def _scratch_postgres(server_url: str) -> Iterator[str]:
         yield database_url(server_url).set(database=name).render_as_string(hide_password=False)
     except sa.exc.SQLAlchemyError as exc:
         raise BenchError(
-            f"expected a PostgreSQL server that lets the bench create a scratch database, got: {exc}"
+            "expected a PostgreSQL server that lets the "
+            f"bench create a scratch database, got: {exc}"
         ) from exc
     finally:
         with contextlib.suppress(sa.exc.SQLAlchemyError), admin.connect() as conn:

@@ -122,7 +122,8 @@ def netem_available() -> bool:
 
 @contextlib.contextmanager
 def emulated_link(clusters: int, *, rate_mbit: float, delay_ms: float = 0.0) -> Iterator[NetnsLink]:
-    """Namespaces for ``clusters`` clusters joined by links of ``rate_mbit`` (see module docstring)."""
+    """Namespaces for ``clusters`` clusters joined by links of ``rate_mbit`` (see module
+    docstring)."""
     if clusters < 2 or clusters > 250:
         raise BenchError(f"expected 2 to 250 clusters for an emulated link, got {clusters}")
     if not rate_mbit > 0 or delay_ms < 0:
@@ -209,7 +210,8 @@ def _run(argv: Sequence[str]) -> None:
     completed = subprocess.run(list(argv), capture_output=True, text=True, check=False)
     if completed.returncode != 0:
         raise BenchError(
-            f"expected `{' '.join(argv)}` to succeed, got: {completed.stderr.strip() or completed.returncode}"
+            f"expected `{' '.join(argv)}` to succeed, got: "
+            f"{completed.stderr.strip() or completed.returncode}"
         )
 
 

@@ -35,7 +35,10 @@ def write_plots(result: Mapping[str, Any], directory: Path) -> list[Path]:
 
     directory.mkdir(parents=True, exist_ok=True)
     methods: Mapping[str, Mapping[str, Any]] = result["methods"]
-    subtitle = f"{result['clusters']} clusters, {result['link_mbit']:.3g} Mbit/s link ({result['shaping']})"
+    subtitle = (
+        f"{result['clusters']} clusters, {result['link_mbit']:.3g} "
+        f"Mbit/s link ({result['shaping']})"
+    )
     written = []
 
     figure, axes = plt.subplots(figsize=(7, 4.2))
@@ -52,7 +55,8 @@ def write_plots(result: Mapping[str, Any], directory: Path) -> list[Path]:
     axes.set_xlabel("tokens trained (all clusters)")
     axes.set_ylabel("held-out loss (nats/token)")
     axes.set_title(
-        f"Held-out loss at equal tokens\n{result['clusters']} clusters, same model, data order and seed"
+        f"Held-out loss at equal tokens\n{result['clusters']} "
+        "clusters, same model, data order and seed"
     )
     axes.legend()
     axes.grid(alpha=0.3)

@@ -80,7 +80,8 @@ def _wait_healthy(process: subprocess.Popen[bytes], url: str, log: Path) -> None
             pass  # not listening yet
         time.sleep(0.2)
     raise BenchError(
-        f"expected `veritrain serve` to answer {url}/healthz within {START_TIMEOUT_S:.0f} s, it did not"
+        f"expected `veritrain serve` to answer {url}/healthz "
+        f"within {START_TIMEOUT_S:.0f} s, it did not"
     )
 
 

@@ -88,8 +88,10 @@ class ThroughputResult:
     def lines(self) -> list[str]:
         c = self.config
         out = [
-            f"{c.preset} ({self.parameters:,} parameters), S={c.stages}, {c.micro_batches} x {c.micro_batch_size} x "
-            f"context per inner step, {c.precision}{', activation checkpointing' if c.activation_checkpointing else ''} "
+            f"{c.preset} ({self.parameters:,} parameters), "
+            f"S={c.stages}, {c.micro_batches} x {c.micro_batch_size} x "
+            "context per inner step, "
+            f"{c.precision}{', activation checkpointing' if c.activation_checkpointing else ''} "
             f"on {self.device_name}",
             f"  {self.tokens_per_second:,.0f} tokens/s (all stages in turn on one device), "
             f"MFU {self.mfu:.1%} of {self.peak_tflops:.3g} TFLOP/s ({self.peak_source}), "

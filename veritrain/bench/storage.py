@@ -132,8 +132,10 @@ class StorageBenchResult:
                 f"{comparison.ours[s].growth_kib / 1024:.1f}" for s in sorted(comparison.ours)
             )
             out.append(
-                f"  {comparison.name:15} {comparison.ratio(large):6.2f} {comparison.mib_per_second(large):11.0f} "
-                f"{comparison.mib_per_second(large, 'baseline'):9.0f}  {growth:17}  {'flat' if comparison.flat else 'GROWS'}"
+                f"  {comparison.name:15} {comparison.ratio(large):6.2f} "
+                f"{comparison.mib_per_second(large):11.0f} "
+                f"{comparison.mib_per_second(large, 'baseline'):9.0f}  "
+                f"{growth:17}  {'flat' if comparison.flat else 'GROWS'}"
             )
         if self.s3_note:
             out.append(f"  S3: {self.s3_note}")

@@ -1,11 +1,11 @@
 """A synthetic recorded run for the ledger benchmark: real appends, realistic bodies.
 
 Each entry goes through ``ledger.service.Ledger`` exactly as the recorder writes it (one
-transaction, a signed tree head, metric rows); only the content is made up. An ``outer_step``
-record (records/) has the fields and sizes of docs/records.md for C clusters x S stages -- data ranges,
-per-(cluster, stage) contribution digests, the applied round, checkpoint and attestation
-digests -- and about twenty metrics, so a body is a few kilobytes like a real one. Nothing
-refers to stored objects: the benchmark times the log, not the object store.
+transaction, a signed tree head, metric rows); only the content is made up. An ``outer_step`` record
+(records/) has the fields and sizes of docs/records.md for C clusters x S stages -- data ranges,
+per-(cluster, stage) contribution digests, the applied round, checkpoint and attestation digests --
+and about twenty metrics, so a body is a few kilobytes like a real one. Nothing refers to stored
+objects: the benchmark times the log, not the object store.
 """
 
 from __future__ import annotations

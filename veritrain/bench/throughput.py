@@ -169,7 +169,8 @@ def _launch(
                 raise _failure(*failed)
             if time.monotonic() > deadline:
                 raise BenchError(
-                    f"expected the link run to finish within {timeout_s:.0f} s, it did not (logs in {workdir})"
+                    "expected the link run to finish within "
+                    f"{timeout_s:.0f} s, it did not (logs in {workdir})"
                 )
             time.sleep(0.1)
         for rank, process, log in processes:

@@ -15,7 +15,10 @@ from typing import Annotated, Any
 import typer
 
 app = typer.Typer(
-    help="Benchmarks: communication (DiLoCoX vs AllReduce), ledger, storage, data, poisoned clusters.",
+    help=(
+        "Benchmarks: communication (DiLoCoX vs AllReduce), "
+        "ledger, storage, data, poisoned clusters."
+    ),
     no_args_is_help=True,
 )
 
@@ -179,7 +182,8 @@ def data(
     ] = None,
     workdir: Workdir = None,
 ) -> None:
-    """Shard-builder throughput (tokens/s, bytes/s) and peak memory on a JSONL.gz + Parquet corpus."""
+    """Shard-builder throughput (tokens/s, bytes/s) and peak memory on a JSONL.gz + Parquet
+    corpus."""
     from veritrain.bench.data import MB, DataBenchConfig, run_data_bench
 
     config = DataBenchConfig(

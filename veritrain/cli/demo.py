@@ -37,6 +37,7 @@ def demo(
         from web.server import serve
 
         typer.echo(
-            f"serving the audit page of run {result.run_id} at http://{host}:{port}/runs/{result.run_id} (Ctrl-C to stop)"
+            f"serving the audit page of run {result.run_id} at "
+            f"http://{host}:{port}/runs/{result.run_id} (Ctrl-C to stop)"
         )
         serve(load_settings(), host=host, port=port)

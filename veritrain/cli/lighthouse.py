@@ -33,7 +33,10 @@ def lighthouse(
         float,
         typer.Option(
             min=0.1,
-            help="Seconds a quorum waits for clusters that beat but have not asked yet (one that hangs).",
+            help=(
+                "Seconds a quorum waits for clusters that "
+                "beat but have not asked yet (one that hangs)."
+            ),
         ),
     ] = 30.0,
     exchange_timeout: Annotated[
@@ -63,7 +66,8 @@ def lighthouse(
         host=host, port=port, advertise=advertise or socket.gethostname(), settings=settings
     )
     typer.echo(
-        f"veritrain: lighthouse at {served.url} (run channel on port {served.port + 1}); clusters join with "
+        f"veritrain: lighthouse at {served.url} (run channel "
+        f"on port {served.port + 1}); clusters join with "
         f"`veritrain train --cluster J --lighthouse {served.url} ...`; a cluster silent for "
         f"{heartbeat_timeout:g} s leaves the quorum (Ctrl+C to stop)"
     )

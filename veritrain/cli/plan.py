@@ -47,20 +47,29 @@ def plan(
     offload_outer: Annotated[
         bool,
         typer.Option(
-            help="Keep the outer state in host memory (planning only: the trainer does not offload)."
+            help=(
+                "Keep the outer state in host memory (planning only: the trainer does not offload)."
+            )
         ),
     ] = False,
     held: Annotated[
         str,
         typer.Option(
-            help="paper: the DiLoCoX GPU setting (ZeRO sharding over D, offload: not implemented by the trainer); "
-            "trainer: what this trainer holds today (no sharding), as measured by `veritrain bench throughput`."
+            help=(
+                "paper: the DiLoCoX GPU setting (ZeRO sharding "
+                "over D, offload: not implemented by the trainer); "
+                "trainer: what this trainer holds today (no sharding), "
+                "as measured by `veritrain bench throughput`."
+            )
         ),
     ] = "paper",
     precision: Annotated[
         str,
         typer.Option(
-            help="With --held trainer: the trainer's fp32, bf16 or fp64 (--held paper assumes bf16 mixed precision)."
+            help=(
+                "With --held trainer: the trainer's fp32, bf16 or "
+                "fp64 (--held paper assumes bf16 mixed precision)."
+            )
         ),
     ] = "bf16",
     json_output: Annotated[

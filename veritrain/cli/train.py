@@ -39,8 +39,10 @@ def train(
     data: Annotated[
         list[Path] | None,
         typer.Option(
-            help="Text, .jsonl, .jsonl.gz or .parquet file, or a folder of them (repeatable); "
-            "default: the Python stdlib sources."
+            help=(
+                "Text, .jsonl, .jsonl.gz or .parquet file, or a folder of them (repeatable); "
+                "default: the Python stdlib sources."
+            )
         ),
     ] = None,
     text_field: Annotated[
@@ -65,15 +67,22 @@ def train(
     resume: Annotated[
         str | None,
         typer.Option(
-            help="Continue a run after its last recorded step: a run id (ledger) or a --workdir folder."
+            help=(
+                "Continue a run after its last recorded step: "
+                "a run id (ledger) or a --workdir folder."
+            )
         ),
     ] = None,
     key_dir: Annotated[
         Path | None,
         typer.Option(
-            help="Where the clusters keep their own keys (created there; only public keys leave): cluster j uses "
-            "DIR/cluster-<j>, or DIR itself with --cluster. Default: <VERITRAIN_DATA_DIR>/cluster-keys. The "
-            "coordinator's keys stay in VERITRAIN_KEY_DIR."
+            help=(
+                "Where the clusters keep their own keys (created "
+                "there; only public keys leave): cluster j uses "
+                "DIR/cluster-<j>, or DIR itself with --cluster. "
+                "Default: <VERITRAIN_DATA_DIR>/cluster-keys. The "
+                "coordinator's keys stay in VERITRAIN_KEY_DIR."
+            )
         ),
     ] = None,
     cluster: Annotated[
@@ -92,27 +101,40 @@ def train(
     advertise: Annotated[
         str | None,
         typer.Option(
-            help="This host's address as the other clusters reach it (default: the one that reaches the lighthouse)."
+            help=(
+                "This host's address as the other clusters reach "
+                "it (default: the one that reaches the lighthouse)."
+            )
         ),
     ] = None,
     verification: Annotated[
         str,
         typer.Option(
-            help="The run's verification policy, fixed at genesis: 'bitwise' (re-executions on the recorded hardware "
-            "class must match byte for byte; elsewhere the tolerance applies) or 'tolerance' (everywhere)."
+            help=(
+                "The run's verification policy, fixed at genesis: "
+                "'bitwise' (re-executions on the recorded hardware "
+                "class must match byte for byte; elsewhere the "
+                "tolerance applies) or 'tolerance' (everywhere)."
+            )
         ),
     ] = "bitwise",
     precision: Annotated[
         str | None,
         typer.Option(
-            help="fp32 (default), bf16 (autocast of the inner steps' passes) or fp64; recorded in the configuration."
+            help=(
+                "fp32 (default), bf16 (autocast of the inner steps' "
+                "passes) or fp64; recorded in the configuration."
+            )
         ),
     ] = None,
     activation_checkpointing: Annotated[
         bool,
         typer.Option(
             "--activation-checkpointing",
-            help="Recompute each decoder layer in the backward pass (less memory, same bits); recorded in the configuration.",
+            help=(
+                "Recompute each decoder layer in the backward pass "
+                "(less memory, same bits); recorded in the configuration."
+            ),
         ),
     ] = False,
     quiet: Annotated[

@@ -141,7 +141,8 @@ class ApiSource:
             raise ObjectNotFoundError(f"object {digest} is not stored (GET {url}: 404)")
         if response.status_code != 206 or len(response.content) != end - start:
             raise StorageError(
-                f"GET {url} with Range bytes={start}-{end - 1}: expected 206 with {end - start} bytes, "
+                f"GET {url} with Range bytes={start}-{end - 1}: "
+                f"expected 206 with {end - start} bytes, "
                 f"got {response.status_code} with {len(response.content)}"
             )
         return response.content

@@ -22,7 +22,8 @@ class DirectSource:
     def __init__(self, settings: Settings) -> None:
         if sqlite_file_missing(settings.database_url):
             raise SourceError(
-                f"there is no ledger at {settings.database_url}: run `veritrain demo` or `veritrain train` first, "
+                f"there is no ledger at {settings.database_url}: "
+                "run `veritrain demo` or `veritrain train` first, "
                 "or point VERITRAIN_DATABASE_URL at the run's database (or use --api URL)"
             )
         self._engine = create_engine(settings.database_url)

@@ -45,7 +45,8 @@ def check_genesis(report: Report, run: RecordedRun) -> TrainConfig | None:
     recomputed = canonical_digest(dict(genesis.hyperparameters))
     if recomputed != genesis.config_digest:
         result.fail(
-            f"config digest: expected {recomputed} (SHA-256 of the recorded hyperparameters), got {genesis.config_digest}",
+            f"config digest: expected {recomputed} (SHA-256 of the "
+            f"recorded hyperparameters), got {genesis.config_digest}",
             index=0,
         )
     config: TrainConfig | None
@@ -61,7 +62,8 @@ def check_genesis(report: Report, run: RecordedRun) -> TrainConfig | None:
         dict(genesis.hyperparameters)
     ):
         result.fail(
-            "the recorded hyperparameters do not read back as themselves (fields the trainer would change)",
+            "the recorded hyperparameters do not read back "
+            "as themselves (fields the trainer would change)",
             index=0,
         )
 
@@ -136,9 +138,12 @@ def check_genesis(report: Report, run: RecordedRun) -> TrainConfig | None:
         result.fail(f"verification policy: {problem}", index=0)
     policy = genesis.verification_policy
     result.notes.append(
-        f"policy {policy.mode} on {policy.hardware.device}/{policy.hardware.machine}/{policy.hardware.cpu_capability}"
-        f"{' ' + policy.hardware.gpu if policy.hardware.gpu else ''}, torch {policy.hardware.torch}; elsewhere "
-        f"{policy.fallback.metric} within {policy.fallback.delta}, parameters within {policy.fallback.parameter_distance}"
+        f"policy {policy.mode} on "
+        f"{policy.hardware.device}/{policy.hardware.machine}/{policy.hardware.cpu_capability}"
+        f"{' ' + policy.hardware.gpu if policy.hardware.gpu else ''}, "
+        f"torch {policy.hardware.torch}; elsewhere "
+        f"{policy.fallback.metric} within {policy.fallback.delta}, "
+        f"parameters within {policy.fallback.parameter_distance}"
     )
     return config
 
@@ -173,6 +178,7 @@ def check_final(report: Report, run: RecordedRun, config: TrainConfig | None) ->
             )
     if config is not None and final.steps != config.outer_steps:
         result.fail(
-            f"the run finished after {final.steps} outer steps, but its configuration plans {config.outer_steps}",
+            f"the run finished after {final.steps} outer steps, "
+            f"but its configuration plans {config.outer_steps}",
             index=entry.index,
         )

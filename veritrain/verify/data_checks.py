@@ -1,8 +1,8 @@
-"""Check 8: the run's data. The data manifest object matches its entry; every shard hashes to
-its digest and holds the recorded number of tokens, and its chunk index (what a re-executor
-verifies ranged downloads against) is the one its bytes give; the assignment rule the manifest records
-is the one the configuration implies; and every step's data ranges -- which windows each
-cluster read, and so which shards -- are recomputed from that rule and compared.
+"""Check 8: the run's data. The data manifest object matches its entry; every shard hashes to its
+digest and holds the recorded number of tokens, and its chunk index (what a re-executor verifies
+ranged downloads against) is the one its bytes give; the assignment rule the manifest records is the
+one the configuration implies; and every step's data ranges -- which windows each cluster read, and
+so which shards -- are recomputed from that rule and compared.
 
 Shards are all re-hashed when they total at most :data:`FULL_CHECK_BYTES` (a size computed
 from the signed token counts, never from what the source reports), otherwise a sample drawn
@@ -98,7 +98,8 @@ def _check_ranges(
     genesis = run.genesis
     if data.manifest.tokenizer != genesis.tokenizer:
         result.fail(
-            f"tokenizer: the genesis names {genesis.tokenizer.to_payload()}, the data manifest {data.manifest.tokenizer.to_payload()}",
+            f"tokenizer: the genesis names {genesis.tokenizer.to_payload()}, "
+            f"the data manifest {data.manifest.tokenizer.to_payload()}",
             index=data.entry.index,
         )
     first_inner_step, total = 0, 0
@@ -111,7 +112,8 @@ def _check_ranges(
             claimed = {r.cluster: r for r in step.data_ranges}
             wrong = [r.cluster for r in expected if claimed.get(r.cluster) != r] or sorted(claimed)
             result.fail(
-                f"data ranges of cluster(s) {wrong} are not what the assignment rule gives for inner steps "
+                f"data ranges of cluster(s) {wrong} are not "
+                "what the assignment rule gives for inner steps "
                 f"{first_inner_step}..{first_inner_step + step.inner_steps - 1}",
                 index=entry.index,
                 step=step.step,
@@ -120,7 +122,8 @@ def _check_ranges(
         total += step_tokens
         if (step.tokens.step, step.tokens.total) != (step_tokens, total):
             result.fail(
-                f"tokens: expected {step_tokens} this step and {total} in all, got {step.tokens.step} and {step.tokens.total}",
+                f"tokens: expected {step_tokens} this step and {total} "
+                f"in all, got {step.tokens.step} and {step.tokens.total}",
                 index=entry.index,
                 step=step.step,
             )
@@ -155,7 +158,8 @@ def _check_shards(
                 readers.setdefault(shard_index, []).append(entry)
             if read - train:
                 result.fail(
-                    f"cluster {data_range.cluster} read shards {sorted(read - train)[:5]} that are not training shards",
+                    f"cluster {data_range.cluster} read shards "
+                    f"{sorted(read - train)[:5]} that are not training shards",
                     index=entry.index,
                     step=step.step,
                 )
@@ -182,7 +186,8 @@ def _check_shards(
                 and read_verified(source, shard.chunks) != chunks.index()
             ):
                 raise ValueError(
-                    f"its chunk index {shard.chunks[:16]}… is not the SHA-256 of its {manifest.chunk_bytes}-byte chunks"
+                    f"its chunk index {shard.chunks[:16]}… is not the "
+                    f"SHA-256 of its {manifest.chunk_bytes}-byte chunks"
                 )
         except (ValueError, StorageError, VeritrainError) as exc:
             # Name the steps that trained on the shard: those are the ones it puts in doubt.
@@ -199,7 +204,8 @@ def _check_shards(
                 f"data shard {shard.index}{used}: {exc}", index=first.index, step=first.step
             )
     result.notes.append(
-        f"{len(chosen)} of {len(shards)} shards re-hashed; data ranges recomputed from the assignment rule"
+        f"{len(chosen)} of {len(shards)} shards re-hashed; "
+        "data ranges recomputed from the assignment rule"
     )
 
 

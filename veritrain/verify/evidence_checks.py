@@ -128,11 +128,11 @@ def _key(shard: DataShard) -> tuple[str, str]:
 def check_quotes(
     report: Report, run: RecordedRun, genesis: Genesis | None, source: RunSource
 ) -> None:
-    """5. Every cluster's quote for every step: endorsed by that cluster's enrolled platform
-    root for that cluster's enrolled attestation key, valid at the time the entry was recorded, with the reference launch
-    measurement, registers that replay from the recorded statements, a nonce equal to the log
-    root just before the entry (freshness), and report_data binding nonce, previous leaf and
-    statement."""
+    """5. Every cluster's quote for every step: endorsed by that cluster's enrolled platform root
+    for that cluster's enrolled attestation key, valid at the time the entry was recorded, with the
+    reference launch measurement, registers that replay from the recorded statements, a nonce equal
+    to the log root just before the entry (freshness), and report_data binding nonce, previous leaf
+    and statement."""
     result = report.check(5)
     if genesis is None:
         result.fail("not checked: no readable genesis")
@@ -207,7 +207,8 @@ def _check_quoting(
     strangers = [c for c in quoting if c not in clusters]
     if strangers:
         raise Mismatch(
-            f"quotes from cluster(s) {strangers}, which are not in the step's quorum {list(clusters)}"
+            f"quotes from cluster(s) {strangers}, which "
+            f"are not in the step's quorum {list(clusters)}"
         )
     missing = [c for c in clusters if c not in quoting]
     if following is None:
@@ -215,7 +216,8 @@ def _check_quoting(
     elif any(c in following for c in missing):
         stayed = [c for c in missing if c in following]
         raise Mismatch(
-            f"no quote from cluster(s) {stayed} of the step's quorum, which took part in the next step too"
+            f"no quote from cluster(s) {stayed} of the step's "
+            "quorum, which took part in the next step too"
         )
 
 
@@ -223,10 +225,10 @@ def check_contributions(
     report: Report, run: RecordedRun, genesis: Genesis | None, source: RunSource
 ) -> None:
     """6. Every (cluster, stage) contribution is signed by that cluster's genesis key (with its
-    per-inner-step commitments, which must have the entry's shape: inner_commitment_checks.py); every
-    exchange applied in a step names a round that was signed, in order, none twice and none
-    missing, combining exactly the contributions signed in that round; the aggregate digest and
-    the step's compression follow from what was applied."""
+    per-inner-step commitments, which must have the entry's shape: inner_commitment_checks.py);
+    every exchange applied in a step names a round that was signed, in order, none twice and none
+    missing, combining exactly the contributions signed in that round; the aggregate digest and the
+    step's compression follow from what was applied."""
     result = report.check(6)
     if genesis is None:
         result.fail("not checked: no readable genesis")
@@ -250,7 +252,8 @@ def check_contributions(
         own = step.signed_contributions()
         if set(own) != expected_pairs:
             result.fail(
-                f"expected contributions from (cluster, stage) {sorted(expected_pairs)}, got {sorted(own)}",
+                "expected contributions from (cluster, stage) "
+                f"{sorted(expected_pairs)}, got {sorted(own)}",
                 index=entry.index,
                 step=step.step,
             )
@@ -351,7 +354,8 @@ def _check_applied(
         elif round_ != next_round:
             what = "again" if round_ < next_round else f"before round {next_round}"
             result.fail(
-                f"applies the exchange of round {round_} {what} (rounds are applied once each, in order)",
+                f"applies the exchange of round {round_} {what} "
+                "(rounds are applied once each, in order)",
                 index=entry.index,
                 step=step.step,
             )
@@ -363,7 +367,8 @@ def _check_applied(
             )
         elif used != dict(signed[round_]):
             result.fail(
-                f"the exchange of round {round_} applied here combines payloads other than the ones signed in step {round_}",
+                f"the exchange of round {round_} applied here combines "
+                f"payloads other than the ones signed in step {round_}",
                 index=entry.index,
                 step=step.step,
             )
@@ -382,7 +387,8 @@ def _check_applied(
     )
     if compression != step.compression:
         result.fail(
-            f"compression: expected {compression.to_payload()} (the last exchange applied), got {step.compression.to_payload()}",
+            f"compression: expected {compression.to_payload()} (the "
+            f"last exchange applied), got {step.compression.to_payload()}",
             index=entry.index,
             step=step.step,
         )

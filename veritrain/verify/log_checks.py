@@ -99,14 +99,17 @@ def _check_against_seen(
     checkpoint = head.checkpoint
     if checkpoint.origin != seen.origin:
         result.fail(
-            f"the run's log origin changed since this verifier last checked it from {source.description}: "
-            f"expected {seen.origin!r}, got {checkpoint.origin!r} (the log was rewritten under another origin)",
+            "the run's log origin changed since this verifier "
+            f"last checked it from {source.description}: "
+            f"expected {seen.origin!r}, got {checkpoint.origin!r} "
+            "(the log was rewritten under another origin)",
             index=0,
         )
         return
     if head.vkey != seen.vkey:
         result.fail(
-            f"the log key changed since this verifier last checked the run: expected {seen.vkey}, got {head.vkey} "
+            "the log key changed since this verifier last checked "
+            f"the run: expected {seen.vkey}, got {head.vkey} "
             "(the log was re-signed with another key)",
             index=0,
         )
@@ -114,7 +117,8 @@ def _check_against_seen(
     if checkpoint.size < seen.size:
         result.fail(
             f"the log shrank since this verifier last checked it: signed size {checkpoint.size}, "
-            f"previously {seen.size}: entries {checkpoint.size}..{seen.size - 1} were removed (rolled back)"
+            f"previously {seen.size}: entries "
+            f"{checkpoint.size}..{seen.size - 1} were removed (rolled back)"
         )
         return
     if checkpoint.size > seen.size:
@@ -184,7 +188,8 @@ def _check_times(report: Report, run: RecordedRun) -> None:
             continue
         if previous is not None and entry.recorded_at <= previous:
             result.fail(
-                f"recorded_at went backwards: {entry.recorded_at.isoformat()} is not after the previous entry's "
+                f"recorded_at went backwards: {entry.recorded_at.isoformat()} "
+                "is not after the previous entry's "
                 f"{previous.isoformat()}",
                 index=entry.index,
                 step=entry.step,
@@ -213,7 +218,8 @@ def _check_layout(report: Report, run: RecordedRun) -> None:
             step = entry.index - FIRST_STEP_INDEX
             if entry.step != step:
                 result.fail(
-                    f"expected outer step {step} at entry {entry.index} (steps are recorded once each, in order), "
+                    f"expected outer step {step} at entry {entry.index} "
+                    "(steps are recorded once each, in order), "
                     f"got step {entry.step}",
                     index=entry.index,
                     step=entry.step,

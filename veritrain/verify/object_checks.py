@@ -52,7 +52,8 @@ def check_checkpoints(
             manifest = read_checkpoint_manifest(source, step.checkpoint)
             if len(manifest.entries) != step.checkpoint.files:
                 raise ValueError(
-                    f"manifest lists {len(manifest.entries)} files, the entry says {step.checkpoint.files}"
+                    f"manifest lists {len(manifest.entries)} "
+                    f"files, the entry says {step.checkpoint.files}"
                 )
             if genesis is not None:
                 check_signature(
@@ -115,7 +116,8 @@ def check_generations(
                 wanted = (config.generation.prompts, config.generation.max_new_tokens)
                 if (said.prompts, said.max_new_tokens) != wanted:
                     raise ValueError(
-                        f"generations: expected prompts {list(wanted[0])} with {wanted[1]} new tokens (the configuration's), "
+                        f"generations: expected prompts {list(wanted[0])} "
+                        f"with {wanted[1]} new tokens (the configuration's), "
                         f"got {list(said.prompts)} with {said.max_new_tokens}"
                     )
         except (ValueError, StorageError, VeritrainError, RecordError) as exc:

@@ -108,7 +108,8 @@ class Report:
             mark = "ok  " if result.passed else "FAIL"
             detail = "; ".join(result.notes)
             lines.append(
-                f"  {mark} {number}. {result.name} ({result.checked} checked){': ' + detail if detail else ''}"
+                f"  {mark} {number}. {result.name} ({result.checked} "
+                f"checked){': ' + detail if detail else ''}"
             )
             for failure in result.failures[:20]:
                 lines.append(f"         {failure.where()}{failure.message}")

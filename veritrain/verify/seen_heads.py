@@ -65,7 +65,8 @@ class SeenHeads:
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise VeritrainError(
-                f"the record of heads seen before at {path} is unreadable ({exc!r}); remove it to start afresh"
+                f"the record of heads seen before at {path} is "
+                f"unreadable ({exc!r}); remove it to start afresh"
             ) from None
 
     def remember(self, sighting: Sighting) -> None:

@@ -97,7 +97,8 @@ def check_quorum(
         if verified_size == size:
             if checkpoint.root_hash != verified_root:
                 raise VerificationError(
-                    f"expected root {verified_root.hex()} at size {size}, got {checkpoint.root_hash.hex()}"
+                    f"expected root {verified_root.hex()} at size "
+                    f"{size}, got {checkpoint.root_hash.hex()}"
                 )
         elif verified_size > 0:
             proof = consistency(verified_size, size)
@@ -132,8 +133,10 @@ def check_quorum(
         checkpoint_size=size,
         cosigners=names,
         failures=bad,
-        detail=f"{len(names)} of {len(witnesses)} witnesses cosigned size {size} "
-        f"(quorum {quorum}): {', '.join(names)}",
+        detail=(
+            f"{len(names)} of {len(witnesses)} witnesses cosigned size {size} "
+            f"(quorum {quorum}): {', '.join(names)}"
+        ),
     )
 
 

@@ -42,7 +42,9 @@ RESPONSES: ResponsesDoc = {
     206: {"description": "The requested range(s)."},
     302: {"description": "Redirect to a presigned S3 URL."},
     404: {
-        "description": "No such run (RepoNotFound), step (RevisionNotFound) or file (EntryNotFound)."
+        "description": (
+            "No such run (RepoNotFound), step (RevisionNotFound) or file (EntryNotFound)."
+        )
     },
     416: {"description": "No requested range overlaps the file."},
 }
@@ -77,7 +79,8 @@ def resolve(
     digest = found.files.get(filename)
     if digest is None:
         raise NotFoundError(
-            f"run {run!r} step {found.ref.step}: no file {filename!r} in the checkpoint; expected one of {sorted(found.files)}",
+            f"run {run!r} step {found.ref.step}: no file {filename!r} "
+            f"in the checkpoint; expected one of {sorted(found.files)}",
             headers=hub_error("EntryNotFound", "Entry not found") | commit,
         )
     store = resources.store

@@ -85,7 +85,10 @@ async def get_inclusion_proof(
     response_model=ConsistencyProofInfo,
     responses=ERRORS,
     summary="Consistency proof between two tree sizes (RFC 9162 §2.1.4)",
-    description="Proof that the tree of `new` entries (default: the latest) extends the tree of `old` entries (1 <= old <= new).",
+    description=(
+        "Proof that the tree of `new` entries (default: the latest) "
+        "extends the tree of `old` entries (1 <= old <= new)."
+    ),
 )
 async def get_consistency_proof(
     run: RunPath,

@@ -50,7 +50,10 @@ def _database_state(resources: Resources) -> str:
         return f"error: {exc.__class__.__name__}"
     heads = _head_revisions()
     if revision not in heads:
-        return f"error: schema at revision {revision}, expected {', '.join(heads)}; run `veritrain db upgrade`"
+        return (
+            f"error: schema at revision {revision}, expected "
+            f"{', '.join(heads)}; run `veritrain db upgrade`"
+        )
     return "ok"
 
 

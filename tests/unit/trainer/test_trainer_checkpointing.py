@@ -1,4 +1,5 @@
-"""Activation checkpointing: recomputing each layer gives the same loss and gradients, bit for bit."""
+"""Activation checkpointing: recomputing each layer gives the same loss and gradients, bit for
+bit."""
 
 from __future__ import annotations
 

@@ -29,7 +29,8 @@ def test_config_round_trips_through_json() -> None:
 def test_toml_file_sets_nested_fields_and_outer_kind_follows_method(tmp_path: Path) -> None:
     path = tmp_path / "run.toml"
     path.write_text(
-        'method = "dilocox"\nclusters = 3\n[model]\nnum_hidden_layers = 2\nhidden_size = 32\n[outer]\nrank = 4\nmin_rank = 2\n'
+        'method = "dilocox"\nclusters = 3\n[model]\nnum_hidden_layers '
+        "= 2\nhidden_size = 32\n[outer]\nrank = 4\nmin_rank = 2\n"
     )
     config = load_config_file(path)
     assert (config.clusters, config.model.num_hidden_layers, config.outer.rank) == (3, 2, 4)

@@ -153,7 +153,10 @@ def test_corrupt_and_truncated_gzip_are_named(tmp_path: Path) -> None:
         build(tmp_path / "1", tmp_path / "not.jsonl.gz")
     with pytest.raises(
         DataError,
-        match=r"expected a readable gzip file at file:cut\.jsonl\.gz, got EOFError.* after line \d+",
+        match=(
+            r"expected a readable gzip file at file:cut\.jsonl\.gz, "
+            r"got EOFError.* after line \d+"
+        ),
     ):
         build(tmp_path / "2", tmp_path / "cut.jsonl.gz")
 
@@ -177,7 +180,10 @@ def test_parquet_errors_name_the_file_and_column_or_row(tmp_path: Path) -> None:
         build(tmp_path / "2", numbers)
     with pytest.raises(
         DataError,
-        match=r"expected a string in column 'text' at row 70 of file:nulls\.parquet \(rows count from 0\), got null",
+        match=(
+            r"expected a string in column 'text' at row 70 of "
+            r"file:nulls\.parquet \(rows count from 0\), got null"
+        ),
     ):
         build(tmp_path / "3", nulls)
     with pytest.raises(

@@ -71,8 +71,8 @@ def test_too_few_cosigners_fail_and_say_who_cosigned(log: SmallLog) -> None:
     assert not result.ok
     assert result.cosigners == ("witness.test/w2",)
     assert (
-        result.detail
-        == "expected cosignatures from 2 of the 3 given witnesses on size 6, got 1 (witness.test/w2)"
+        result.detail == "expected cosignatures from 2 of the 3 given "
+        "witnesses on size 6, got 1 (witness.test/w2)"
     )
     # Cosignatures from witnesses the verifier did not name do not count.
     other = SigningKey.generate("witness.test/other", signature_type=COSIGNATURE_V1_ALGORITHM)

@@ -102,7 +102,8 @@ class TileClient:
         return self._tiles[path]
 
     def hash_at(self, level: int, index: int, size: int) -> bytes:
-        """MTH(D[index·256**level : (index+1)·256**level]): slot index % 256 of tile index // 256."""
+        """MTH(D[index·256**level : (index+1)·256**level]): slot index % 256 of tile
+        index // 256."""
         return self.tile(level, index // WIDTH, size)[index % WIDTH]
 
     def subtree(self, height: int, index: int, size: int) -> bytes:

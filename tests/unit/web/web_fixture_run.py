@@ -153,7 +153,8 @@ def record_demo_run(
             cluster_key_root=work / "cluster-keys",
             origin=origin,
         )
-        # One recorder per cluster, as each cluster's own process has (cluster 0's also coordinates).
+        # One recorder per cluster, as each cluster's own process has (cluster 0's also
+        # coordinates).
         recorders = [
             factory(
                 ProcessInfo(
