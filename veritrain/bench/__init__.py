@@ -23,4 +23,4 @@ Support modules:
 * data: ``synthetic_corpus`` (the corpus it builds).
 
 The line rates, memory plans and the link derivation come from ``trainer/planner.py``.
-"""
+"""  # noqa: E501

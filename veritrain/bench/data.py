@@ -17,7 +17,7 @@ is the build process's peak RSS, and its growth over the same process after impo
 target (DESIGN issue #14): a 1 GB corpus builds with a peak RSS well under 1 GB -- here, under
 half the corpus's text bytes, judged only for corpora of 256 MiB or more (below that the
 interpreter and its libraries, about 100 MB, dominate).
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 

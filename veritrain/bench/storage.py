@@ -16,7 +16,7 @@ it is *flat* when the peak growth over the warmed-up process does not grow with 
 S3 comes from the ``AWS_*`` variables or the test server's ``VERITRAIN_TEST_S3_*`` ones; the
 bench creates a scratch bucket there and deletes it afterwards. Without either, the S3 rows
 say "skipped".
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
