@@ -1,11 +1,12 @@
 """Per-cluster contribution signatures.
 
 DESIGN.md §5: "Each cluster signs its own contribution digest with its own key; the outer step
-records all of them." A contribution statement names the run, outer step, cluster, pipeline
-stage, the SHA-256 of the cluster's (compressed) pseudo-gradient payload and the SHA-256 of its
-per-inner-step commitments (records/commitments.py: what the stage's parameters were after
-each inner step, so a dispute narrows to one of them). It travels as a DSSE envelope, so any DSSE tool can check it, with its own payload type so the signature can
-never be taken for another kind of statement.
+records all of them." A contribution statement names the run, outer step, cluster, pipeline stage,
+the SHA-256 of the cluster's (compressed) pseudo-gradient payload and the SHA-256 of its
+per-inner-step commitments (records/commitments.py: what the stage's parameters were after each
+inner step, so a dispute narrows to one of them). It travels as a DSSE envelope, so any DSSE tool
+can check it, with its own payload type so the signature can never be taken for another kind of
+statement.
 """
 
 from __future__ import annotations

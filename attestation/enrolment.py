@@ -64,11 +64,14 @@ def verify_possession(enrolment: Enrolment, key: PublicKey, proof: str) -> None:
     try:
         signature = base64.b64decode(proof, validate=True)
     except (binascii.Error, ValueError):
-        raise EnrolmentError(f"cluster {enrolment.cluster} {enrolment.role} key: the proof is not base64") from None
+        raise EnrolmentError(
+            f"cluster {enrolment.cluster} {enrolment.role} key: the proof is not base64"
+        ) from None
     try:
         key.verify(signature, enrolment.message())
     except AttestationError as exc:
         raise EnrolmentError(
-            f"cluster {enrolment.cluster} {enrolment.role} key {key.vkey}: the proof of possession does not verify "
+            f"cluster {enrolment.cluster} {enrolment.role} key "
+            f"{key.vkey}: the proof of possession does not verify "
             f"for run {enrolment.run_id!r} and configuration {enrolment.config_digest[:16]}…: {exc}"
         ) from None

@@ -36,7 +36,10 @@ COSIGNATURE_V1_ALGORITHM = 0x04
 """Signature-type byte of timestamped Ed25519 checkpoint cosignatures (C2SP signed-note,
 "Signature types"; the message is defined by C2SP tlog-cosignature)."""
 
-_SIGNATURE_TYPES = {ED25519_ALGORITHM: "Ed25519", COSIGNATURE_V1_ALGORITHM: "Ed25519 cosignature/v1"}
+_SIGNATURE_TYPES = {
+    ED25519_ALGORITHM: "Ed25519",
+    COSIGNATURE_V1_ALGORITHM: "Ed25519 cosignature/v1",
+}
 
 _PRIVATE_PREFIX = "PRIVATE+KEY+"
 
@@ -54,9 +57,7 @@ def note_key_id(name: str, public_key: bytes, signature_type: int = ED25519_ALGO
 
 def _check_signature_type(signature_type: int) -> None:
     if signature_type not in _SIGNATURE_TYPES:
-        raise KeyFormatError(
-            f"expected signature type 0x01 or 0x04, got 0x{signature_type:02x}"
-        )
+        raise KeyFormatError(f"expected signature type 0x01 or 0x04, got 0x{signature_type:02x}")
 
 
 @dataclass(frozen=True)

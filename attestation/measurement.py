@@ -93,7 +93,8 @@ class Event:
             raise ValueError(f"register: expected 0..{REGISTER_COUNT - 1}, got {self.register}")
         if _EVENT_TYPE.fullmatch(self.event_type) is None:
             raise ValueError(
-                f"event_type: expected a short lower-case label like 'outer_step', got {self.event_type!r}"
+                "event_type: expected a short lower-case label "
+                f"like 'outer_step', got {self.event_type!r}"
             )
         _check_digest(self.digest)
 

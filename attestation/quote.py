@@ -84,7 +84,8 @@ class QuoteBody:
             raise ValueError(f"svn: expected >= 0, got {self.svn}")
         if len(self.launch_measurement) != REGISTER_SIZE:
             raise ValueError(
-                f"launch_measurement: expected {REGISTER_SIZE} bytes, got {len(self.launch_measurement)}"
+                f"launch_measurement: expected {REGISTER_SIZE} "
+                f"bytes, got {len(self.launch_measurement)}"
             )
         object.__setattr__(self, "registers", tuple(self.registers))
         if len(self.registers) != REGISTER_COUNT or any(

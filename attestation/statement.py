@@ -276,7 +276,8 @@ def _read_run_id(invocation: str, *, step: int) -> str:
     run_id, _, suffix = invocation.rpartition("/")
     if not run_id or suffix != f"step-{step:06d}":
         raise ParseError(
-            f"runDetails.metadata.invocationId: expected <run id>/step-{step:06d}, got {invocation!r}"
+            "runDetails.metadata.invocationId: expected "
+            f"<run id>/step-{step:06d}, got {invocation!r}"
         )
     return run_id
 

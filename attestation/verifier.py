@@ -72,7 +72,8 @@ class SoftwarePolicy:
             raise ValueError("platform_roots: expected at least one trusted root, got none")
         if len(self.launch_measurement) != REGISTER_SIZE:
             raise ValueError(
-                f"launch_measurement: expected {REGISTER_SIZE} bytes, got {len(self.launch_measurement)}"
+                f"launch_measurement: expected {REGISTER_SIZE} "
+                f"bytes, got {len(self.launch_measurement)}"
             )
         if self.minimum_svn < 0:
             raise ValueError(f"minimum_svn: expected >= 0, got {self.minimum_svn}")

@@ -80,7 +80,8 @@ class NewEntry:
         for key, value in self.metrics.items():
             if not isinstance(key, str) or not _METRIC_KEY.fullmatch(key):
                 raise InvalidEntryError(
-                    f"expected metric names of 1-{METRIC_KEY_LENGTH} letters, digits or ._:/-, got {key!r}"
+                    f"expected metric names of 1-{METRIC_KEY_LENGTH} "
+                    f"letters, digits or ._:/-, got {key!r}"
                 )
             if (
                 isinstance(value, bool)

@@ -59,12 +59,14 @@ def parse_checkpoint(text: str) -> Checkpoint:
     lines = text[:-1].split("\n")
     if len(lines) < 3:
         raise VerificationError(
-            f"malformed checkpoint: expected origin, size and root hash lines, got {len(lines)} lines"
+            "malformed checkpoint: expected origin, size "
+            f"and root hash lines, got {len(lines)} lines"
         )
     origin, size_line, root_line, *extensions = lines
     if not _DECIMAL.fullmatch(size_line) or len(size_line) > _MAX_SIZE_DIGITS:
         raise VerificationError(
-            f"malformed checkpoint: expected a decimal tree size without leading zeroes, got {size_line[:40]!r}"
+            "malformed checkpoint: expected a decimal tree "
+            f"size without leading zeroes, got {size_line[:40]!r}"
         )
     try:
         root = base64.b64decode(root_line, validate=True)

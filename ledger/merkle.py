@@ -161,7 +161,8 @@ def verify_consistency(
             )
         if root1 != root2:
             raise VerificationError(
-                f"trees of equal size {size1} must have equal roots, got {root1.hex()} and {root2.hex()}"
+                f"trees of equal size {size1} must have equal "
+                f"roots, got {root1.hex()} and {root2.hex()}"
             )
         return
     _check_hash_sizes(root1=root1, root2=root2, proof=proof)
@@ -196,11 +197,13 @@ def verify_consistency(
         )
     if fr != root1:
         raise VerificationError(
-            f"consistency proof does not lead to the old root: expected {root1.hex()}, got {fr.hex()}"
+            "consistency proof does not lead to the old "
+            f"root: expected {root1.hex()}, got {fr.hex()}"
         )
     if sr != root2:
         raise VerificationError(
-            f"consistency proof does not lead to the new root: expected {root2.hex()}, got {sr.hex()}"
+            "consistency proof does not lead to the new "
+            f"root: expected {root2.hex()}, got {sr.hex()}"
         )
 
 

@@ -123,7 +123,8 @@ def open_note(note: str) -> tuple[str, list[NoteSignature]]:
 def _parse_signature_line(line: str) -> NoteSignature:
     if not line.startswith(SIGNATURE_PREFIX):
         raise VerificationError(
-            f"malformed signature line: expected '{SIGNATURE_PREFIX}<name> <signature>', got {line!r}"
+            "malformed signature line: expected "
+            f"'{SIGNATURE_PREFIX}<name> <signature>', got {line!r}"
         )
     name, sep, blob = line[len(SIGNATURE_PREFIX) :].partition(" ")
     if not sep or not name or " " in blob:

@@ -73,7 +73,8 @@ def parse_receipt(text: str) -> Receipt:
         digest = _b64(line, what="proof hash")
         if len(digest) != HASH_SIZE:
             raise VerificationError(
-                f"malformed receipt: expected {HASH_SIZE}-byte proof hashes, got {len(digest)} bytes"
+                f"malformed receipt: expected {HASH_SIZE}-byte "
+                f"proof hashes, got {len(digest)} bytes"
             )
         proof.append(digest)
     return Receipt(

@@ -242,7 +242,8 @@ class Ledger:
         """Entries ``start`` .. ``start+limit-1`` (fewer at the end of the log)."""
         if start < 0 or not 1 <= limit <= MAX_PAGE:
             raise InvalidRangeError(
-                f"expected start >= 0 and 1 <= limit <= {MAX_PAGE}, got start {start}, limit {limit}"
+                "expected start >= 0 and 1 <= limit <= "
+                f"{MAX_PAGE}, got start {start}, limit {limit}"
             )
         with db.read_session(self._engine) as session:
             _require_run(session, run_id)
@@ -283,8 +284,12 @@ class Ledger:
         """The stored cosignatures of the run's tree head of ``size`` (default: the latest),
         by witness name."""
         with db.read_session(self._engine) as session:
-            size = _tree_head(session, run_id, _require_run(session, run_id).size if size is None else size).size
-            return [cosignature_record(r) for r in cosignature_store.for_head(session, run_id, size)]
+            size = _tree_head(
+                session, run_id, _require_run(session, run_id).size if size is None else size
+            ).size
+            return [
+                cosignature_record(r) for r in cosignature_store.for_head(session, run_id, size)
+            ]
 
     def witnessed_size(self, run_id: str, witness_vkey: str) -> int:
         """The largest tree size of the run that the witness cosigned (0 if none): where the
@@ -318,8 +323,12 @@ class Ledger:
             size = _check_size(_require_run(session, run_id), size)
             root = _tree_head(session, run_id, size).root_hash
             return [
-                InclusionProof(index=index, size=size, leaf_hash=leaf, hashes=tuple(hashes), root_hash=root)
-                for index, (leaf, hashes) in enumerate(tree_store.all_inclusion_proofs(session, run_id, size))
+                InclusionProof(
+                    index=index, size=size, leaf_hash=leaf, hashes=tuple(hashes), root_hash=root
+                )
+                for index, (leaf, hashes) in enumerate(
+                    tree_store.all_inclusion_proofs(session, run_id, size)
+                )
             ]
 
     def consistency_proof(self, run_id: str, old: int, new: int | None = None) -> ConsistencyProof:
@@ -354,14 +363,19 @@ class Ledger:
                 )
                 return b"".join(hashes)
             start, end = tile.entry_range()
-            bodies = connection.execute(
-                sa.select(Entry.body)
-                .where(Entry.run_id == run_id, Entry.index >= start, Entry.index < end)
-                .order_by(Entry.index)
-            ).scalars().all()
+            bodies = (
+                connection.execute(
+                    sa.select(Entry.body)
+                    .where(Entry.run_id == run_id, Entry.index >= start, Entry.index < end)
+                    .order_by(Entry.index)
+                )
+                .scalars()
+                .all()
+            )
             if len(bodies) != end - start:
                 raise VerificationError(
-                    f"run {run_id!r}: expected entries {start}..{end - 1}, got {len(bodies)} of them"
+                    f"run {run_id!r}: expected entries "
+                    f"{start}..{end - 1}, got {len(bodies)} of them"
                 )
             return tiles.entry_bundle(bodies)
 
@@ -384,7 +398,10 @@ class Ledger:
             if keys is not None:
                 query = query.where(Metric.key.in_(list(keys)))
             rows = session.execute(query.order_by(Metric.key, Metric.step))
-            return [MetricPoint(step=step, key=key, value=value, entry_index=index) for step, key, value, index in rows]
+            return [
+                MetricPoint(step=step, key=key, value=value, entry_index=index)
+                for step, key, value, index in rows
+            ]
 
     def keys(self, run_id: str | None, *, role: str | None = None) -> list[KeyRecord]:
         """Keys enrolled for ``run_id`` (global keys when None), optionally of one role."""
@@ -476,7 +493,9 @@ def _check_size(run: Run, size: int | None) -> int:
     return size
 
 
-def _size_and_root_statement(wanted: sa.ColumnElement[int] | InstrumentedAttribute[int]) -> sa.Select[int, bytes]:
+def _size_and_root_statement(
+    wanted: sa.ColumnElement[int] | InstrumentedAttribute[int],
+) -> sa.Select[int, bytes]:
     return (
         sa.select(Run.size, TreeHead.root_hash)
         .select_from(Run)
@@ -502,9 +521,13 @@ def _size_and_root(session: tree_store.Reader, run_id: str, size: int | None) ->
         raise RunNotFoundError(f"no run {run_id!r} in the ledger")
     latest, root = row
     if size is not None and not 1 <= size <= latest:
-        raise InvalidRangeError(f"expected a tree size between 1 and {latest} for run {run_id!r}, got {size}")
+        raise InvalidRangeError(
+            f"expected a tree size between 1 and {latest} for run {run_id!r}, got {size}"
+        )
     if root is None:
-        raise TreeHeadNotFoundError(f"run {run_id!r} has no signed tree head of size {size or latest}")
+        raise TreeHeadNotFoundError(
+            f"run {run_id!r} has no signed tree head of size {size or latest}"
+        )
     return size or latest, root
 
 

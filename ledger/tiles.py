@@ -167,7 +167,9 @@ def entry_bundle(bodies: Sequence[bytes]) -> bytes:
 
 def _parse_index(elements: list[str], path: str) -> int:
     if not 1 <= len(elements) <= _MAX_ELEMENTS:
-        raise TileNotFoundError(f"no tile {path!r}: expected an index of 1 to {_MAX_ELEMENTS} elements")
+        raise TileNotFoundError(
+            f"no tile {path!r}: expected an index of 1 to {_MAX_ELEMENTS} elements"
+        )
     *upper, last = elements
     if not _ELEMENT.fullmatch(last) or any(
         not (e.startswith("x") and _ELEMENT.fullmatch(e[1:])) for e in upper

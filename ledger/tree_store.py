@@ -57,7 +57,8 @@ def _point_lookups(count: int) -> sa.TextClause:
     table = TreeNode.__tablename__
     return sa.text(
         " UNION ALL ".join(
-            f"SELECT level, idx, hash FROM {table} WHERE run_id = :run_id AND level = :l{i} AND idx = :i{i}"
+            f"SELECT level, idx, hash FROM {table} WHERE "
+            f"run_id = :run_id AND level = :l{i} AND idx = :i{i}"
             for i in range(count)
         )
     )
@@ -103,7 +104,9 @@ def append_leaf(session: Session, run_id: str, index: int, leaf: bytes) -> bytes
     return subtrees.range_hash((0, index + 1), known | new_nodes)
 
 
-def inclusion_proof(session: Reader, run_id: str, index: int, size: int) -> tuple[bytes, list[bytes]]:
+def inclusion_proof(
+    session: Reader, run_id: str, index: int, size: int
+) -> tuple[bytes, list[bytes]]:
     """The leaf hash of entry ``index`` and its inclusion proof in the tree of ``size``."""
     path = merkle.inclusion_path(index, size)
     leaf = (0, index)
@@ -113,7 +116,9 @@ def inclusion_proof(session: Reader, run_id: str, index: int, size: int) -> tupl
     return nodes[leaf], _hash_ranges(path, nodes)
 
 
-def all_inclusion_proofs(session: Session, run_id: str, size: int) -> list[tuple[bytes, list[bytes]]]:
+def all_inclusion_proofs(
+    session: Session, run_id: str, size: int
+) -> list[tuple[bytes, list[bytes]]]:
     """(leaf hash, inclusion proof) of every entry in the tree of ``size``: the stored nodes
     are read once and every proof is assembled in memory (a verifier checking a whole run)."""
     nodes = stored_nodes(session, run_id)

@@ -45,9 +45,11 @@ corpus."""
 
 
 def chunk_index(data: bytes, chunk_bytes: int = CHUNK_BYTES) -> bytes:
-    """The chunk index of a shard's bytes: the SHA-256 of each ``chunk_bytes`` piece, concatenated."""
+    """The chunk index of a shard's bytes: the SHA-256 of each ``chunk_bytes`` piece,
+    concatenated."""
     return b"".join(
-        hashlib.sha256(data[start : start + chunk_bytes]).digest() for start in range(0, len(data), chunk_bytes)
+        hashlib.sha256(data[start : start + chunk_bytes]).digest()
+        for start in range(0, len(data), chunk_bytes)
     )
 
 
@@ -63,7 +65,12 @@ class Source:
     """SPDX identifier, or ``unknown``."""
 
     def to_payload(self) -> dict[str, Any]:
-        return {"uri": self.uri, "sha256": self.sha256, "bytes": self.bytes, "license": self.license}
+        return {
+            "uri": self.uri,
+            "sha256": self.sha256,
+            "bytes": self.bytes,
+            "license": self.license,
+        }
 
     @classmethod
     def read(cls, f: Fields) -> Source:
@@ -100,9 +107,13 @@ class TokenizerIdentity:
 
     def __post_init__(self) -> None:
         if self.kind not in TOKENIZER_KINDS:
-            raise ValueError(f"expected a tokenizer kind in {', '.join(TOKENIZER_KINDS)}, got {self.kind!r}")
+            raise ValueError(
+                f"expected a tokenizer kind in {', '.join(TOKENIZER_KINDS)}, got {self.kind!r}"
+            )
         if not 0 <= self.end_of_text < self.vocab_size:
-            raise ValueError(f"expected an end-of-text id below {self.vocab_size}, got {self.end_of_text}")
+            raise ValueError(
+                f"expected an end-of-text id below {self.vocab_size}, got {self.end_of_text}"
+            )
         if self.kind == "bytes":
             if (self.vocab_size, self.end_of_text) != (BYTE_VOCAB, BYTE_END_OF_TEXT) or self.sha256:
                 raise ValueError(
@@ -110,12 +121,21 @@ class TokenizerIdentity:
                     f"end_of_text {BYTE_END_OF_TEXT} and no sha256, got {self}"
                 )
         elif self.sha256 is None or not is_digest(self.sha256) or not self.end_of_text_token:
-            raise ValueError(f"expected a {self.kind} tokenizer identity with a hex sha256 and an end-of-text token, got {self}")
+            raise ValueError(
+                f"expected a {self.kind} tokenizer identity with "
+                f"a hex sha256 and an end-of-text token, got {self}"
+            )
         if (self.kind == "byte-level-bpe") != (self.training is not None):
-            raise ValueError(f"expected training details exactly for a byte-level-bpe tokenizer, got {self}")
+            raise ValueError(
+                f"expected training details exactly for a byte-level-bpe tokenizer, got {self}"
+            )
 
     def to_payload(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"kind": self.kind, "vocab_size": self.vocab_size, "end_of_text": self.end_of_text}
+        data: dict[str, Any] = {
+            "kind": self.kind,
+            "vocab_size": self.vocab_size,
+            "end_of_text": self.end_of_text,
+        }
         if self.sha256 is not None:
             data["sha256"] = self.sha256
             data["end_of_text_token"] = self.end_of_text_token
@@ -137,8 +157,14 @@ class TokenizerIdentity:
         training = f.mapping("training") if f.has("training") else None
         f.exactly()
         try:
-            return cls(kind=kind, vocab_size=vocab_size, end_of_text=end_of_text, sha256=sha256,
-                       end_of_text_token=token, training=training)
+            return cls(
+                kind=kind,
+                vocab_size=vocab_size,
+                end_of_text=end_of_text,
+                sha256=sha256,
+                end_of_text_token=token,
+                training=training,
+            )
         except ValueError as exc:
             raise f.fail("kind", "a consistent tokenizer identity", str(exc)) from None
 
@@ -246,14 +272,24 @@ class DataManifest:
         if shard_format.integer("header_bytes") != 0:
             raise shard_format.fail("header_bytes", "0", shard_format.data["header_bytes"])
         shard_format.string("file_name")
-        chunk_bytes = shard_format.integer("chunk_bytes", minimum=1) if shard_format.has("chunk_bytes") else None
+        chunk_bytes = (
+            shard_format.integer("chunk_bytes", minimum=1)
+            if shard_format.has("chunk_bytes")
+            else None
+        )
         shard_format.exactly()
         rows = f.items("shards", _read_shard)
         for position, (shard, _) in enumerate(rows):
             if shard.index != position:
-                raise f.fail(f"shards[{position}].index", f"{position} (shards in stream order)", shard.index)
+                raise f.fail(
+                    f"shards[{position}].index", f"{position} (shards in stream order)", shard.index
+                )
             if (shard.chunks is None) != (chunk_bytes is None):
-                expected = "a chunk index (shard_format.chunk_bytes is set)" if chunk_bytes else "no chunk index"
+                expected = (
+                    "a chunk index (shard_format.chunk_bytes is set)"
+                    if chunk_bytes
+                    else "no chunk index"
+                )
                 raise f.fail(f"shards[{position}].chunks", expected, shard.chunks)
         value = cls(
             corpus=f.mapping("corpus"),
@@ -301,7 +337,9 @@ class DataManifestSummary:
     @classmethod
     def of(cls, manifest: DataManifest) -> DataManifestSummary:
         rest = {k: v for k, v in manifest.to_payload().items() if k not in ("sources", "shards")}
-        return cls(manifest=rest, source_count=len(manifest.sources), shard_count=len(manifest.shards))
+        return cls(
+            manifest=rest, source_count=len(manifest.sources), shard_count=len(manifest.shards)
+        )
 
     def to_payload(self) -> dict[str, Any]:
         return {**self.manifest, "source_count": self.source_count, "shard_count": self.shard_count}
@@ -336,10 +374,15 @@ class DataManifestEntry:
         return isinstance(self.manifest, DataManifest)
 
     @classmethod
-    def recording(cls, manifest: DataManifest, *, manifest_object: str, document_bytes: int) -> DataManifestEntry:
+    def recording(
+        cls, manifest: DataManifest, *, manifest_object: str, document_bytes: int
+    ) -> DataManifestEntry:
         """The entry for ``manifest`` stored as ``manifest_object`` (``document_bytes`` long)."""
         inline = document_bytes <= INLINE_LIMIT
-        return cls(manifest_object=manifest_object, manifest=manifest if inline else DataManifestSummary.of(manifest))
+        return cls(
+            manifest_object=manifest_object,
+            manifest=manifest if inline else DataManifestSummary.of(manifest),
+        )
 
     def to_payload(self) -> dict[str, Any]:
         return {

@@ -49,4 +49,9 @@ def parse_record(kind: str, payload: Any, *, index: int | None = None) -> Record
         return OuterStep.from_payload(payload, where=where)
     if kind == KIND_FINAL:
         return RunFinal.from_payload(payload, where=where)
-    raise RecordError(where, "", f"one of the kinds {KIND_GENESIS}, {KIND_DATA_MANIFEST}, {KIND_OUTER_STEP}, {KIND_FINAL}", kind)
+    raise RecordError(
+        where,
+        "",
+        f"one of the kinds {KIND_GENESIS}, {KIND_DATA_MANIFEST}, {KIND_OUTER_STEP}, {KIND_FINAL}",
+        kind,
+    )

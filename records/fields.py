@@ -58,12 +58,17 @@ class Fields:
         extra = sorted(set(self.data) - self._read - set(allowed))
         if extra:
             raise RecordError(
-                self.where, self.path, f"only the fields of the format, not {extra}", sorted(self.data)
+                self.where,
+                self.path,
+                f"only the fields of the format, not {extra}",
+                sorted(self.data),
             )
 
     # -- scalars --------------------------------------------------------------------------
 
-    def string(self, name: str, *, choices: Sequence[str] | None = None, nonempty: bool = False) -> str:
+    def string(
+        self, name: str, *, choices: Sequence[str] | None = None, nonempty: bool = False
+    ) -> str:
         value = self.raw(name)
         if not isinstance(value, str) or (nonempty and not value):
             raise self.fail(name, "a non-empty string" if nonempty else "a string", value)
@@ -84,7 +89,8 @@ class Fields:
         return as_number(self.raw(name), self, name, minimum=minimum)
 
     def optional_number(self, name: str) -> float | None:
-        """A finite number, or null where the writer had none (e.g. a measure that was not finite)."""
+        """A finite number, or null where the writer had none (e.g. a measure that was not
+        finite)."""
         value = self.raw(name)
         return None if value is None else as_number(value, self, name)
 
@@ -131,10 +137,7 @@ class Fields:
         value = self.raw(name)
         if not isinstance(value, Mapping):
             raise self.fail(name, "a JSON object of numbers", value)
-        return {
-            str(key): as_number(item, self, f"{name}.{key}")
-            for key, item in value.items()
-        }
+        return {str(key): as_number(item, self, f"{name}.{key}") for key, item in value.items()}
 
     def array(self, name: str) -> list[Any]:
         value = self.raw(name)
@@ -151,7 +154,8 @@ class Fields:
 
     def integers(self, name: str, *, minimum: int | None = None) -> tuple[int, ...]:
         return tuple(
-            as_int(item, self, f"{name}[{i}]", minimum=minimum) for i, item in enumerate(self.array(name))
+            as_int(item, self, f"{name}[{i}]", minimum=minimum)
+            for i, item in enumerate(self.array(name))
         )
 
     def strings(self, name: str) -> tuple[str, ...]:

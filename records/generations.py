@@ -32,7 +32,11 @@ class Generation:
 
     @classmethod
     def read(cls, f: Fields) -> Generation:
-        value = cls(prompt=f.string("prompt"), text=f.string("text"), token_ids=f.integers("token_ids", minimum=0))
+        value = cls(
+            prompt=f.string("prompt"),
+            text=f.string("text"),
+            token_ids=f.integers("token_ids", minimum=0),
+        )
         f.exactly()
         return value
 
@@ -62,10 +66,18 @@ class Generations:
         )
         f.exactly()
         if tuple(g.prompt for g in value.generations) != value.prompts:
-            raise f.fail("generations", "one generation per prompt, in the prompts' order", [g.prompt for g in value.generations])
+            raise f.fail(
+                "generations",
+                "one generation per prompt, in the prompts' order",
+                [g.prompt for g in value.generations],
+            )
         for i, generation in enumerate(value.generations):
             if len(generation.token_ids) > value.max_new_tokens:
-                raise f.fail(f"generations[{i}].token_ids", f"at most {value.max_new_tokens} tokens", len(generation.token_ids))
+                raise f.fail(
+                    f"generations[{i}].token_ids",
+                    f"at most {value.max_new_tokens} tokens",
+                    len(generation.token_ids),
+                )
         return value
 
 

@@ -59,7 +59,12 @@ class DependencyIdentity:
     distributions: int
 
     def to_payload(self) -> dict[str, Any]:
-        return {"sha256": self.sha256, "python": self.python, "torch": self.torch, "distributions": self.distributions}
+        return {
+            "sha256": self.sha256,
+            "python": self.python,
+            "torch": self.torch,
+            "distributions": self.distributions,
+        }
 
     @classmethod
     def read(cls, f: Fields) -> DependencyIdentity:
@@ -99,7 +104,9 @@ class ModelSummary:
 
 
 def _blocks(f: Fields, i: int, item: Any) -> tuple[int, ...]:
-    if not isinstance(item, list) or any(isinstance(b, bool) or not isinstance(b, int) or b < 0 for b in item):
+    if not isinstance(item, list) or any(
+        isinstance(b, bool) or not isinstance(b, int) or b < 0 for b in item
+    ):
         raise f.fail(f"stage_blocks[{i}]", "an array of block numbers", item)
     return tuple(item)
 
@@ -226,7 +233,9 @@ class RunKeys:
         f.exactly()
         for position, keys in enumerate(value.clusters):
             if keys.cluster != position:
-                raise f.fail(f"clusters[{position}].cluster", f"{position} (clusters in order)", keys.cluster)
+                raise f.fail(
+                    f"clusters[{position}].cluster", f"{position} (clusters in order)", keys.cluster
+                )
         return value
 
 
@@ -385,7 +394,11 @@ class Tolerance:
     parameter_distance: float
 
     def to_payload(self) -> dict[str, Any]:
-        return {"metric": self.metric, "delta": self.delta, "parameter_distance": self.parameter_distance}
+        return {
+            "metric": self.metric,
+            "delta": self.delta,
+            "parameter_distance": self.parameter_distance,
+        }
 
     @classmethod
     def read(cls, f: Fields) -> Tolerance:
@@ -411,7 +424,11 @@ class VerificationPolicy:
     fallback: Tolerance
 
     def to_payload(self) -> dict[str, Any]:
-        return {"mode": self.mode, "hardware": self.hardware.to_payload(), "fallback": self.fallback.to_payload()}
+        return {
+            "mode": self.mode,
+            "hardware": self.hardware.to_payload(),
+            "fallback": self.fallback.to_payload(),
+        }
 
     @classmethod
     def read(cls, f: Fields) -> VerificationPolicy:
@@ -486,5 +503,9 @@ class Genesis:
         )
         f.exactly()
         if len(value.keys.clusters) != value.topology.clusters:
-            raise f.fail("keys.clusters", f"the keys of every cluster ({value.topology.clusters})", len(value.keys.clusters))
+            raise f.fail(
+                "keys.clusters",
+                f"the keys of every cluster ({value.topology.clusters})",
+                len(value.keys.clusters),
+            )
         return value

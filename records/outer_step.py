@@ -96,7 +96,9 @@ class DataRange:
                 or item[0] > item[1]
                 or (runs and item[0] <= runs[-1][1])
             ):
-                raise f.fail(f"shards[{i}]", "a sorted, disjoint [first, last] run of shard indices", item)
+                raise f.fail(
+                    f"shards[{i}]", "a sorted, disjoint [first, last] run of shard indices", item
+                )
             runs.append((item[0], item[1]))
         value = cls(
             cluster=f.integer("cluster", minimum=0),
@@ -167,7 +169,10 @@ class ClusterContributions:
 
     @classmethod
     def read(cls, f: Fields) -> ClusterContributions:
-        value = cls(cluster=f.integer("cluster", minimum=0), stages=f.items("stages", StageContribution.read))
+        value = cls(
+            cluster=f.integer("cluster", minimum=0),
+            stages=f.items("stages", StageContribution.read),
+        )
         f.exactly()
         return value
 
@@ -185,7 +190,11 @@ class ContributionRef:
 
     @classmethod
     def read(cls, f: Fields) -> ContributionRef:
-        value = cls(cluster=f.integer("cluster", minimum=0), stage=f.integer("stage", minimum=0), digest=f.digest("digest"))
+        value = cls(
+            cluster=f.integer("cluster", minimum=0),
+            stage=f.integer("stage", minimum=0),
+            digest=f.digest("digest"),
+        )
         f.exactly()
         return value
 
@@ -200,10 +209,11 @@ VERDICT_FLAGS = (
     "held_out",
     "own_data",
 )
-"""The rules a cluster's contribution can fail (trainer/outer/verdict.py,
-docs/outer-algorithm.md §4): not finite; all zeros; norm far above the reference; norm well
-below the other clusters'; direction disagreeing with the other clusters; a payload already sent in an earlier round; applied alone, a held-out loss gain far
-below the other clusters'; a gain on its own data no larger than on held-out data."""
+"""The rules a cluster's contribution can fail (trainer/outer/verdict.py, docs/outer-algorithm.md
+§4): not finite; all zeros; norm far above the reference; norm well below the other clusters';
+direction disagreeing with the other clusters; a payload already sent in an earlier round; applied
+alone, a held-out loss gain far below the other clusters'; a gain on its own data no larger than on
+held-out data."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -438,7 +448,12 @@ class Quorum:
     """Among the previous step's clusters but not in ``clusters``."""
 
     def to_payload(self) -> dict[str, Any]:
-        return {"id": self.id, "clusters": list(self.clusters), "joined": list(self.joined), "left": list(self.left)}
+        return {
+            "id": self.id,
+            "clusters": list(self.clusters),
+            "joined": list(self.joined),
+            "left": list(self.left),
+        }
 
     @classmethod
     def read(cls, f: Fields) -> Quorum:
@@ -461,7 +476,12 @@ class Quorum:
     def after(cls, id: int, clusters: Sequence[int], previous: Sequence[int]) -> Quorum:
         """The quorum of a step whose clusters are ``clusters``, after a step of ``previous``."""
         now, before = set(clusters), set(previous)
-        return cls(id=id, clusters=tuple(sorted(now)), joined=tuple(sorted(now - before)), left=tuple(sorted(before - now)))
+        return cls(
+            id=id,
+            clusters=tuple(sorted(now)),
+            joined=tuple(sorted(now - before)),
+            left=tuple(sorted(before - now)),
+        )
 
 
 def aggregate_digest(applied: Sequence[AppliedExchange]) -> str:

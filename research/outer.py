@@ -38,8 +38,13 @@ from trainer.model import ModelConfig
 from trainer.outer.config import OuterConfig
 
 MODEL = ModelConfig(
-    vocab_size=256, context=64, num_hidden_layers=3, hidden_size=128, intermediate_size=384,
-    num_attention_heads=4, num_key_value_heads=4,
+    vocab_size=256,
+    context=64,
+    num_hidden_layers=3,
+    hidden_size=128,
+    intermediate_size=384,
+    num_attention_heads=4,
+    num_key_value_heads=4,
 )
 """≈0.6M parameters, byte-level: runs 1,500 steps × 2 clusters in a few minutes on one core."""
 BATCH = 8
@@ -493,7 +498,10 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     # Rows written before "parameters" was recorded are the research model's.
     sizes = sorted({r.get("parameters", MODEL.parameter_count()) for r in rows})
     shown = " / ".join(f"{n:,}" for n in sizes)
-    ax.set_title(f"DiLoCoX compression trade-off: {shown}-parameter byte-level Qwen2-shaped model, 2 clusters")
+    ax.set_title(
+        f"DiLoCoX compression trade-off: {shown}-parameter "
+        "byte-level Qwen2-shaped model, 2 clusters"
+    )
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

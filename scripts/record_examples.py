@@ -25,7 +25,8 @@ DOC = ROOT / "docs" / "records.md"
 EXAMPLES = ROOT / "tests" / "unit" / "records" / "examples.json"
 KINDS = ("run.genesis", "data.manifest", "outer_step", "run.final")
 PAGE_LIST_ITEMS = 4
-"""The examples keep at most this many items of a list (a demo manifest lists hundreds of sources)."""
+"""The examples keep at most this many items of a list (a demo manifest lists hundreds of
+sources)."""
 
 
 def payloads(run: RecordedRun, step: int) -> dict[str, dict[str, Any]]:

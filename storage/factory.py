@@ -31,7 +31,9 @@ def open_store(url: str) -> ObjectStore:
     if url.startswith("s3://"):
         parts = urlsplit(url)
         if _BUCKET.fullmatch(parts.netloc) is None or parts.query or parts.fragment:
-            raise StoreURLError(f"expected s3://<bucket>[/<prefix>] with a valid bucket name, got {url!r}")
+            raise StoreURLError(
+                f"expected s3://<bucket>[/<prefix>] with a valid bucket name, got {url!r}"
+            )
         from storage.s3 import S3Store
 
         return S3Store(parts.netloc, parts.path)

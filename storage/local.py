@@ -37,7 +37,9 @@ def publish_once(source: Path, target: Path) -> None:
     try:
         os.link(source, target)
     except FileExistsError as exc:
-        raise ObjectExistsError(f"expected no object at {target}, found one (objects are write-once)") from exc
+        raise ObjectExistsError(
+            f"expected no object at {target}, found one (objects are write-once)"
+        ) from exc
     _fsync_directory(target.parent)
 
 

@@ -114,7 +114,8 @@ class S3Store(ObjectStore):
     def presigned_url(self, digest: str, expires_s: int = 3600) -> str:
         if not 1 <= expires_s <= MAX_PRESIGN_SECONDS:
             raise StorageError(
-                f"expected expires_s between 1 and {MAX_PRESIGN_SECONDS} (SigV4 limit), got {expires_s}"
+                "expected expires_s between 1 and "
+                f"{MAX_PRESIGN_SECONDS} (SigV4 limit), got {expires_s}"
             )
         key = self.key_for(digest)
         with s3_errors("presign GetObject", self._location(key)):
@@ -144,7 +145,9 @@ class S3Store(ObjectStore):
         try:
             with s3_errors("GetObject", self._location(key)):
                 if ranged:
-                    response = self._client.get_object(Bucket=self.bucket, Key=key, Range=request_range)
+                    response = self._client.get_object(
+                        Bucket=self.bucket, Key=key, Range=request_range
+                    )
                 else:
                     response = self._client.get_object(Bucket=self.bucket, Key=key)
         except InvalidRangeError:
@@ -186,7 +189,9 @@ class S3Store(ObjectStore):
             return
 
         def before_commit(size: int) -> None:
-            check_digest(hasher.hexdigest(), digest, f"the stream uploaded to {self._location(key)}")
+            check_digest(
+                hasher.hexdigest(), digest, f"the stream uploaded to {self._location(key)}"
+            )
 
         try:
             upload_once(

@@ -39,12 +39,16 @@ def iter_chunks(source: ByteSource, chunk_size: int = CHUNK_SIZE) -> Iterator[by
     if isinstance(source, SupportsRead):
         while chunk := source.read(chunk_size):
             if not isinstance(chunk, bytes | bytearray | memoryview):
-                raise TypeError(f"expected a binary stream, got read() returning {type(chunk).__name__}")
+                raise TypeError(
+                    f"expected a binary stream, got read() returning {type(chunk).__name__}"
+                )
             yield bytes(chunk)
         return
     if isinstance(source, str | bytes | bytearray | memoryview):
         # A bare bytes object would iterate as ints; put_bytes is the way to store one.
-        raise TypeError(f"expected a file-like object or an iterable of bytes, got {type(source).__name__}")
+        raise TypeError(
+            f"expected a file-like object or an iterable of bytes, got {type(source).__name__}"
+        )
     for chunk in source:
         if not isinstance(chunk, bytes | bytearray | memoryview):
             raise TypeError(f"expected byte chunks, got a {type(chunk).__name__}")

@@ -21,7 +21,10 @@ TESTVECTORS = SHARED / "testvectors"
 
 
 def _services_required() -> bool:
-    return os.environ.get("CI", "").lower() == "true" or os.environ.get("VERITRAIN_REQUIRE_SERVICES") == "1"
+    return (
+        os.environ.get("CI", "").lower() == "true"
+        or os.environ.get("VERITRAIN_REQUIRE_SERVICES") == "1"
+    )
 
 
 def _missing(what: str, variable: str) -> None:
@@ -53,7 +56,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
                     counts[f"{marker} {outcome}"] = counts.get(f"{marker} {outcome}", 0) + 1
     if counts:
         summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-        terminalreporter.write_line(f"veritrain: {summary} (real PostgreSQL, SeaweedFS, processes, browser)")
+        terminalreporter.write_line(
+            f"veritrain: {summary} (real PostgreSQL, SeaweedFS, processes, browser)"
+        )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -82,17 +82,42 @@ def train(
     if under_torchrun():
         if config.clusters != 1:
             raise ConfigError(
-                f"TrainConfig.clusters is {config.clusters}: under torchrun each launch is one cluster "
+                f"TrainConfig.clusters is {config.clusters}: "
+                "under torchrun each launch is one cluster "
                 "(veritrain train --cluster J --lighthouse URL)"
             )
-        return train_cluster(config, recorder_factory, cluster=0, lighthouse=None, resume_state=resume_state,
-                             data=data, data_dir=data_dir, quiet=quiet)
+        return train_cluster(
+            config,
+            recorder_factory,
+            cluster=0,
+            lighthouse=None,
+            resume_state=resume_state,
+            data=data,
+            data_dir=data_dir,
+            quiet=quiet,
+        )
     prepared = data or prepare_data(config.data, data_dir or default_data_dir())
     topology = Topology.full(config.clusters, config.stages, config.data_parallel)
     _check_resumable(resume_state, config)
-    settings = (lighthouse or LighthouseSettings(min_clusters=config.clusters)) if config.clusters > 1 else None
-    with one_host(topology.present, config.stages, settings=settings) as links, _staged(resume_state, topology, config) as staged:
-        spec = _spec(config, prepared, recorder_factory, topology, links, stop_step=config.outer_steps, mode="train", quiet=quiet)
+    settings = (
+        (lighthouse or LighthouseSettings(min_clusters=config.clusters))
+        if config.clusters > 1
+        else None
+    )
+    with (
+        one_host(topology.present, config.stages, settings=settings) as links,
+        _staged(resume_state, topology, config) as staged,
+    ):
+        spec = _spec(
+            config,
+            prepared,
+            recorder_factory,
+            topology,
+            links,
+            stop_step=config.outer_steps,
+            mode="train",
+            quiet=quiet,
+        )
         # forgery: tests and benchmarks only (trainer/runtime/forgery.py)
         spec = replace(spec, resume=staged, forgery=forgery)
         summary: RunSummary | None = spawn(spawned_entry, spec, topology.processes)
@@ -118,25 +143,56 @@ def train_cluster(
     if not 0 <= cluster < config.clusters:
         raise ConfigError(f"expected a cluster in [0, {config.clusters}), got {cluster}")
     if lighthouse is None and config.clusters > 1:
-        raise ConfigError(f"a run of {config.clusters} clusters needs the lighthouse they meet at (--lighthouse URL)")
+        raise ConfigError(
+            f"a run of {config.clusters} clusters needs "
+            "the lighthouse they meet at (--lighthouse URL)"
+        )
     prepared = data or prepare_data(config.data, data_dir or default_data_dir())
     topology = Topology(
-        clusters=config.clusters, stages=config.stages, present=(cluster,), data_parallel=config.data_parallel
+        clusters=config.clusters,
+        stages=config.stages,
+        present=(cluster,),
+        data_parallel=config.data_parallel,
     )
     _check_resumable(resume_state, config)
-    if cluster == 0 and lighthouse is not None and (not under_torchrun() or os.environ.get("RANK") == "0"):
+    if (
+        cluster == 0
+        and lighthouse is not None
+        and (not under_torchrun() or os.environ.get("RANK") == "0")
+    ):
         announce_configuration(lighthouse, config)
     if under_torchrun():
         links = torchrun_links(cluster, lighthouse)
-        spec = _spec(config, prepared, recorder_factory, topology, links, stop_step=config.outer_steps, mode="train", quiet=quiet)
+        spec = _spec(
+            config,
+            prepared,
+            recorder_factory,
+            topology,
+            links,
+            stop_step=config.outer_steps,
+            mode="train",
+            quiet=quiet,
+        )
         return torchrun_entry(replace(spec, resume=_per_process(resume_state, topology, config)))
     hosted = (
-        one_cluster(cluster, lighthouse=lighthouse, advertise_host=advertise_host) if lighthouse is not None
+        one_cluster(cluster, lighthouse=lighthouse, advertise_host=advertise_host)
+        if lighthouse is not None
         else one_host(topology.present, config.stages, settings=None)
     )
     with hosted as links, _staged(resume_state, topology, config) as staged:
-        spec = _spec(config, prepared, recorder_factory, topology, links, stop_step=config.outer_steps, mode="train", quiet=quiet)
-        summary: RunSummary | None = spawn(spawned_entry, replace(spec, resume=staged), topology.processes)
+        spec = _spec(
+            config,
+            prepared,
+            recorder_factory,
+            topology,
+            links,
+            stop_step=config.outer_steps,
+            mode="train",
+            quiet=quiet,
+        )
+        summary: RunSummary | None = spawn(
+            spawned_entry, replace(spec, resume=staged), topology.processes
+        )
     return summary
 
 
@@ -146,28 +202,41 @@ CONFIGURATION_KEY = "configuration"
 
 def announce_configuration(lighthouse: str, config: TrainConfig) -> None:
     """Cluster 0 posts the run's configuration, so the other clusters train the same run."""
-    channel = RunChannel(ChannelAddress.of_lighthouse(lighthouse), config.run_id, connect_timeout=CONNECT_TIMEOUT)
+    channel = RunChannel(
+        ChannelAddress.of_lighthouse(lighthouse), config.run_id, connect_timeout=CONNECT_TIMEOUT
+    )
     channel.put(CONFIGURATION_KEY, {"config": config.to_dict(), "digest": config_digest(config)})
 
 
-def run_configuration(lighthouse: str, run_id: str, *, timeout: timedelta = START_TIMEOUT) -> TrainConfig:
+def run_configuration(
+    lighthouse: str, run_id: str, *, timeout: timedelta = START_TIMEOUT
+) -> TrainConfig:
     """The configuration cluster 0 trains run ``run_id`` with (waiting up to ``timeout`` for
     cluster 0 to post it): what a cluster joining from another host trains."""
-    channel = RunChannel(ChannelAddress.of_lighthouse(lighthouse), run_id, connect_timeout=CONNECT_TIMEOUT)
+    channel = RunChannel(
+        ChannelAddress.of_lighthouse(lighthouse), run_id, connect_timeout=CONNECT_TIMEOUT
+    )
     deadline = time.monotonic() + timeout.total_seconds()
     while (message := channel.get(CONFIGURATION_KEY)) is None:
         if time.monotonic() > deadline:
-            raise WorkerError(f"cluster 0 of run {run_id!r} posted no configuration at {lighthouse} within {timeout}")
+            raise WorkerError(
+                f"cluster 0 of run {run_id!r} posted no "
+                f"configuration at {lighthouse} within {timeout}"
+            )
         time.sleep(0.2)
     config = TrainConfig.from_dict(message["config"])
     if config_digest(config) != message["digest"]:
-        raise ConfigError(f"the configuration of run {run_id!r} at {lighthouse} does not hash to its digest")
+        raise ConfigError(
+            f"the configuration of run {run_id!r} at {lighthouse} does not hash to its digest"
+        )
     return config
 
 
 def _check_resumable(resume_state: CheckpointFiles | None, config: TrainConfig) -> None:
     if resume_state is not None and _next_step(resume_state, config) >= config.outer_steps:
-        raise CheckpointError(f"expected a state before the last step ({config.outer_steps - 1}), got one after it")
+        raise CheckpointError(
+            f"expected a state before the last step ({config.outer_steps - 1}), got one after it"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -218,17 +287,34 @@ def reexecute_outer_step(
     if cluster is not None and not 0 <= cluster < config.clusters:
         raise ConfigError(f"expected a cluster in [0, {config.clusters}), got {cluster}")
     if state_before is None and step != 0:
-        raise CheckpointError(f"expected the state after step {step - 1} to re-execute step {step}, got none")
+        raise CheckpointError(
+            f"expected the state after step {step - 1} to re-execute step {step}, got none"
+        )
     prepared = data or prepare_data(config.data, data_dir or default_data_dir())
-    present = (cluster,) if cluster is not None else tuple(sorted(clusters)) if clusters else tuple(range(config.clusters))
+    present = (
+        (cluster,)
+        if cluster is not None
+        else tuple(sorted(clusters))
+        if clusters
+        else tuple(range(config.clusters))
+    )
     topology = Topology(
-        clusters=config.clusters, stages=config.stages, present=present, data_parallel=config.data_parallel
+        clusters=config.clusters,
+        stages=config.stages,
+        present=present,
+        data_parallel=config.data_parallel,
     )
     mode: Mode = "reexecute" if cluster is None else "contribute"
     if state_before is not None and _next_step(state_before, config) != step:
         found = _next_step(state_before, config) - 1
-        raise CheckpointError(f"expected the state after step {step - 1}, got the state after step {found}")
-    settings = LighthouseSettings(min_clusters=len(present)) if mode == "reexecute" and len(present) > 1 else None
+        raise CheckpointError(
+            f"expected the state after step {step - 1}, got the state after step {found}"
+        )
+    settings = (
+        LighthouseSettings(min_clusters=len(present))
+        if mode == "reexecute" and len(present) > 1
+        else None
+    )
     context = multiprocessing.get_context("spawn")
     with (
         context.Manager() as manager,
@@ -236,14 +322,27 @@ def reexecute_outer_step(
         _staged(state_before, topology, config) as staged,
     ):
         sink = manager.list()
-        spec = _spec(config, prepared, InMemoryRecorder.factory(sink), topology, links, stop_step=step + 1, mode=mode, quiet=True)
+        spec = _spec(
+            config,
+            prepared,
+            InMemoryRecorder.factory(sink),
+            topology,
+            links,
+            stop_step=step + 1,
+            mode=mode,
+            quiet=True,
+        )
         executed = execution.applied_to(config) if execution is not None else config
-        spec = replace(spec, resume=staged, payloads=dict(payloads or {}), config=executed, forgery=forgery)
+        spec = replace(
+            spec, resume=staged, payloads=dict(payloads or {}), config=executed, forgery=forgery
+        )
         spawn(spawned_entry, spec, topology.processes)
         recording = MemoryRecording(list(sink))
     records = recording.records
     if len(records) != 1:
-        raise CheckpointError(f"expected one record from re-executing step {step}, got {len(records)}")
+        raise CheckpointError(
+            f"expected one record from re-executing step {step}, got {len(records)}"
+        )
     files = recording.state(step) if cluster is None else CheckpointFiles()
     return Reexecution(step=step, record=records[0], files=files)
 
@@ -262,17 +361,20 @@ def _spec(
     manifest = prepared.manifest
     if manifest.vocab_size != config.model.vocab_size:
         raise ConfigError(
-            f"TrainConfig.model.vocab_size must match the tokenizer's vocabulary ({manifest.vocab_size}), "
+            "TrainConfig.model.vocab_size must match the "
+            f"tokenizer's vocabulary ({manifest.vocab_size}), "
             f"got {config.model.vocab_size}"
         )
     rule = assignment_rule(config, manifest)
     if manifest.assignment is not None and dict(manifest.assignment) != rule.to_dict():
         raise DataError(
-            f"expected the manifest's assignment rule {dict(manifest.assignment)} to match the configuration's {rule.to_dict()}"
+            f"expected the manifest's assignment rule {dict(manifest.assignment)} "
+            f"to match the configuration's {rule.to_dict()}"
         )
     if config.eval_batches * rule.sequences_per_step > rule.eval_windows:
         raise ConfigError(
-            f"TrainConfig.eval_batches must be <= {rule.eval_windows // rule.sequences_per_step} for "
+            "TrainConfig.eval_batches must be <= "
+            f"{rule.eval_windows // rule.sequences_per_step} for "
             f"{len(rule.eval_shards)} held-out shards, got {config.eval_batches}"
         )
     return WorkerSpec(
@@ -320,7 +422,9 @@ def _next_step(state: CheckpointFiles, config: TrainConfig) -> int:
     return read_cursor(state, config_digest=config_digest(config)).next_step
 
 
-def _per_process(state: CheckpointFiles | None, topology: Topology, config: TrainConfig) -> tuple[CheckpointFiles, ...] | None:
+def _per_process(
+    state: CheckpointFiles | None, topology: Topology, config: TrainConfig
+) -> tuple[CheckpointFiles, ...] | None:
     """Each process's share of a saved state, by rank."""
     if state is None:
         return None
@@ -331,7 +435,9 @@ def _per_process(state: CheckpointFiles | None, topology: Topology, config: Trai
 
 
 @contextlib.contextmanager
-def _staged(state: CheckpointFiles | None, topology: Topology, config: TrainConfig) -> Iterator[tuple[Path, ...] | None]:
+def _staged(
+    state: CheckpointFiles | None, topology: Topology, config: TrainConfig
+) -> Iterator[tuple[Path, ...] | None]:
     """Each process's share written to a temporary folder for the launch: a spawned process reads
     only its own files (tensors passed as arguments would travel as one descriptor each)."""
     shares = _per_process(state, topology, config)

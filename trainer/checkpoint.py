@@ -103,12 +103,16 @@ class CheckpointFiles:
 
     def tensor_file(self, name: str) -> TensorFile:
         if name not in self.tensors:
-            raise CheckpointError(f"expected checkpoint file {name}, it is missing (have {self.names()})")
+            raise CheckpointError(
+                f"expected checkpoint file {name}, it is missing (have {self.names()})"
+            )
         return self.tensors[name]
 
     def json_file(self, name: str) -> JsonFile:
         if name not in self.json:
-            raise CheckpointError(f"expected checkpoint file {name}, it is missing (have {self.names()})")
+            raise CheckpointError(
+                f"expected checkpoint file {name}, it is missing (have {self.names()})"
+            )
         return self.json[name]
 
     def pack(self) -> dict[str, bytes]:
@@ -131,7 +135,9 @@ def load_checkpoint_directory(directory: Path) -> CheckpointFiles:
     from safetensors.torch import load_file
 
     if not (directory / TRAINER_STATE).is_file():
-        raise CheckpointError(f"expected {TRAINER_STATE} in {directory}, it is missing (not a checkpoint?)")
+        raise CheckpointError(
+            f"expected {TRAINER_STATE} in {directory}, it is missing (not a checkpoint?)"
+        )
     tensors = {p.name: load_file(p) for p in sorted(directory.glob("*.safetensors"))}
     documents = {
         p.name: json.loads(p.read_text())

@@ -75,7 +75,12 @@ class GenerationConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prompts", tuple(self.prompts))
-        _check(self, "prompts", all(isinstance(p, str) and p for p in self.prompts), "non-empty strings")
+        _check(
+            self,
+            "prompts",
+            all(isinstance(p, str) and p for p in self.prompts),
+            "non-empty strings",
+        )
         _check(self, "max_new_tokens", self.max_new_tokens >= 0, ">= 0")
 
 
@@ -160,8 +165,21 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _check(self, "method", self.method in METHODS, f"one of {', '.join(METHODS)}")
-        _check(self, "run_id", bool(self.run_id) and "/" not in self.run_id, "a non-empty name without '/'")
-        for name in ("clusters", "stages", "data_parallel", "outer_steps", "inner_steps", "micro_batches", "micro_batch_size"):
+        _check(
+            self,
+            "run_id",
+            bool(self.run_id) and "/" not in self.run_id,
+            "a non-empty name without '/'",
+        )
+        for name in (
+            "clusters",
+            "stages",
+            "data_parallel",
+            "outer_steps",
+            "inner_steps",
+            "micro_batches",
+            "micro_batch_size",
+        ):
             _check(self, name, getattr(self, name) >= 1, ">= 1")
         _check(self, "eval_batches", self.eval_batches >= 1, ">= 1")
         _check(self, "schedule", self.schedule in ("1f1b", "gpipe"), "'1f1b' or 'gpipe'")
@@ -171,29 +189,38 @@ class TrainConfig:
         stage_layout(self.model.num_hidden_layers, self.stages)  # raises when S exceeds the depth
         if self.micro_batch_size % self.data_parallel:
             raise ConfigError(
-                f"TrainConfig.micro_batch_size must be a multiple of data_parallel ({self.data_parallel}), "
+                "TrainConfig.micro_batch_size must be a multiple "
+                f"of data_parallel ({self.data_parallel}), "
                 f"got {self.micro_batch_size}"
             )
         if self.data_parallel > 1 and self.method == "allreduce":
-            raise ConfigError("TrainConfig.data_parallel > 1 needs an outer method (diloco or dilocox), got 'allreduce'")
+            raise ConfigError(
+                "TrainConfig.data_parallel > 1 needs an outer "
+                "method (diloco or dilocox), got 'allreduce'"
+            )
         if self.schedule == "1f1b" and self.micro_batches < self.stages:
             raise ConfigError(
-                f"TrainConfig.micro_batches must be >= stages ({self.stages}) for the 1F1B schedule, "
+                "TrainConfig.micro_batches must be >= stages "
+                f"({self.stages}) for the 1F1B schedule, "
                 f"got {self.micro_batches}"
             )
         if self.method != "allreduce" and self.outer.kind != self.method:
             raise ConfigError(
-                f"TrainConfig.outer.kind must equal method ({self.method!r}), got {self.outer.kind!r}"
+                "TrainConfig.outer.kind must equal method "
+                f"({self.method!r}), got {self.outer.kind!r}"
             )
         if self.poison_for_testing is not None:
             poison = self.poison_for_testing
             if poison.cluster >= self.clusters or poison.step >= self.outer_steps:
                 raise ConfigError(
-                    f"TrainConfig.poison_for_testing must name a cluster < {self.clusters} and a step "
+                    "TrainConfig.poison_for_testing must name "
+                    f"a cluster < {self.clusters} and a step "
                     f"< {self.outer_steps}, got cluster {poison.cluster}, step {poison.step}"
                 )
             if self.method == "allreduce":
-                raise ConfigError("TrainConfig.poison_for_testing needs an outer method, got 'allreduce'")
+                raise ConfigError(
+                    "TrainConfig.poison_for_testing needs an outer method, got 'allreduce'"
+                )
 
     @property
     def sequences_per_step(self) -> int:
@@ -242,7 +269,9 @@ class TrainConfig:
             values["outer"] = replace(values.get("outer", OuterConfig()), kind=method)
         if values.get("poison_for_testing") is not None:
             values["poison_for_testing"] = PoisonForTesting(
-                **_known(PoisonForTesting, values["poison_for_testing"], "TrainConfig.poison_for_testing")
+                **_known(
+                    PoisonForTesting, values["poison_for_testing"], "TrainConfig.poison_for_testing"
+                )
             )
         try:
             return cls(**values)
@@ -265,7 +294,9 @@ def load_config_file(path: Path) -> TrainConfig:
     try:
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"expected valid {path.suffix.lstrip('.').upper() or 'JSON'} in {path}: {exc}") from exc
+        raise ConfigError(
+            f"expected valid {path.suffix.lstrip('.').upper() or 'JSON'} in {path}: {exc}"
+        ) from exc
     if not isinstance(data, dict):
         raise ConfigError(f"expected an object at the top of {path}, got {type(data).__name__}")
     return TrainConfig.from_dict(data)
@@ -277,7 +308,10 @@ def _known(cls: type[Any], data: Any, where: str) -> dict[str, Any]:
     names = {f.name for f in fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
-        raise ConfigError(f"{where} has unknown field(s) {', '.join(unknown)}; expected some of {', '.join(sorted(names))}")
+        raise ConfigError(
+            f"{where} has unknown field(s) {', '.join(unknown)}; "
+            f"expected some of {', '.join(sorted(names))}"
+        )
     # JSON (and canonical JSON especially) writes 1.0 as 1: give float fields their floats back.
     floats = {f.name for f in fields(cls) if str(f.type).split(" | ")[0] == "float"}
     return {
@@ -288,7 +322,9 @@ def _known(cls: type[Any], data: Any, where: str) -> dict[str, Any]:
 
 def _check(config: object, name: str, ok: bool, expected: str) -> None:
     if not ok:
-        raise ConfigError(f"{type(config).__name__}.{name} must be {expected}, got {getattr(config, name)!r}")
+        raise ConfigError(
+            f"{type(config).__name__}.{name} must be {expected}, got {getattr(config, name)!r}"
+        )
 
 
 def with_overrides(
@@ -327,7 +363,9 @@ def with_overrides(
         )
     if method is not None:
         if method not in METHODS:
-            raise ConfigError(f"TrainConfig.method must be one of {', '.join(METHODS)}, got {method!r}")
+            raise ConfigError(
+                f"TrainConfig.method must be one of {', '.join(METHODS)}, got {method!r}"
+            )
         changes["method"] = method
         if method != "allreduce":
             changes["outer"] = replace(config.outer, kind=method)

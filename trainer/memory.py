@@ -124,9 +124,16 @@ def measure_stage_step(
     runner: _StageRunner | None = None
     with PeakMemory(device) as peak:
         runner = _StageRunner(
-            model, stage=stage, stages=stages, micro_batches=micro_batches,
-            micro_batch_size=micro_batch_size, precision=precision,
-            activation_checkpointing=activation_checkpointing, device=device, generator=generator, seed=seed,
+            model,
+            stage=stage,
+            stages=stages,
+            micro_batches=micro_batches,
+            micro_batch_size=micro_batch_size,
+            precision=precision,
+            activation_checkpointing=activation_checkpointing,
+            device=device,
+            generator=generator,
+            seed=seed,
         )
         runner.step()
         runner.step()
@@ -166,13 +173,22 @@ class _StageRunner:
         generator: torch.Generator,
         seed: int,
     ) -> None:
-        self.model, self.precision, self.device, self.generator = model, precision, device, generator
+        self.model, self.precision, self.device, self.generator = (
+            model,
+            precision,
+            device,
+            generator,
+        )
         self.first, self.last = stage == 0, stage == stages - 1
         self.micro_batches, self.micro_batch_size = micro_batches, micro_batch_size
         self.in_flight = min(stages - stage, micro_batches)  # 1F1B: stage s holds up to S - s
         self.dtype = parameter_dtype(precision)
         self.module = build_stage(
-            model, stage=stage, n_stages=stages, seed=seed, activation_checkpointing=activation_checkpointing
+            model,
+            stage=stage,
+            n_stages=stages,
+            seed=seed,
+            activation_checkpointing=activation_checkpointing,
         ).to(device, dtype=self.dtype)
         self.config = InnerConfig()
         self.optimizer = inner_adamw(self.module.parameters(), self.config)
@@ -200,13 +216,19 @@ class _StageRunner:
     def _forward(self) -> torch.Tensor:
         shape = (self.micro_batch_size, self.model.context)
         if self.first:
-            inputs = torch.randint(0, self.model.vocab_size, shape, generator=self.generator).to(self.device)
+            inputs = torch.randint(0, self.model.vocab_size, shape, generator=self.generator).to(
+                self.device
+            )
         else:  # the predecessor's output: the fp32 (fp64) residual stream
-            hidden = torch.randn(*shape, self.model.hidden_size, generator=self.generator, dtype=self.dtype)
+            hidden = torch.randn(
+                *shape, self.model.hidden_size, generator=self.generator, dtype=self.dtype
+            )
             inputs = hidden.to(self.device).requires_grad_()
         out = self.module(inputs)
         if self.last:
-            targets = torch.randint(0, self.model.vocab_size, shape, generator=self.generator).to(self.device)
+            targets = torch.randint(0, self.model.vocab_size, shape, generator=self.generator).to(
+                self.device
+            )
             out = language_model_loss(out, targets) / self.micro_batches
         assert isinstance(out, torch.Tensor)
         return out

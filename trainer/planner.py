@@ -219,7 +219,9 @@ class CommPlan:
 
     @property
     def allreduce_seconds_per_outer_step(self) -> float:
-        return self.inner_steps * (self.compute_seconds_per_inner_step + self.allreduce_comm_seconds_per_inner_step)
+        return self.inner_steps * (
+            self.compute_seconds_per_inner_step + self.allreduce_comm_seconds_per_inner_step
+        )
 
     @property
     def dilocox_exposed_seconds_per_outer_step(self) -> float:
@@ -232,12 +234,19 @@ class CommPlan:
 
     @property
     def dilocox_seconds_per_outer_step(self) -> float:
-        return self.inner_steps * self.compute_seconds_per_inner_step + self.dilocox_exposed_seconds_per_outer_step
+        return (
+            self.inner_steps * self.compute_seconds_per_inner_step
+            + self.dilocox_exposed_seconds_per_outer_step
+        )
 
     @property
     def bytes_ratio(self) -> float:
         """AllReduce bytes / DiLoCoX bytes for the same tokens."""
-        return self.inner_steps * self.allreduce_bytes_per_inner_step / self.dilocox_bytes_per_outer_step
+        return (
+            self.inner_steps
+            * self.allreduce_bytes_per_inner_step
+            / self.dilocox_bytes_per_outer_step
+        )
 
     @property
     def speedup(self) -> float:
@@ -247,7 +256,12 @@ class CommPlan:
     @property
     def inner_steps_to_hide(self) -> int:
         """The smallest H whose compute covers one DiLoCoX exchange."""
-        return max(1, math.ceil(self.dilocox_comm_seconds_per_outer_step / self.compute_seconds_per_inner_step))
+        return max(
+            1,
+            math.ceil(
+                self.dilocox_comm_seconds_per_outer_step / self.compute_seconds_per_inner_step
+            ),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         derived = (
@@ -286,29 +300,49 @@ class Plan:
         """The plan for a person: memory per GPU by stage, then the link."""
         p, c, gb = self.placement, self.comm, self.accelerator.memory_gb
         out = [
-            f"{self.parameters / 1e9:,.2f} B parameters on C={p.clusters} clusters x S={p.stages} stages x "
-            f"D={p.data_parallel} replicas ({p.gpus_per_cluster} GPUs per cluster, {self.accelerator.name})",
+            f"{self.parameters / 1e9:,.2f} B parameters on "
+            f"C={p.clusters} clusters x S={p.stages} stages x "
+            f"D={p.data_parallel} replicas ({p.gpus_per_cluster} "
+            f"GPUs per cluster, {self.accelerator.name})",
             f"memory per GPU (GB; capacity {gb:g}):",
         ]
         names = [SHORT_NAMES.get(item.name, item.name) for item in self.stages[0].items]
-        out.append("  " + f"{'stage':>5} {'params':>7}  " + " ".join(f"{n:>8}" for n in names) + f"  {'total':>7}")
+        out.append(
+            "  "
+            + f"{'stage':>5} {'params':>7}  "
+            + " ".join(f"{n:>8}" for n in names)
+            + f"  {'total':>7}"
+        )
         for stage in self.stages:
             cells = " ".join(f"{item.bytes / GB:8.1f}" for item in stage.items)
-            verdict = "fits" if stage.fits else f"DOES NOT FIT (+{(stage.total_bytes - stage.capacity_bytes) / GB:.1f})"
-            out.append(f"  {stage.stage:>5} {stage.parameters / 1e9:6.2f}B  {cells}  {stage.total_bytes / GB:7.1f}  {verdict}")
+            verdict = (
+                "fits"
+                if stage.fits
+                else f"DOES NOT FIT (+{(stage.total_bytes - stage.capacity_bytes) / GB:.1f})"
+            )
+            out.append(
+                f"  {stage.stage:>5} {stage.parameters / 1e9:6.2f}B "
+                f" {cells}  {stage.total_bytes / GB:7.1f}  {verdict}"
+            )
         out.append(f"  -> {'fits' if self.fits else 'does NOT fit'} in {gb:g} GB per GPU")
         out += [f"  assumes {line}" for line in self.assumptions]
         out += [
-            f"per outer step (H={c.inner_steps}) on a {c.link_mbit:g} Mbit/s link, {c.tokens_per_inner_step:,} tokens "
+            f"per outer step (H={c.inner_steps}) on a {c.link_mbit:g} "
+            f"Mbit/s link, {c.tokens_per_inner_step:,} tokens "
             f"per cluster per inner step:",
             f"  compute             {c.compute_seconds_per_inner_step:12,.1f} s per inner step",
-            f"  AllReduce           {c.allreduce_bytes_per_inner_step / 1e9:12,.2f} GB per inner step -> "
-            f"{c.allreduce_comm_seconds_per_inner_step:,.0f} s; {c.allreduce_seconds_per_outer_step:,.0f} s per outer step "
+            "  AllReduce           "
+            f"{c.allreduce_bytes_per_inner_step / 1e9:12,.2f} GB per inner step -> "
+            f"{c.allreduce_comm_seconds_per_inner_step:,.0f} s; "
+            f"{c.allreduce_seconds_per_outer_step:,.0f} s per outer step "
             f"({c.allreduce_comm_fraction:.2%} communicating)",
             f"  DiLoCoX (rank {self.outer.rank}, int{self.outer.bits}"
-            f"{', 1-D int8' if self.outer.dense_bits == 8 else ''})  {c.dilocox_payload_bytes / 1e6:,.1f} MB per round -> "
-            f"{c.dilocox_comm_seconds_per_outer_step:,.1f} s, exposed {c.dilocox_exposed_seconds_per_outer_step:,.1f} s "
-            f"({'one-step-delay overlap' if c.overlapped else 'blocking'}); hidden from H >= {c.inner_steps_to_hide}",
+            f"{', 1-D int8' if self.outer.dense_bits == 8 else ''}) "
+            f" {c.dilocox_payload_bytes / 1e6:,.1f} MB per round -> "
+            f"{c.dilocox_comm_seconds_per_outer_step:,.1f} s, exposed "
+            f"{c.dilocox_exposed_seconds_per_outer_step:,.1f} s "
+            f"({'one-step-delay overlap' if c.overlapped else 'blocking'}); "
+            f"hidden from H >= {c.inner_steps_to_hide}",
             f"  bytes AllReduce/DiLoCoX {c.bytes_ratio:,.0f}x, estimated speedup {c.speedup:,.1f}x",
         ]
         return out
@@ -321,13 +355,23 @@ class Plan:
             "workload": asdict(self.workload),
             "precision": asdict(self.precision),
             "accelerator": asdict(self.accelerator),
-            "outer": {"rank": self.outer.rank, "bits": self.outer.bits, "overlapped": self.outer.overlapped,
-                      "error_feedback": self.outer.error_feedback, "offload_outer": self.offload_outer},
+            "outer": {
+                "rank": self.outer.rank,
+                "bits": self.outer.bits,
+                "overlapped": self.outer.overlapped,
+                "error_feedback": self.outer.error_feedback,
+                "offload_outer": self.offload_outer,
+            },
             "fits": self.fits,
             "held": self.held,
             "stages": [
-                {"stage": s.stage, "parameters": s.parameters, "total_bytes": s.total_bytes, "fits": s.fits,
-                 "items": [asdict(item) for item in s.items]}
+                {
+                    "stage": s.stage,
+                    "parameters": s.parameters,
+                    "total_bytes": s.total_bytes,
+                    "fits": s.fits,
+                    "items": [asdict(item) for item in s.items],
+                }
                 for s in self.stages
             ],
             "comm": self.comm.to_dict(),
@@ -339,7 +383,9 @@ class Plan:
 # Shapes
 
 
-def stage_parameter_shapes(model: ModelConfig, *, stage: int, stages: int) -> list[tuple[str, tuple[int, ...]]]:
+def stage_parameter_shapes(
+    model: ModelConfig, *, stage: int, stages: int
+) -> list[tuple[str, tuple[int, ...]]]:
     """(name, shape) of every parameter stage ``stage`` holds, in ``trainer.model.StageModel``'s
     order and names (a unit test checks them against a built stage)."""
     d, f, kv = model.hidden_size, model.intermediate_size, model.kv_dim
@@ -369,7 +415,9 @@ def stage_parameter_shapes(model: ModelConfig, *, stage: int, stages: int) -> li
     return shapes
 
 
-def payload_bytes(shapes: Sequence[tuple[int, ...]], outer: OuterConfig, *, side: str = "mean") -> float:
+def payload_bytes(
+    shapes: Sequence[tuple[int, ...]], outer: OuterConfig, *, side: str = "mean"
+) -> float:
     """Bytes of one cluster's DiLoCoX payload for these tensors (trainer/outer/lowrank_codec.py):
     a matrix whose smaller side is at least ``min_compress_dim`` travels as its coordinates on
     the round's shared bases, rank capped at half the smaller side, block-quantised --
@@ -382,16 +430,22 @@ def payload_bytes(shapes: Sequence[tuple[int, ...]], outer: OuterConfig, *, side
     if side not in ("right", "left", "mean"):
         raise ConfigError(f"expected side 'right', 'left' or 'mean', got {side!r}")
     if side == "mean" and not outer.two_sided:
-        return (payload_bytes(shapes, outer, side="right") + payload_bytes(shapes, outer, side="left")) / 2
+        return (
+            payload_bytes(shapes, outer, side="right") + payload_bytes(shapes, outer, side="left")
+        ) / 2
     total = 0
     for shape in shapes:
         if len(shape) != 2 or min(shape) < outer.min_compress_dim:
-            total += encoded_length(math.prod(shape), bits=outer.dense_bits, block=outer.quant_block)
+            total += encoded_length(
+                math.prod(shape), bits=outer.dense_bits, block=outer.quant_block
+            )
             continue
         rank = max(1, min(outer.rank, min(shape) // 2))
         n, m = shape
         parts = (n * rank, m * rank) if outer.two_sided else ((n if side == "right" else m) * rank,)
-        total += sum(encoded_length(numel, bits=outer.bits, block=outer.quant_block) for numel in parts)
+        total += sum(
+            encoded_length(numel, bits=outer.bits, block=outer.quant_block) for numel in parts
+        )
     return total
 
 
@@ -419,7 +473,9 @@ def plan(
     if held not in ("paper", "trainer"):
         raise ConfigError(f"expected held 'paper' or 'trainer', got {held!r}")
     if held == "trainer" and offload_outer:
-        raise ConfigError("the trainer keeps the outer state on the device: offload_outer is planning-only")
+        raise ConfigError(
+            "the trainer keeps the outer state on the device: offload_outer is planning-only"
+        )
     workload = workload or Workload()
     precision = precision or Precision()
     accelerator = accelerator or Accelerator()
@@ -430,10 +486,24 @@ def plan(
         raise ConfigError(f"expected inner_steps >= 1, got {inner_steps}")
     stage_layout(model.num_hidden_layers, placement.stages)  # raises when S does not fit the depth
     micro_batches = workload.micro_batches or placement.stages
-    shapes = [stage_parameter_shapes(model, stage=s, stages=placement.stages) for s in range(placement.stages)]
+    shapes = [
+        stage_parameter_shapes(model, stage=s, stages=placement.stages)
+        for s in range(placement.stages)
+    ]
     workload = replace(workload, micro_batches=micro_batches)
     memory = tuple(
-        _stage_memory(model, s, shapes[s], placement, workload, precision, accelerator, outer, offload_outer, held)
+        _stage_memory(
+            model,
+            s,
+            shapes[s],
+            placement,
+            workload,
+            precision,
+            accelerator,
+            outer,
+            offload_outer,
+            held,
+        )
         for s in range(placement.stages)
     )
     # Only the outer algorithm's tensors travel: a tied copy on the last stage is not exchanged.
@@ -441,12 +511,25 @@ def plan(
     exchanged = [s for stage in shapes for name, s in stage if name != TIED_HEAD or not tied]
     payload = payload_bytes(exchanged, outer)
     parameters = model.parameter_count()
-    tokens = workload.micro_batch_size * workload.sequence_length * micro_batches * placement.data_parallel
+    tokens = (
+        workload.micro_batch_size
+        * workload.sequence_length
+        * micro_batches
+        * placement.data_parallel
+    )
     flops_per_token = (8 if workload.recompute else 6) * parameters
-    compute = flops_per_token * tokens / (placement.gpus_per_cluster * accelerator.peak_tflops * 1e12 * accelerator.mfu)
+    compute = (
+        flops_per_token
+        * tokens
+        / (placement.gpus_per_cluster * accelerator.peak_tflops * 1e12 * accelerator.mfu)
+    )
     link_bytes_per_second = link_mbit * 1e6 / 8
-    allreduce = allreduce_bytes_per_outer_step(parameters=parameters, n_clusters=placement.clusters, inner_steps=1)
-    gathered = allgather_bytes_per_outer_step(payload_bytes=math.ceil(payload), n_clusters=placement.clusters)
+    allreduce = allreduce_bytes_per_outer_step(
+        parameters=parameters, n_clusters=placement.clusters, inner_steps=1
+    )
+    gathered = allgather_bytes_per_outer_step(
+        payload_bytes=math.ceil(payload), n_clusters=placement.clusters
+    )
     comm = CommPlan(
         link_mbit=link_mbit,
         inner_steps=inner_steps,
@@ -470,26 +553,33 @@ def plan(
         offload_outer=offload_outer,
         stages=memory,
         comm=comm,
-        assumptions=(HELD[0] if held == "paper" else HELD[1],
-                     *_assumptions(workload, accelerator, precision, offload_outer)),
+        assumptions=(
+            HELD[0] if held == "paper" else HELD[1],
+            *_assumptions(workload, accelerator, precision, offload_outer),
+        ),
         held=held,
     )
 
 
-def bandwidth_for_comm_fraction(*, bytes_per_step: float, compute_seconds_per_step: float, fraction: float) -> float:
+def bandwidth_for_comm_fraction(
+    *, bytes_per_step: float, compute_seconds_per_step: float, fraction: float
+) -> float:
     """The link (Mbit/s) on which sending ``bytes_per_step`` takes ``fraction`` of a step that
     also computes for ``compute_seconds_per_step``: comm = compute · f / (1 − f)."""
     if not 0 < fraction < 1:
         raise ConfigError(f"expected a communication fraction in (0, 1), got {fraction}")
     if not (bytes_per_step > 0 and compute_seconds_per_step > 0):
         raise ConfigError(
-            f"expected positive bytes and compute seconds per step, got {bytes_per_step} and {compute_seconds_per_step}"
+            "expected positive bytes and compute seconds per step, "
+            f"got {bytes_per_step} and {compute_seconds_per_step}"
         )
     comm_seconds = compute_seconds_per_step * fraction / (1.0 - fraction)
     return bytes_per_step * 8 / comm_seconds / 1e6
 
 
-def smallest_fitting_data_parallel(model: ModelConfig, *, placement: Placement, limit: int = 64, **options: Any) -> int | None:
+def smallest_fitting_data_parallel(
+    model: ModelConfig, *, placement: Placement, limit: int = 64, **options: Any
+) -> int | None:
     """The smallest D (from the placement's, up to ``limit``) at which every stage fits, or None."""
     for d in range(placement.data_parallel, limit + 1):
         candidate = Placement(clusters=placement.clusters, stages=placement.stages, data_parallel=d)
@@ -498,7 +588,9 @@ def smallest_fitting_data_parallel(model: ModelConfig, *, placement: Placement, 
     return None
 
 
-def fitting_alternatives(model: ModelConfig, *, placement: Placement, limit: int = 64, **options: Any) -> list[str]:
+def fitting_alternatives(
+    model: ModelConfig, *, placement: Placement, limit: int = 64, **options: Any
+) -> list[str]:
     """For a plan that does not fit: the smallest D that would, at S, 2S and 4S stages, with the
     outer state on the GPU or in host memory (one line each; "none" past ``limit``)."""
     out = []
@@ -507,8 +599,12 @@ def fitting_alternatives(model: ModelConfig, *, placement: Placement, limit: int
             break
         # The trainer cannot offload the outer state: with held="trainer" only the device.
         for offload in (False,) if options.get("held") == "trainer" else (False, True):
-            candidate = Placement(clusters=placement.clusters, stages=stages, data_parallel=placement.data_parallel)
-            d = smallest_fitting_data_parallel(model, placement=candidate, limit=limit, **{**options, "offload_outer": offload})
+            candidate = Placement(
+                clusters=placement.clusters, stages=stages, data_parallel=placement.data_parallel
+            )
+            d = smallest_fitting_data_parallel(
+                model, placement=candidate, limit=limit, **{**options, "offload_outer": offload}
+            )
             where = "host memory" if offload else "the GPU"
             found = f"D >= {d} ({stages * d} GPUs per cluster)" if d else f"no D <= {limit}"
             out.append(f"S={stages}, outer state on {where}: {found}")
@@ -528,7 +624,9 @@ def block_activation_bytes(model: ModelConfig, *, tokens: int, bytes_per_element
     return tokens * bytes_per_element * (4 * d + (d + 2 * kv) + d + 4 * f)
 
 
-def trainer_block_activation_bytes(model: ModelConfig, *, tokens: int, precision: Precision) -> float:
+def trainer_block_activation_bytes(
+    model: ModelConfig, *, tokens: int, precision: Precision
+) -> float:
     """Activations one decoder layer of trainer/model.py keeps for its backward pass, as eager
     autograd keeps them (counted tensor by tensor with ``saved_tensors_hooks``; the unit test
     holds this formula to that count): each RMSNorm its fp32 input and normalised input (4d),
@@ -537,7 +635,9 @@ def trainer_block_activation_bytes(model: ModelConfig, *, tokens: int, precision
     at fp32, or under bf16 autocast a bf16 copy per projection (3 for q/k/v, 2 for gate/up,
     1 for o_proj: 6d)."""
     d, f, kv = model.hidden_size, model.intermediate_size, model.kv_dim
-    residual = 8 if precision.gradients == 8 else 4  # the residual stream keeps the parameters' dtype
+    residual = (
+        8 if precision.gradients == 8 else 4
+    )  # the residual stream keeps the parameters' dtype
     if precision.activations == 2:  # bf16 autocast
         per_token = 4 * d * residual + 2 * (6 * d + (d + 2 * kv) + 4 * f)
     else:
@@ -546,7 +646,13 @@ def trainer_block_activation_bytes(model: ModelConfig, *, tokens: int, precision
 
 
 def _trainer_activations(
-    model: ModelConfig, *, layers: int, in_flight: int, tokens: int, last: bool, recompute: bool,
+    model: ModelConfig,
+    *,
+    layers: int,
+    in_flight: int,
+    tokens: int,
+    last: bool,
+    recompute: bool,
     precision: Precision,
 ) -> tuple[float, str]:
     """Activation bytes of a stage of this trainer at its peak (1F1B, ``in_flight``
@@ -560,7 +666,9 @@ def _trainer_activations(
     loss_backward = 2 * tokens * model.vocab_size * 4 if last else 0.0
     if recompute:
         # The one layer recomputed at a time and the loss's gradients are never alive together.
-        kept = layers * in_flight * tokens * model.hidden_size * residual + max(block if layers else 0.0, loss_backward)
+        kept = layers * in_flight * tokens * model.hidden_size * residual + max(
+            block if layers else 0.0, loss_backward
+        )
         note = f"{layers} layer inputs x {in_flight} micro-batches in flight + one layer recomputed"
     else:
         kept = layers * in_flight * block + loss_backward
@@ -594,13 +702,18 @@ def _stage_memory(
     )
     layers = len(stage_layout(model.num_hidden_layers, S)[stage])
     tokens = workload.micro_batch_size * workload.sequence_length
-    # 1F1B (Narayanan et al. 2021): stage s holds up to S - s micro-batches between forward and backward.
+    # 1F1B (Narayanan et al. 2021): stage s holds up to S - s micro-batches between forward and
+    # backward.
     in_flight = min(S - stage, workload.micro_batches)
-    full_block = block_activation_bytes(model, tokens=tokens, bytes_per_element=precision.activations)
+    full_block = block_activation_bytes(
+        model, tokens=tokens, bytes_per_element=precision.activations
+    )
     if workload.recompute:
         inputs = layers * in_flight * tokens * model.hidden_size * precision.activations
         kept = inputs + (full_block if layers else 0.0)
-        activation_note = f"{layers} block inputs x {in_flight} micro-batches in flight + one block recomputed"
+        activation_note = (
+            f"{layers} block inputs x {in_flight} micro-batches in flight + one block recomputed"
+        )
     else:
         kept = layers * in_flight * full_block
         activation_note = f"{layers} blocks x {in_flight} micro-batches in flight, no recomputation"
@@ -611,45 +724,77 @@ def _stage_memory(
     shards = D if held == "paper" else 1
     if held == "trainer":
         kept, activation_note = _trainer_activations(
-            model, layers=layers, in_flight=in_flight, tokens=tokens, last=stage == S - 1,
-            recompute=workload.recompute, precision=precision,
+            model,
+            layers=layers,
+            in_flight=in_flight,
+            tokens=tokens,
+            last=stage == S - 1,
+            recompute=workload.recompute,
+            precision=precision,
         )
     where = "host memory" if offload_outer else f"sharded over D={shards}"
     outer_bytes = 0.0 if offload_outer else outer_params * precision.outer / shards
     count = stage_parameters
     items = [
-        MemoryItem(name="weights", bytes=count * precision.weights, note=f"{count:,} parameters, {precision.weights} B each"),
-        MemoryItem(name="gradients", bytes=count * precision.gradients, note=f"{precision.gradients} B each"),
-        MemoryItem(name="inner AdamW state", bytes=count * precision.inner_optimizer / shards,
-                   note=f"{precision.inner_optimizer} B: master + moments, sharded over D={shards}"),
+        MemoryItem(
+            name="weights",
+            bytes=count * precision.weights,
+            note=f"{count:,} parameters, {precision.weights} B each",
+        ),
+        MemoryItem(
+            name="gradients",
+            bytes=count * precision.gradients,
+            note=f"{precision.gradients} B each",
+        ),
+        MemoryItem(
+            name="inner AdamW state",
+            bytes=count * precision.inner_optimizer / shards,
+            note=f"{precision.inner_optimizer} B: master + moments, sharded over D={shards}",
+        ),
         MemoryItem(name="outer global copy", bytes=outer_bytes, note=f"fp32 θ, {where}"),
         MemoryItem(name="outer momentum", bytes=outer_bytes, note=f"fp32 Nesterov buffer, {where}"),
     ]
     if outer.kind == "dilocox" and outer.compressed and outer.error_feedback != "none":
-        items.append(MemoryItem(name="error feedback", bytes=outer_bytes, note=f"fp32 residual, {where}"))
+        items.append(
+            MemoryItem(name="error feedback", bytes=outer_bytes, note=f"fp32 residual, {where}")
+        )
     if outer.overlapped:
-        items.append(MemoryItem(name="one-step-delay references", bytes=2 * outer_bytes,
-                                note=f"fp32 look-ahead + contributed reference, {where}"))
+        items.append(
+            MemoryItem(
+                name="one-step-delay references",
+                bytes=2 * outer_bytes,
+                note=f"fp32 look-ahead + contributed reference, {where}",
+            )
+        )
     headroom = accelerator.headroom_gb * GB if held == "paper" else 0.0
     items += [
         MemoryItem(name="activations", bytes=kept, note=activation_note),
-        MemoryItem(name="headroom", bytes=headroom, note="CUDA context, NCCL buffers, fragmentation"),
+        MemoryItem(
+            name="headroom", bytes=headroom, note="CUDA context, NCCL buffers, fragmentation"
+        ),
     ]
-    return StageMemory(stage=stage, parameters=stage_parameters, items=tuple(items),
-                       capacity_bytes=accelerator.memory_gb * GB)
+    return StageMemory(
+        stage=stage,
+        parameters=stage_parameters,
+        items=tuple(items),
+        capacity_bytes=accelerator.memory_gb * GB,
+    )
 
 
 def _assumptions(
     workload: Workload, accelerator: Accelerator, precision: Precision, offload_outer: bool
 ) -> tuple[str, ...]:
     return (
-        f"micro-batch {workload.micro_batch_size} x {workload.sequence_length} tokens, {workload.micro_batches} micro-batches "
+        f"micro-batch {workload.micro_batch_size} x {workload.sequence_length} "
+        f"tokens, {workload.micro_batches} micro-batches "
         f"per replica per inner step, 1F1B schedule",
         "full activation recomputation" if workload.recompute else "no activation recomputation",
         f"mixed precision: {precision.weights} B weights, {precision.gradients} B gradients, "
         f"{precision.inner_optimizer} B AdamW state, fp32 outer state",
-        f"{accelerator.name}: {accelerator.peak_tflops:g} TFLOP/s peak at {accelerator.mfu:.0%} MFU, "
+        f"{accelerator.name}: {accelerator.peak_tflops:g} "
+        f"TFLOP/s peak at {accelerator.mfu:.0%} MFU, "
         f"{accelerator.headroom_gb:g} GB headroom",
         "outer state in host memory" if offload_outer else "outer state on the GPU",
-        "AllReduce baseline: fp32 gradients ring-all-reduced over the link every inner step, not overlapped",
+        "AllReduce baseline: fp32 gradients ring-all-reduced "
+        "over the link every inner step, not overlapped",
     )

@@ -29,22 +29,50 @@ from trainer.outer.config import OuterConfig
 MODEL_PRESETS: dict[str, ModelConfig] = {
     # ~0.21M parameters: 2 clusters x 2 stages train a few outer steps on 2 CPU cores in a
     # minute.
-    "tiny": ModelConfig(vocab_size=256, context=64, num_hidden_layers=4, hidden_size=64,
-                        intermediate_size=192, num_attention_heads=4, num_key_value_heads=2),
+    "tiny": ModelConfig(
+        vocab_size=256,
+        context=64,
+        num_hidden_layers=4,
+        hidden_size=64,
+        intermediate_size=192,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
     # ~0.82M parameters: still CPU-sized, enough capacity for visibly better byte-level loss.
-    "small": ModelConfig(vocab_size=256, context=128, num_hidden_layers=4, hidden_size=128,
-                         intermediate_size=384, num_attention_heads=4, num_key_value_heads=2),
+    "small": ModelConfig(
+        vocab_size=256,
+        context=128,
+        num_hidden_layers=4,
+        hidden_size=128,
+        intermediate_size=384,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
     # ~0.66M parameters: tiny made wider and shallower (about 1.5x its time per inner step on 2
     # cores) so the compressed matrices are 160 wide, where a rank-28 pseudo-gradient is a much
     # smaller share of the matrix than at width 64 (the bytes/loss trade-off in docs/benchmarks.md).
-    "tiny-wide": ModelConfig(vocab_size=256, context=64, num_hidden_layers=2, hidden_size=160,
-                             intermediate_size=480, num_attention_heads=4, num_key_value_heads=2),
+    "tiny-wide": ModelConfig(
+        vocab_size=256,
+        context=64,
+        num_hidden_layers=2,
+        hidden_size=160,
+        intermediate_size=480,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
     # ~12.6M parameters (9.4M in the blocks, 3.1M in the tied 8192 x 384 embedding): the CPU
     # preset where compression matters. Its block matrices are 384 wide, so DiLoCoX's rank 28
     # is 7 % of a matrix's smaller side (44 % at tiny's width 64), and a BPE vocabulary of 8192
     # makes every token carry about 3.5 bytes of text. 6 query heads of 64, 2 key/value heads.
-    "qwen2-12m": ModelConfig(vocab_size=8192, context=128, num_hidden_layers=6, hidden_size=384,
-                             intermediate_size=1024, num_attention_heads=6, num_key_value_heads=2),
+    "qwen2-12m": ModelConfig(
+        vocab_size=8192,
+        context=128,
+        num_hidden_layers=6,
+        hidden_size=384,
+        intermediate_size=1024,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+    ),
     "qwen1.5-107b": ModelConfig(
         family="qwen2",
         vocab_size=152_064,
@@ -83,8 +111,14 @@ RUN_PRESETS: dict[str, TrainConfig] = {
     "tiny": _TINY_RUN,
     # The same data, topology and batch as tiny; the comm bench's schedule (8 x 25) by default.
     # The outer algorithm's own defaults (int4), as in the width study of docs/benchmarks.md.
-    "tiny-wide": replace(_TINY_RUN, preset="tiny-wide", model=MODEL_PRESETS["tiny-wide"], outer=OuterConfig(),
-                         outer_steps=8, inner_steps=25),
+    "tiny-wide": replace(
+        _TINY_RUN,
+        preset="tiny-wide",
+        model=MODEL_PRESETS["tiny-wide"],
+        outer=OuterConfig(),
+        outer_steps=8,
+        inner_steps=25,
+    ),
     # Trains a BPE of 8192 tokens on the stdlib corpus at data-build time; DiLoCoX with the
     # outer algorithm's defaults (int4 rank-28 factors, bf16 small tensors, one-step-delay
     # overlap). A few outer steps on 2 CPU cores take minutes (docs/benchmarks.md).
@@ -93,8 +127,12 @@ RUN_PRESETS: dict[str, TrainConfig] = {
         method="dilocox",
         model=MODEL_PRESETS["qwen2-12m"],
         outer=OuterConfig(kind="dilocox"),
-        data=DataConfig(stdlib_max_bytes=4_000_000, tokenizer_vocab_size=8192, shard_tokens=65_536,
-                        eval_shards=2),
+        data=DataConfig(
+            stdlib_max_bytes=4_000_000,
+            tokenizer_vocab_size=8192,
+            shard_tokens=65_536,
+            eval_shards=2,
+        ),
         clusters=2,
         stages=2,
         outer_steps=4,

@@ -30,9 +30,9 @@ composition root (``veritrain/``) implements with ledger + storage + attestation
 
     a joining cluster:    recorder.load_checkpoint(ref, names)   # the recorded state it starts from
 
-The trainer moves the enrolments, the request and the evidence between processes (inside a
-cluster over its world, between clusters over the run channel); it never sees a key. A step's record is made only after all of its files were saved, so "step t is
-recorded" means "step t can be resumed from".
+The trainer moves the enrolments, the request and the evidence between processes (inside a cluster
+over its world, between clusters over the run channel); it never sees a key. A step's record is made
+only after all of its files were saved, so "step t is recorded" means "step t can be resumed from".
 """
 
 from __future__ import annotations
@@ -157,7 +157,9 @@ class AppliedRound:
     """One per cluster, the same in every stage (``anomalies`` are the flagged ones)."""
 
 
-TIMING_METRICS = frozenset({"compute_seconds", "comm_seconds", "exposed_comm_seconds", "quorum_seconds", "wall_seconds"})
+TIMING_METRICS = frozenset(
+    {"compute_seconds", "comm_seconds", "exposed_comm_seconds", "quorum_seconds", "wall_seconds"}
+)
 """Metrics measured with a clock: they differ between executions. Every other metric of an
 outer step is computed from the run's data and state, so a bitwise re-execution reproduces it
 exactly."""

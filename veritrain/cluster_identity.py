@@ -9,12 +9,12 @@ or ``VERITRAIN_KEY_DIR`` of that cluster's processes), created there, never copi
                                                        the attestation key (a hardware TEE's
                                                        vendor chain takes its place)
 
-At genesis the cluster enrols the contribution and attestation keys with proofs of possession
-made in its own process (attestation/enrolment.py). At every outer step each of the cluster's
-processes signs its own contribution digest -- the one it computed, not one it is told -- before
-the payload goes on the wire, and the process that speaks for the cluster (pipeline stage 0)
-extends its attester's register with the step's statement and quotes the coordinator's nonce. The signed objects are stored by the
-cluster itself; the coordinator only collects their digests and cannot make them.
+At genesis the cluster enrols the contribution and attestation keys with proofs of possession made
+in its own process (attestation/enrolment.py). At every outer step each of the cluster's processes
+signs its own contribution digest -- the one it computed, not one it is told -- before the payload
+goes on the wire, and the process that speaks for the cluster (pipeline stage 0) extends its
+attester's register with the step's statement and quotes the coordinator's nonce. The signed objects
+are stored by the cluster itself; the coordinator only collects their digests and cannot make them.
 """
 
 from __future__ import annotations
@@ -53,7 +53,10 @@ class ClusterKeyFolder:
 
     def _key(self, run_id: str, cluster: int, role: str) -> SigningKey:
         check_run_id(run_id)  # the run id becomes a folder name: no '/', no '..'
-        return load_or_create(self.root / "runs" / run_id / f"{role}.key", f"{self.origin}/runs/{run_id}/cluster-{cluster}/{role}")
+        return load_or_create(
+            self.root / "runs" / run_id / f"{role}.key",
+            f"{self.origin}/runs/{run_id}/cluster-{cluster}/{role}",
+        )
 
     def contribution_key(self, run_id: str, cluster: int) -> SigningKey:
         return self._key(run_id, cluster, "contribution")
@@ -71,7 +74,10 @@ class ClusterKeyFolder:
         attestation = self.attestation_key(run_id, cluster)
 
         def proof(role: str, key: SigningKey) -> str:
-            return prove_possession(Enrolment(run_id=run_id, config_digest=config_digest, cluster=cluster, role=role), key)
+            return prove_possession(
+                Enrolment(run_id=run_id, config_digest=config_digest, cluster=cluster, role=role),
+                key,
+            )
 
         return ClusterKeys(
             cluster=cluster,
@@ -119,31 +125,45 @@ class ClusterSigner:
                 attestation_key=key, endorsement=endorsement, launch_measurement=launch_measurement
             )
 
-    def sign(self, step: int, own: ContributionDigest, commitments: InnerCommitments | None) -> StageContribution:
+    def sign(
+        self, step: int, own: ContributionDigest, commitments: InnerCommitments | None
+    ) -> StageContribution:
         """This process's signature over its own contribution digest of ``step`` and its
         per-inner-step ``commitments``, both stored."""
         return self._sign(step, own, commitments)
 
     def attest(
-        self, request: AttestationRequest, own: ContributionDigest | None, commitments: InnerCommitments | None
+        self,
+        request: AttestationRequest,
+        own: ContributionDigest | None,
+        commitments: InnerCommitments | None,
     ) -> ClusterEvidence | None:
         contribution = self._sign(request.step, own, commitments) if own is not None else None
         quote = self._quote(request) if self._attester is not None else None
         if contribution is None and quote is None:
             return None
-        return ClusterEvidence(cluster=self._cluster, stage=self._stage, contribution=contribution, quote=quote)
+        return ClusterEvidence(
+            cluster=self._cluster, stage=self._stage, contribution=contribution, quote=quote
+        )
 
-    def _sign(self, step: int, own: ContributionDigest, commitments: InnerCommitments | None) -> StageContribution:
+    def _sign(
+        self, step: int, own: ContributionDigest, commitments: InnerCommitments | None
+    ) -> StageContribution:
         if (own.cluster, own.stage) != (self._cluster, self._stage):
             raise RecorderError(
-                f"cluster {self._cluster} stage {self._stage} was asked to sign cluster {own.cluster} stage {own.stage}'s "
+                f"cluster {self._cluster} stage {self._stage} was asked "
+                f"to sign cluster {own.cluster} stage {own.stage}'s "
                 "contribution: a process signs only its own"
             )
-        if commitments is None or (commitments.run_id, commitments.step, commitments.cluster, commitments.stage) != (
-            self._run_id, step, own.cluster, own.stage
-        ):
+        if commitments is None or (
+            commitments.run_id,
+            commitments.step,
+            commitments.cluster,
+            commitments.stage,
+        ) != (self._run_id, step, own.cluster, own.stage):
             raise RecorderError(
-                f"cluster {own.cluster} stage {own.stage} was asked to sign its step-{step} contribution without its own "
+                f"cluster {own.cluster} stage {own.stage} was asked "
+                f"to sign its step-{step} contribution without its own "
                 "per-inner-step commitments for that step"
             )
         commitments_object = self._store.put_bytes(canonical_json(commitments.to_payload()))
@@ -171,15 +191,24 @@ class ClusterSigner:
         # recorded history first (its fresh register would otherwise start over).
         if request.statements[: len(self._attested)] != tuple(self._attested):
             raise RecorderError(
-                f"cluster {self._cluster}: the coordinator's statement history no longer extends the one this "
+                f"cluster {self._cluster}: the coordinator's "
+                "statement history no longer extends the one this "
                 "cluster attested (a rewritten log?); refusing to quote"
             )
         for digest in request.statements[len(self._attested) :]:
-            self._attester.extend(register=OUTER_STEP_REGISTER, digest=bytes.fromhex(digest), event_type=OUTER_STEP_EVENT)
+            self._attester.extend(
+                register=OUTER_STEP_REGISTER,
+                digest=bytes.fromhex(digest),
+                event_type=OUTER_STEP_EVENT,
+            )
             self._attested.append(digest)
         if self._attested[-1] != request.statement_digest:
-            raise RecorderError(f"cluster {self._cluster}: the request's statement is not the last of its history")
+            raise RecorderError(
+                f"cluster {self._cluster}: the request's statement is not the last of its history"
+            )
         nonce = bytes.fromhex(request.nonce)
-        binding = report_data(nonce, bytes.fromhex(request.prev_leaf), bytes.fromhex(request.statement_digest))
+        binding = report_data(
+            nonce, bytes.fromhex(request.prev_leaf), bytes.fromhex(request.statement_digest)
+        )
         quote = self._attester.quote(report_data=binding, nonce=nonce)
         return QuoteRef(cluster=self._cluster, object=self._store.put_bytes(quote))

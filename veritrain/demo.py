@@ -1,8 +1,8 @@
 """``veritrain demo``: the whole promise in one command, on the embedded defaults.
 
 1. build the default corpus (Python standard-library sources, byte-level);
-2. train the ``tiny`` preset with DiLoCoX, 2 clusters x 2 pipeline stages, recording every outer step in
-   the SQLite ledger and the local object folder (signed, attested);
+2. train the ``tiny`` preset with DiLoCoX, 2 clusters x 2 pipeline stages, recording every outer
+   step in the SQLite ledger and the local object folder (signed, attested);
 3. verify the run (``veritrain verify``) and re-execute one step bitwise (``veritrain reproduce``);
 4. serve the audit page, unless ``--no-serve``.
 
@@ -44,7 +44,9 @@ class DemoResult:
         return self.report.ok and self.reproduction.ok
 
 
-def run_demo(settings: Settings, *, console: Console | None = None, reproduce_step_number: int = 2) -> DemoResult:
+def run_demo(
+    settings: Settings, *, console: Console | None = None, reproduce_step_number: int = 2
+) -> DemoResult:
     console = console or Console()
     started = time.monotonic()
     run_id = "demo-" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
@@ -52,16 +54,21 @@ def run_demo(settings: Settings, *, console: Console | None = None, reproduce_st
     console.rule(f"[bold]veritrain demo[/] — run {run_id}")
     console.print(
         f"ledger {settings.database_url}\nobjects {settings.store_url}\n"
-        f"model '{DEMO_PRESET}' ({config.model.parameter_count():,} parameters), {config.clusters} clusters x "
-        f"{config.stages} pipeline stages, {config.outer_steps} outer steps of H={config.inner_steps}, method {config.method}"
+        f"model '{DEMO_PRESET}' ({config.model.parameter_count():,} "
+        f"parameters), {config.clusters} clusters x "
+        f"{config.stages} pipeline stages, {config.outer_steps} outer "
+        f"steps of H={config.inner_steps}, method {config.method}"
     )
 
     cluster_keys = settings.data_dir / "cluster-keys"
     console.print(
-        f"keys: the coordinator's (log, statement) in {settings.keys_path}; each cluster's own, as on its own host, in "
+        "keys: the coordinator's (log, statement) in "
+        f"{settings.keys_path}; each cluster's own, as on its own host, in "
         + ", ".join(f"{cluster_keys / f'cluster-{j}'}" for j in range(config.clusters))
     )
-    console.rule("1-2. build the corpus and train (every outer step is recorded, signed and attested)")
+    console.rule(
+        "1-2. build the corpus and train (every outer step is recorded, signed and attested)"
+    )
     train_recorded(settings, config, cluster_keys=cluster_keys)
 
     console.rule("3. verify the run from its ledger and objects")

@@ -35,7 +35,9 @@ def read_data_manifest(source: RunSource, entry: DataManifestEntry) -> DataManif
         document = json.loads(raw)
         if canonical_json(document) != raw:
             raise DownloadError("the data manifest object is not RFC 8785 canonical JSON")
-        manifest = DataManifest.from_payload(document, where=f"data manifest object {entry.manifest_object[:16]}…")
+        manifest = DataManifest.from_payload(
+            document, where=f"data manifest object {entry.manifest_object[:16]}…"
+        )
     except (ValueError, RecordError) as exc:
         raise DownloadError(str(exc)) from None
     if isinstance(entry.manifest, DataManifest) and entry.manifest != manifest:
@@ -46,17 +48,24 @@ def read_data_manifest(source: RunSource, entry: DataManifestEntry) -> DataManif
 def read_checkpoint_manifest(source: RunSource, checkpoint: CheckpointRef) -> Manifest:
     """The checkpoint manifest object, re-hashed and checked to have the recorded root."""
     try:
-        manifest = Manifest.from_json(read_verified(source, checkpoint.manifest_object, SMALL_OBJECT_LIMIT))
+        manifest = Manifest.from_json(
+            read_verified(source, checkpoint.manifest_object, SMALL_OBJECT_LIMIT)
+        )
     except ValueError as exc:
-        raise DownloadError(f"checkpoint manifest {checkpoint.manifest_object[:16]}…: {exc}") from None
+        raise DownloadError(
+            f"checkpoint manifest {checkpoint.manifest_object[:16]}…: {exc}"
+        ) from None
     if manifest.root != checkpoint.manifest_root:
         raise DownloadError(
-            f"manifest root: expected {checkpoint.manifest_root}, got {manifest.root} (another checkpoint?)"
+            f"manifest root: expected {checkpoint.manifest_root}, "
+            f"got {manifest.root} (another checkpoint?)"
         )
     return manifest
 
 
-def download_checkpoint(source: RunSource, checkpoint: CheckpointRef, directory: Path) -> CheckpointFiles:
+def download_checkpoint(
+    source: RunSource, checkpoint: CheckpointRef, directory: Path
+) -> CheckpointFiles:
     """The state a step recorded, file by file (the Hugging Face index is derived from the
     shards and left out)."""
     from trainer.checkpoint import load_checkpoint_directory
@@ -70,7 +79,11 @@ def download_checkpoint(source: RunSource, checkpoint: CheckpointRef, directory:
 
 
 def download_data(
-    source: RunSource, manifest: DataManifest, directory: Path, *, shards: Iterable[int] | None = None
+    source: RunSource,
+    manifest: DataManifest,
+    directory: Path,
+    *,
+    shards: Iterable[int] | None = None,
 ) -> PreparedData:
     """The run's data as recorded: ``shards`` (default: all) and the tokenizer's file (if the
     corpus has one) downloaded into ``directory``, each verified against its digest (a file

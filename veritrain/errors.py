@@ -11,7 +11,7 @@ failed check with exit status 1 instead).
     ├── DownloadError       what was downloaded is not what the log records
     ├── ReproduceError      a step cannot be re-executed as asked
     └── BenchError          a benchmark cannot run or measure as asked
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 

@@ -17,12 +17,16 @@ from trainer.data.tokenizer import Tokenizer
 from trainer.generate import greedy_generate
 
 
-def generate(config: TrainConfig, tokenizer: Tokenizer, state: Mapping[str, torch.Tensor]) -> Generations:
+def generate(
+    config: TrainConfig, tokenizer: Tokenizer, state: Mapping[str, torch.Tensor]
+) -> Generations:
     """Greedy continuations of the run's prompts by the model ``state`` (its full set of
     parameters, as a checkpoint's model files hold them)."""
     settings = config.generation
     prompt_ids = [tokenizer.encode(prompt) for prompt in settings.prompts]
-    outputs = greedy_generate(config.model, state, prompt_ids, settings.max_new_tokens, eos_token_id=tokenizer.end_of_text)
+    outputs = greedy_generate(
+        config.model, state, prompt_ids, settings.max_new_tokens, eos_token_id=tokenizer.end_of_text
+    )
     return Generations(
         prompts=settings.prompts,
         max_new_tokens=settings.max_new_tokens,

@@ -32,9 +32,13 @@ from veritrain.model_signature import load_or_create_key, public_pem
 from veritrain.policy import PolicyChoice
 
 
-def reference_launch_measurement(code: CodeIdentity, dependencies: DependencyIdentity, config_digest: str) -> bytes:
+def reference_launch_measurement(
+    code: CodeIdentity, dependencies: DependencyIdentity, config_digest: str
+) -> bytes:
     return launch_measurement(
-        code_digest=code.source_sha256, dependency_digest=dependencies.sha256, config_digest=config_digest
+        code_digest=code.source_sha256,
+        dependency_digest=dependencies.sha256,
+        config_digest=config_digest,
     )
 
 
@@ -49,7 +53,8 @@ def run_genesis(
 ) -> Genesis:
     if canonical_digest(dict(run.config)) != run.config_digest:
         raise RecorderError(
-            f"run {run.run_id!r}: the trainer's config digest {run.config_digest} is not the digest of its configuration"
+            f"run {run.run_id!r}: the trainer's config digest "
+            f"{run.config_digest} is not the digest of its configuration"
         )
     where = f"run {run.run_id!r} genesis"
     topology = Topology.read(Fields(run.topology, where=where, path="topology"))
@@ -75,12 +80,16 @@ def run_genesis(
             svn=SOFTWARE_SVN,
             minimum_svn=SOFTWARE_SVN,
             debug=False,
-            launch_measurement=reference_launch_measurement(code, dependencies, run.config_digest).hex(),
+            launch_measurement=reference_launch_measurement(
+                code, dependencies, run.config_digest
+            ).hex(),
             reference=ReferenceDigests(
                 code_digest=code.source_sha256,
                 dependency_digest=dependencies.sha256,
                 config_digest=run.config_digest,
             ),
         ),
-        verification_policy=policy.recorded(hardware=training_hardware(topology.device, torch_version=dependencies.torch)),
+        verification_policy=policy.recorded(
+            hardware=training_hardware(topology.device, torch_version=dependencies.torch)
+        ),
     )

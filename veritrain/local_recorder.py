@@ -47,17 +47,22 @@ def step_directory(root: Path, step: int) -> Path:
 
 def latest_recorded_step(root: Path) -> int | None:
     """The highest step whose ``record.json`` exists under ``root`` (None when there is none)."""
-    steps = [int(p.parent.name.removeprefix("step-")) for p in (root / "steps").glob(f"step-*/{RECORD}")]
+    steps = [
+        int(p.parent.name.removeprefix("step-")) for p in (root / "steps").glob(f"step-*/{RECORD}")
+    ]
     return max(steps) if steps else None
 
 
 def resume_directory(path: Path) -> Path:
-    """A step folder to resume from: ``path`` itself, or the latest recorded step under a run root."""
+    """A step folder to resume from: ``path`` itself, or the latest recorded step under a run
+    root."""
     if (path / RECORD).is_file():
         return path
     step = latest_recorded_step(path)
     if step is None:
-        raise CheckpointError(f"expected a recorded step folder or a run folder at {path}, found no {RECORD}")
+        raise CheckpointError(
+            f"expected a recorded step folder or a run folder at {path}, found no {RECORD}"
+        )
     return step_directory(path, step)
 
 
@@ -82,7 +87,9 @@ class LocalDirectoryRecorder(SignsNothing):
             "model": run.model,
             "seed": run.seed,
             "resumed_from_step": run.resumed_from_step,
-            "shard_directory": str(shards.directory) if isinstance(shards, DirectoryShardSource) else None,
+            "shard_directory": str(shards.directory)
+            if isinstance(shards, DirectoryShardSource)
+            else None,
         }
         _write_json(self.root / "run.json", document)
         _write_json(self.root / "data-manifest.json", run.data_manifest.to_payload())

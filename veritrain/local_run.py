@@ -20,7 +20,9 @@ def recorded_config(run_directory: Path) -> TrainConfig:
     """The configuration a run folder was trained with (from its ``run.json``)."""
     path = run_directory / "run.json"
     if not path.is_file():
-        raise CheckpointError(f"expected run.json in {run_directory} to read the run's configuration, it is missing")
+        raise CheckpointError(
+            f"expected run.json in {run_directory} to read the run's configuration, it is missing"
+        )
     return TrainConfig.from_dict(json.loads(path.read_text())["config"])
 
 
@@ -48,6 +50,12 @@ def train_into_directory(
     if placement is None:
         return train(config, factory, state, data_dir=data_dir, quiet=quiet)
     return train_cluster(
-        config, factory, cluster=placement.cluster, lighthouse=placement.lighthouse, resume_state=state,
-        data_dir=data_dir, quiet=quiet, advertise_host=placement.advertise,
+        config,
+        factory,
+        cluster=placement.cluster,
+        lighthouse=placement.lighthouse,
+        resume_state=state,
+        data_dir=data_dir,
+        quiet=quiet,
+        advertise_host=placement.advertise,
     )

@@ -1,8 +1,8 @@
 """OpenSSF model signing of every checkpoint (PyPI ``model-signing``): the file ``model.sig``
 that lets the standard tool check a downloaded checkpoint folder::
 
-    huggingface_hub.snapshot_download(repo_id=RUN, revision="step-000012", endpoint=URL, local_dir=D)
-    model_signing verify key --public_key model-signing.pub --signature D/model.sig D
+    huggingface_hub.snapshot_download(repo_id=RUN, revision="step-000012", endpoint=URL,
+    local_dir=D) model_signing verify key --public_key model-signing.pub --signature D/model.sig D
 
 The coordinator signs each step's checkpoint with an elliptic-curve key of its own key folder
 (``runs/<run>/model-signing.pem``; the tool signs with P-256/384/521 keys, not Ed25519), whose
@@ -53,7 +53,9 @@ def load_or_create_key(path: Path) -> ec.EllipticCurvePrivateKey:
         return key
     key = ec.generate_private_key(ec.SECP256R1())
     path.parent.mkdir(parents=True, exist_ok=True)
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "wb") as handle:
         handle.write(pem)
@@ -61,7 +63,11 @@ def load_or_create_key(path: Path) -> ec.EllipticCurvePrivateKey:
 
 
 def public_pem(key: ec.EllipticCurvePrivateKey) -> str:
-    return key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    return (
+        key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
 
 
 def sign_checkpoint(store: ObjectStore, manifest: Manifest, key_path: Path) -> bytes:
@@ -98,7 +104,9 @@ def check_signature(signature: bytes, manifest: Manifest, public_key_pem: str) -
         statement = json.loads(payload)
         subjects = statement["subject"]
         predicate = statement["predicate"]
-        resources = {str(r["name"]): (str(r["algorithm"]), str(r["digest"])) for r in predicate["resources"]}
+        resources = {
+            str(r["name"]): (str(r["algorithm"]), str(r["digest"])) for r in predicate["resources"]
+        }
     except (ValueError, KeyError, TypeError) as exc:
         raise ModelSignatureError(f"model.sig is not a model-signing bundle: {exc!r}") from None
     key = serialization.load_pem_public_key(public_key_pem.encode())
@@ -108,15 +116,21 @@ def check_signature(signature: bytes, manifest: Manifest, public_key_pem: str) -
     if not any(_verifies(key, s, message) for s in signatures):
         raise ModelSignatureError("model.sig does not verify under the genesis' model-signing key")
     if statement.get("predicateType") != PREDICATE_TYPE:
-        raise ModelSignatureError(f"model.sig: expected predicate type {PREDICATE_TYPE}, got {statement.get('predicateType')!r}")
+        raise ModelSignatureError(
+            f"model.sig: expected predicate type {PREDICATE_TYPE}, "
+            f"got {statement.get('predicateType')!r}"
+        )
     expected = {e.name: ("sha256", e.digest) for e in manifest.entries}
     if resources != expected:
         raise ModelSignatureError(
-            f"model.sig signs files {sorted(resources)}, the checkpoint holds {sorted(expected)} (or other digests)"
+            f"model.sig signs files {sorted(resources)}, the "
+            f"checkpoint holds {sorted(expected)} (or other digests)"
         )
     roots = [s.get("digest", {}).get("sha256") for s in subjects if isinstance(s, dict)]
     if roots != [manifest.root]:
-        raise ModelSignatureError(f"model.sig: expected the manifest root {manifest.root} as its subject, got {roots}")
+        raise ModelSignatureError(
+            f"model.sig: expected the manifest root {manifest.root} as its subject, got {roots}"
+        )
 
 
 def _verifies(key: ec.EllipticCurvePublicKey, signature: bytes, message: bytes) -> bool:

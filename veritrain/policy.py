@@ -56,13 +56,17 @@ class PolicyChoice:
 
     def __post_init__(self) -> None:
         if self.mode not in ("bitwise", "tolerance"):
-            raise ValueError(f"PolicyChoice.mode: expected 'bitwise' or 'tolerance', got {self.mode!r}")
+            raise ValueError(
+                f"PolicyChoice.mode: expected 'bitwise' or 'tolerance', got {self.mode!r}"
+            )
         problem = tolerance_problem(self.tolerance())
         if problem:
             raise ValueError(f"PolicyChoice: {problem}")
 
     def tolerance(self) -> Tolerance:
-        return Tolerance(metric=self.metric, delta=self.delta, parameter_distance=self.parameter_distance)
+        return Tolerance(
+            metric=self.metric, delta=self.delta, parameter_distance=self.parameter_distance
+        )
 
     def recorded(self, *, hardware: HardwareClass) -> VerificationPolicy:
         """The genesis' policy: this choice on the hardware class the run trains on."""
@@ -85,10 +89,14 @@ def tolerance_problem(tolerance: Tolerance) -> str | None:
     if bound is None:
         return f"expected a tolerance on one of {sorted(METRIC_BOUNDS)}, got {tolerance.metric!r}"
     if not 0 <= tolerance.delta <= bound:
-        return f"expected a {tolerance.metric} tolerance within [0, {bound}] (published bound), got {tolerance.delta}"
+        return (
+            f"expected a {tolerance.metric} tolerance within [0, "
+            f"{bound}] (published bound), got {tolerance.delta}"
+        )
     if not 0 < tolerance.parameter_distance <= PARAMETER_DISTANCE_BOUND:
         return (
-            f"expected a parameter distance within (0, {PARAMETER_DISTANCE_BOUND}] (published bound, measured by "
+            "expected a parameter distance within (0, "
+            f"{PARAMETER_DISTANCE_BOUND}] (published bound, measured by "
             f"`veritrain bench audit`), got {tolerance.parameter_distance}"
         )
     return None
@@ -102,9 +110,13 @@ def policy_problems(policy: VerificationPolicy) -> list[str]:
         problems.append(tolerance)
     hardware = policy.hardware
     if hardware.device not in DEVICES:
-        problems.append(f"expected a hardware device among {list(DEVICES)}, got {hardware.device!r}")
+        problems.append(
+            f"expected a hardware device among {list(DEVICES)}, got {hardware.device!r}"
+        )
     if hardware.machine not in MACHINES:
-        problems.append(f"expected a CPU architecture among {list(MACHINES)}, got {hardware.machine!r}")
+        problems.append(
+            f"expected a CPU architecture among {list(MACHINES)}, got {hardware.machine!r}"
+        )
     if not hardware.cpu_capability:
         problems.append("expected the CPU capability torch dispatches to (e.g. 'AVX2'), got ''")
     if not _TORCH_VERSION.fullmatch(hardware.torch):
@@ -114,11 +126,25 @@ def policy_problems(policy: VerificationPolicy) -> list[str]:
     if hardware.device == "cuda":
         missing = [name for name, value in cuda_fields.items() if not value and name != "cudnn"]
         if missing:
-            problems.append(f"expected a CUDA hardware class to name its {' and '.join(missing)}, got none")
-    elif any(value is not None for value in cuda_fields.values()) or flags.cudnn_benchmark is not None:
-        problems.append(f"expected no GPU, CUDA or cuDNN fields on a {hardware.device!r} class, got {cuda_fields}")
+            problems.append(
+                f"expected a CUDA hardware class to name its {' and '.join(missing)}, got none"
+            )
+    elif (
+        any(value is not None for value in cuda_fields.values())
+        or flags.cudnn_benchmark is not None
+    ):
+        problems.append(
+            "expected no GPU, CUDA or cuDNN fields on a "
+            f"{hardware.device!r} class, got {cuda_fields}"
+        )
     if policy.mode == "bitwise" and not flags.algorithms:
-        problems.append("expected deterministic algorithms under a bitwise policy, the genesis says they were off")
+        problems.append(
+            "expected deterministic algorithms under a "
+            "bitwise policy, the genesis says they were off"
+        )
     if policy.mode == "bitwise" and flags.cudnn_benchmark:
-        problems.append("expected cuDNN autotuning off under a bitwise policy (it picks kernels by timing), it was on")
+        problems.append(
+            "expected cuDNN autotuning off under a bitwise "
+            "policy (it picks kernels by timing), it was on"
+        )
     return problems

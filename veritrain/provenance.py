@@ -20,7 +20,16 @@ from pathlib import Path
 
 from records.genesis import CodeIdentity, DependencyIdentity
 
-PACKAGES = ("attestation", "records", "storage", "ledger", "trainer", "web", "veritrain", "migrations")
+PACKAGES = (
+    "attestation",
+    "records",
+    "storage",
+    "ledger",
+    "trainer",
+    "web",
+    "veritrain",
+    "migrations",
+)
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -40,7 +49,9 @@ def code_identity(root: Path = SOURCE_ROOT) -> CodeIdentity:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         tree.update(f"{digest}  {path.relative_to(root).as_posix()}\n".encode())
     commit, dirty = _git_state(root)
-    return CodeIdentity(source_sha256=tree.hexdigest(), git_commit=commit, git_dirty=dirty, files=len(files))
+    return CodeIdentity(
+        source_sha256=tree.hexdigest(), git_commit=commit, git_dirty=dirty, files=len(files)
+    )
 
 
 def dependency_identity() -> DependencyIdentity:
@@ -69,10 +80,22 @@ def _git_state(root: Path) -> tuple[str | None, bool]:
         return None, False
     try:
         commit = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
         status = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", *PACKAGES],
+            [
+                "git",
+                "-C",
+                str(root),
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                *PACKAGES,
+            ],
             capture_output=True,
             text=True,
             check=True,

@@ -83,9 +83,13 @@ class RecordedRun:
     def genesis(self) -> Genesis:
         entry = self.genesis_entry
         if entry is None:
-            raise RecordedRunError(f"run {self.run_id!r}: expected entry 0 to be the {KIND_GENESIS}, it is not")
+            raise RecordedRunError(
+                f"run {self.run_id!r}: expected entry 0 to be the {KIND_GENESIS}, it is not"
+            )
         if not isinstance(entry.record, Genesis):
-            raise RecordedRunError(f"run {self.run_id!r}: the genesis cannot be read: {entry.problem}")
+            raise RecordedRunError(
+                f"run {self.run_id!r}: the genesis cannot be read: {entry.problem}"
+            )
         return entry.record
 
     @property
@@ -104,7 +108,9 @@ class RecordedRun:
         if entry is None:
             raise RecordedRunError(f"run {self.run_id!r} has no {KIND_DATA_MANIFEST} entry yet")
         if not isinstance(entry.record, DataManifestEntry):
-            raise RecordedRunError(f"run {self.run_id!r}: the data manifest entry cannot be read: {entry.problem}")
+            raise RecordedRunError(
+                f"run {self.run_id!r}: the data manifest entry cannot be read: {entry.problem}"
+            )
         return entry.record
 
     @property
@@ -123,7 +129,9 @@ class RecordedRun:
                 return entry.record  # type: ignore[return-value]  # step is set only for OuterStep
         steps = [s.step for _, s in self.outer_steps]
         recorded = f"{min(steps)}..{max(steps)}" if steps else "none"
-        raise RecordedRunError(f"run {self.run_id!r} has no recorded outer step {step} (recorded: {recorded})")
+        raise RecordedRunError(
+            f"run {self.run_id!r} has no recorded outer step {step} (recorded: {recorded})"
+        )
 
     @property
     def last_step(self) -> int | None:
@@ -150,9 +158,13 @@ def _parse(index: int, body: bytes) -> LogEntry:
     try:
         document = json.loads(body)
     except ValueError as exc:
-        return LogEntry(index, body, leaf, "", None, None, f"entry {index}: the body is not JSON: {exc}")
+        return LogEntry(
+            index, body, leaf, "", None, None, f"entry {index}: the body is not JSON: {exc}"
+        )
     if not isinstance(document, dict):
-        return LogEntry(index, body, leaf, "", None, None, f"entry {index}: the body is not a JSON object")
+        return LogEntry(
+            index, body, leaf, "", None, None, f"entry {index}: the body is not a JSON object"
+        )
     kind = document.get("kind")
     kind = kind if isinstance(kind, str) else ""
     recorded_at = _timestamp(document.get("recorded_at"))

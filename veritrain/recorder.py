@@ -153,7 +153,9 @@ class LedgerRecorder:
             cluster=cluster,
             stage=self._process.stage,
             store=self._store,
-            launch_measurement=reference_launch_measurement(code_identity(), dependency_identity(), run.config_digest),
+            launch_measurement=reference_launch_measurement(
+                code_identity(), dependency_identity(), run.config_digest
+            ),
         )
         if self._process.stage != SPEAKER_STAGE:
             return None
@@ -181,18 +183,28 @@ class LedgerRecorder:
         return self._signer.attest(request, own, commitments)
 
     def publish_contribution(
-        self, step: int, own: ContributionDigest, payload: bytes, commitments: InnerCommitments | None = None
+        self,
+        step: int,
+        own: ContributionDigest,
+        payload: bytes,
+        commitments: InnerCommitments | None = None,
     ) -> StageContribution | None:
         """Store the payload (content-addressed: its digest is the contribution's), then sign it
         with the stage's per-inner-step commitments."""
         if self._signer is None:
             raise RecorderError("the recorder was asked to sign a contribution before enrol()")
         if self._store.put_bytes(payload) != own.digest:
-            raise RecorderError(f"cluster {own.cluster} stage {own.stage}: the payload does not hash to its digest")
+            raise RecorderError(
+                f"cluster {own.cluster} stage {own.stage}: the payload does not hash to its digest"
+            )
         return self._signer.sign(step, own, commitments)
 
     def fetch_contribution(self, digest: str) -> bytes | None:
-        return self._store.read_bytes(digest, max_size=MAX_PAYLOAD_BYTES) if self._store.exists(digest) else None
+        return (
+            self._store.read_bytes(digest, max_size=MAX_PAYLOAD_BYTES)
+            if self._store.exists(digest)
+            else None
+        )
 
     def load_checkpoint(
         self, checkpoint: CheckpointRef, names: Callable[[Sequence[str]], Sequence[str]]
@@ -203,12 +215,18 @@ class LedgerRecorder:
 
         manifest = read_manifest(self._store, checkpoint.manifest_object)
         if manifest.root != checkpoint.manifest_root:
-            raise RecorderError(f"checkpoint manifest root: expected {checkpoint.manifest_root}, got {manifest.root}")
+            raise RecorderError(
+                "checkpoint manifest root: expected "
+                f"{checkpoint.manifest_root}, got {manifest.root}"
+            )
         wanted = set(names([e.name for e in manifest.entries]))
         with tempfile.TemporaryDirectory(prefix="veritrain-join-") as folder:
             for entry in manifest.entries:
                 if entry.name in wanted:
-                    with self._store.open(entry.digest) as reader, open(Path(folder) / entry.name, "wb") as out:
+                    with (
+                        self._store.open(entry.digest) as reader,
+                        open(Path(folder) / entry.name, "wb") as out,
+                    ):
                         for chunk in reader:  # verified against the digest as it streams
                             out.write(chunk)
             return load_checkpoint_directory(Path(folder))
@@ -225,7 +243,9 @@ class LedgerRecorder:
     def begin(self, run: RunStart) -> None:
         upgrade(self._settings.database_url)
         ledger = Ledger(
-            create_engine(self._settings.database_url), origin=self._settings.origin, log_keys=self._keys
+            create_engine(self._settings.database_url),
+            origin=self._settings.origin,
+            log_keys=self._keys,
         )
         self._ledger = ledger
         # Witnesses cosign every new head from a background thread: one that is down or does
@@ -241,10 +261,16 @@ class LedgerRecorder:
         if not exists:
             if run.resumed_from_step is not None:
                 raise RecorderError(
-                    f"cannot resume run {run.run_id!r} from step {run.resumed_from_step}: the ledger has no such run"
+                    f"cannot resume run {run.run_id!r} from step "
+                    f"{run.resumed_from_step}: the ledger has no such run"
                 )
             genesis = run_genesis(
-                run, keys=self._keys, clusters=enrollments, code=code, dependencies=dependencies, policy=self._settings.policy
+                run,
+                keys=self._keys,
+                clusters=enrollments,
+                code=code,
+                dependencies=dependencies,
+                policy=self._settings.policy,
             )
             ledger.create_run(run.run_id, genesis.to_payload())
             self._enroll_keys(run.run_id, genesis)
@@ -291,7 +317,9 @@ class LedgerRecorder:
                 compression=_compression(record),
                 config_digest=run.config_digest,
             ),
-            data_shards=[shard_dependency(i, run.shard_digests[i]) for i in shards_read(record.data_ranges)],
+            data_shards=[
+                shard_dependency(i, run.shard_digests[i]) for i in shards_read(record.data_ranges)
+            ],
             metrics_digest=canonical_digest(metrics),
         )
         said = generate(run.config, run.tokenizer, stored_model_state(self._store, files))
@@ -324,7 +352,9 @@ class LedgerRecorder:
         ledger, run = self._coordinator()
         pending = run.pending
         if pending is None or pending.step != record.step:
-            raise RecorderError(f"outer step {record.step} was recorded without being prepared first")
+            raise RecorderError(
+                f"outer step {record.step} was recorded without being prepared first"
+            )
         metrics, nonfinite = _finite_metrics(record.metrics)
         applied = tuple(
             AppliedExchange(
@@ -344,7 +374,10 @@ class LedgerRecorder:
             inner_steps=record.inner_steps,
             method=record.method,
             compression=_compression(record),
-            tokens=Tokens(step=int(record.metrics.get("step_tokens", 0)), total=int(record.metrics.get("tokens", 0))),
+            tokens=Tokens(
+                step=int(record.metrics.get("step_tokens", 0)),
+                total=int(record.metrics.get("tokens", 0)),
+            ),
             metrics=metrics,
             nonfinite_metrics=tuple(nonfinite),
             metrics_digest=canonical_digest(metrics),
@@ -362,7 +395,9 @@ class LedgerRecorder:
                 quotes=quotes,
             ),
         )
-        ledger.append(run.run_id, KIND_OUTER_STEP, step.to_payload(), step=record.step, metrics=metrics)
+        ledger.append(
+            run.run_id, KIND_OUTER_STEP, step.to_payload(), step=record.step, metrics=metrics
+        )
         self._witness(run.run_id)
         run.previous_manifest_root = pending.checkpoint.manifest_root
         run.statements.append(pending.statement_digest)
@@ -389,7 +424,9 @@ class LedgerRecorder:
 
     def _coordinator(self) -> tuple[Ledger, _RunContext]:
         if self._ledger is None or self._run is None:
-            raise RecorderError("the recorder was used before begin() (only the coordinator records steps)")
+            raise RecorderError(
+                "the recorder was used before begin() (only the coordinator records steps)"
+            )
         return self._ledger, self._run
 
     def _enroll_keys(self, run_id: str, genesis: Genesis) -> None:
@@ -398,9 +435,15 @@ class LedgerRecorder:
         self._ledger.enroll_key(keys.statement, role="statement", run_id=run_id)
         for cluster in keys.clusters:
             j = cluster.cluster
-            self._ledger.enroll_key(cluster.contribution, role=f"cluster-{j}-contribution", run_id=run_id)
-            self._ledger.enroll_key(cluster.attestation, role=f"cluster-{j}-attestation", run_id=run_id)
-            self._ledger.enroll_key(cluster.platform_root, role=f"cluster-{j}-platform-root", run_id=run_id)
+            self._ledger.enroll_key(
+                cluster.contribution, role=f"cluster-{j}-contribution", run_id=run_id
+            )
+            self._ledger.enroll_key(
+                cluster.attestation, role=f"cluster-{j}-attestation", run_id=run_id
+            )
+            self._ledger.enroll_key(
+                cluster.platform_root, role=f"cluster-{j}-platform-root", run_id=run_id
+            )
 
     def _record_data(self, run: RunStart) -> None:
         """Upload every shard, then the full manifest, then append the ``data.manifest`` entry."""
@@ -418,7 +461,11 @@ class LedgerRecorder:
     def _store_model_index(self, files: Mapping[str, str]) -> dict[str, str]:
         """Write ``model.safetensors.index.json`` from the stored shards' own headers (tensor
         names and byte sizes), so no process ever holds the whole model."""
-        shards = {name: _stored_tensor_sizes(self._store, digest) for name, digest in files.items() if is_model_shard(name)}
+        shards = {
+            name: _stored_tensor_sizes(self._store, digest)
+            for name, digest in files.items()
+            if is_model_shard(name)
+        }
         if not shards:
             return {}
         with tempfile.TemporaryDirectory(prefix="veritrain-index-") as folder:
@@ -457,7 +504,11 @@ class _RunContext:
 
 def _compression(record: OuterStepRecord) -> Compression:
     last = record.applied[-1] if record.applied else None
-    return Compression(rank=last.rank, bits=last.bits) if last else Compression(rank=0, bits=UNCOMPRESSED_BITS)
+    return (
+        Compression(rank=last.rank, bits=last.bits)
+        if last
+        else Compression(rank=0, bits=UNCOMPRESSED_BITS)
+    )
 
 
 def _checked_enrollments(run: RunStart, *, every_cluster: bool) -> tuple[ClusterKeys, ...]:
@@ -467,18 +518,23 @@ def _checked_enrollments(run: RunStart, *, every_cluster: bool) -> tuple[Cluster
     enrollments = tuple(sorted(run.enrollments, key=lambda k: k.cluster))
     if every_cluster and [k.cluster for k in enrollments] != list(range(clusters)):
         raise RecorderError(
-            f"expected the enrolment of every cluster 0..{clusters - 1}, got clusters {[k.cluster for k in enrollments]}"
+            f"expected the enrolment of every cluster 0..{clusters - 1}, "
+            f"got clusters {[k.cluster for k in enrollments]}"
         )
     for keys in enrollments:
         for role, vkey, proof in (
             ("contribution", keys.contribution, keys.contribution_proof),
             ("attestation", keys.attestation, keys.attestation_proof),
         ):
-            enrolment = Enrolment(run_id=run.run_id, config_digest=run.config_digest, cluster=keys.cluster, role=role)
+            enrolment = Enrolment(
+                run_id=run.run_id, config_digest=run.config_digest, cluster=keys.cluster, role=role
+            )
             try:
                 verify_possession(enrolment, PublicKey.from_vkey(vkey), proof)
             except AttestationError as exc:
-                raise RecorderError(f"cluster {keys.cluster} enrolled a {role} key it does not hold: {exc}") from None
+                raise RecorderError(
+                    f"cluster {keys.cluster} enrolled a {role} key it does not hold: {exc}"
+                ) from None
     return enrollments
 
 
@@ -488,24 +544,35 @@ def _collect_evidence(
     """The step's signed contributions and quotes, as the clusters' processes made them: every
     contribution the step reports, signed over the digest it reports, and a quote from every
     cluster in ``clusters`` (the step's clusters that were still there to quote)."""
-    signed = {(e.cluster, e.contribution.stage): e.contribution for e in record.evidence if e.contribution is not None}
+    signed = {
+        (e.cluster, e.contribution.stage): e.contribution
+        for e in record.evidence
+        if e.contribution is not None
+    }
     wanted = {(c.cluster, c.stage): c.digest for c in record.contribution_digests}
     for key, digest in wanted.items():
         got = signed.get(key)
         if got is None or got.digest != digest:
             raise RecorderError(
-                f"outer step {record.step}: cluster {key[0]} stage {key[1]} did not sign its contribution {digest[:16]}…"
+                f"outer step {record.step}: cluster {key[0]} stage "
+                f"{key[1]} did not sign its contribution {digest[:16]}…"
             )
     by_cluster: dict[int, list[StageContribution]] = {}
     for (cluster, _), contribution in sorted(signed.items()):
         if (cluster, contribution.stage) in wanted:
             by_cluster.setdefault(cluster, []).append(contribution)
-    quotes = {e.quote.cluster: e.quote for e in record.evidence if e.quote is not None and e.quote.cluster in clusters}
+    quotes = {
+        e.quote.cluster: e.quote
+        for e in record.evidence
+        if e.quote is not None and e.quote.cluster in clusters
+    }
     missing = [c for c in clusters if c not in quotes]
     if missing:
         raise RecorderError(f"outer step {record.step}: no quote from cluster(s) {missing}")
     return (
-        tuple(ClusterContributions(cluster=c, stages=tuple(s)) for c, s in sorted(by_cluster.items())),
+        tuple(
+            ClusterContributions(cluster=c, stages=tuple(s)) for c, s in sorted(by_cluster.items())
+        ),
         tuple(quotes[c] for c in clusters),
     )
 
@@ -526,20 +593,24 @@ def _recorded(ledger: Ledger, run_id: str) -> RecordedRun:
     return RecordedRun.from_bodies(run_id, bodies)
 
 
-def _check_continuation(recorded: RecordedRun, run: RunStart, enrollments: tuple[ClusterKeys, ...]) -> None:
+def _check_continuation(
+    recorded: RecordedRun, run: RunStart, enrollments: tuple[ClusterKeys, ...]
+) -> None:
     """A launch may only continue the ledger's run: same configuration, same cluster keys,
     right step."""
     genesis = recorded.genesis
     for keys in enrollments:
         if keys.cluster < len(genesis.keys.clusters) and genesis.keys.cluster(keys.cluster) != keys:
             raise RecorderError(
-                f"cluster {keys.cluster}'s key folder holds other keys than run {run.run_id!r} enrolled at genesis: "
+                f"cluster {keys.cluster}'s key folder holds other "
+                f"keys than run {run.run_id!r} enrolled at genesis: "
                 "resume each cluster with the key folder it started with"
             )
     if genesis.config_digest != run.config_digest:
         raise RecorderError(
             f"run {run.run_id!r} exists with configuration {genesis.config_digest}, "
-            f"got {run.config_digest}: pick another run id, or resume it with `veritrain train --resume {run.run_id}`"
+            f"got {run.config_digest}: pick another run id, or "
+            f"resume it with `veritrain train --resume {run.run_id}`"
         )
     latest = recorded.last_step
     if latest != run.resumed_from_step:

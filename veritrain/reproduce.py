@@ -95,8 +95,10 @@ def verified_run(source: RunSource, run_id: str | None) -> tuple[RecordedRun, Tr
     if report.failures or config is None:
         shown = "; ".join(f"{f.where()}{f.message}" for f in report.failures[:5])
         raise ReproduceError(
-            f"run {run_id!r}: the log does not verify, so there is nothing trustworthy to re-execute against "
-            f"({len(report.failures)} problem(s): {shown}); run `veritrain verify {run_id}` for the full report"
+            f"run {run_id!r}: the log does not verify, so there "
+            "is nothing trustworthy to re-execute against "
+            f"({len(report.failures)} problem(s): {shown}); run "
+            f"`veritrain verify {run_id}` for the full report"
         )
     return run, config
 
@@ -179,7 +181,9 @@ def reproduce_step(
         )
         seconds = time.perf_counter() - started
 
-        verdicts = _compare_commitments(comparison, counting, run, recorded, result, clusters, choice)
+        verdicts = _compare_commitments(
+            comparison, counting, run, recorded, result, clusters, choice
+        )
         if bisect:
             comparison.bisection = _bisection(
                 comparison, verdicts, clusters, recorded, first_inner_step, seconds, counting
@@ -211,7 +215,9 @@ def reproduce_step(
 def _eval_batches(config: TrainConfig) -> int:
     """Held-out batches the step reads: its evaluation, and the verdicts' probe."""
     outer = config.outer
-    probe = outer.anomaly_probe_batches if config.method != "allreduce" and outer.anomaly_scores else 0
+    probe = (
+        outer.anomaly_probe_batches if config.method != "allreduce" and outer.anomaly_scores else 0
+    )
     return max(config.eval_batches, probe)
 
 
@@ -233,12 +239,15 @@ def _add_scored_windows(
                 windows.setdefault(shard, set()).update(starts)
 
 
-def _payloads_in_flight(source: RunSource, previous: OuterStep, before: CheckpointFiles) -> dict[str, bytes]:
+def _payloads_in_flight(
+    source: RunSource, previous: OuterStep, before: CheckpointFiles
+) -> dict[str, bytes]:
     """The payloads of the previous step's round (in flight under the one-step delay) whose
     clusters saved no outer state with them -- they left the run during that step -- read
     from the store by digest, verified. Every other payload is in the state before."""
     wanted = {
-        digest for (cluster, stage), digest in previous.signed_contributions().items()
+        digest
+        for (cluster, stage), digest in previous.signed_contributions().items()
         if outer_file(cluster, stage) not in before.tensors
     }
     return {digest: read_verified(source, digest, PAYLOAD_LIMIT) for digest in sorted(wanted)}
@@ -256,7 +265,8 @@ def _compare_commitments(
     """Every re-run (cluster, stage)'s recorded commitments against the re-execution's."""
     if run.genesis.method == "allreduce":
         comparison.notes.append(
-            "AllReduce exchanges gradients every inner step and records no per-inner-step commitments"
+            "AllReduce exchanges gradients every inner "
+            "step and records no per-inner-step commitments"
         )
         return []
     signed, problems = recorded_commitments(source, run.genesis, recorded, clusters)
@@ -272,7 +282,11 @@ def _compare_commitments(
             )
             continue
         verdict = judge_stage(
-            signed[key], again[key], mode=choice.mode, bound=choice.bound, granularity=choice.granularity
+            signed[key],
+            again[key],
+            mode=choice.mode,
+            bound=choice.bound,
+            granularity=choice.granularity,
         )
         verdicts.append(verdict)
         judged = comparison.matched if verdict.ok else comparison.mismatched
@@ -320,7 +334,9 @@ def _download_report(
     chosen = {steps[round(k * spread)].step for k in range(SIZED_CHECKPOINTS)}
     if previous is not None:
         chosen.add(previous.step)
-    sizes = {s.step: checkpoint_bytes(counting.inner, s.checkpoint) for s in steps if s.step in chosen}
+    sizes = {
+        s.step: checkpoint_bytes(counting.inner, s.checkpoint) for s in steps if s.step in chosen
+    }
     mean = sum(sizes.values()) / len(sizes) if sizes else 0.0
     return DownloadReport(
         downloaded=downloaded,
@@ -332,8 +348,14 @@ def _download_report(
     )
 
 
-def _compare_contributions(comparison: Comparison, recorded: OuterStep, result: Reexecution, cluster: int | None) -> None:
-    expected = {key: digest for key, digest in recorded.signed_contributions().items() if cluster is None or key[0] == cluster}
+def _compare_contributions(
+    comparison: Comparison, recorded: OuterStep, result: Reexecution, cluster: int | None
+) -> None:
+    expected = {
+        key: digest
+        for key, digest in recorded.signed_contributions().items()
+        if cluster is None or key[0] == cluster
+    }
     actual = result.contribution_digests
     for key in sorted(expected):
         label = f"contribution of cluster {key[0]} stage {key[1]}: {expected[key][:16]}…"
@@ -343,15 +365,22 @@ def _compare_contributions(comparison: Comparison, recorded: OuterStep, result: 
             comparison.mismatched.append(f"{label} re-executed as {str(actual.get(key))[:16]}…")
 
 
-def _compare_files(comparison: Comparison, source: RunSource, recorded: OuterStep, files: CheckpointFiles) -> None:
+def _compare_files(
+    comparison: Comparison, source: RunSource, recorded: OuterStep, files: CheckpointFiles
+) -> None:
     manifest = read_checkpoint_manifest(source, recorded.checkpoint)
     expected = manifest.digests
     saved = {c for n in expected if (c := _cluster_of(n)) is not None}
     left = sorted({c for n in files.tensors if (c := _cluster_of(n)) is not None} - saved)
     if left:
-        # A cluster of the step that stopped before it saved: the step is recorded without its files.
-        comparison.notes.append(f"cluster(s) {left} took part in the step but saved no files (they left during it)")
-        files = CheckpointFiles({n: t for n, t in files.tensors.items() if _cluster_of(n) not in left}, files.json)
+        # A cluster of the step that stopped before it saved: the step is recorded without its
+        # files.
+        comparison.notes.append(
+            f"cluster(s) {left} took part in the step but saved no files (they left during it)"
+        )
+        files = CheckpointFiles(
+            {n: t for n, t in files.tensors.items() if _cluster_of(n) not in left}, files.json
+        )
     with tempfile.TemporaryDirectory(prefix="veritrain-reproduced-") as folder:
         digests = write_files(folder, tensor_files=files.tensors, json_files=files.json)
         shards = {n: tensor_nbytes(files.tensors[n]) for n in files.tensors if is_model_shard(n)}
@@ -364,24 +393,35 @@ def _compare_files(comparison: Comparison, source: RunSource, recorded: OuterSte
                 comparison.matched.append(f"{name}: {expected[name][:16]}…")
             else:
                 comparison.mismatched.append(
-                    f"{name}: recorded {str(expected.get(name))[:16]}…, re-executed {str(digests.get(name))[:16]}…"
+                    f"{name}: recorded {str(expected.get(name))[:16]}…, "
+                    f"re-executed {str(digests.get(name))[:16]}…"
                 )
 
 
-def _compare_generations(comparison: Comparison, source: RunSource, recorded: OuterStep, again: Generations) -> None:
+def _compare_generations(
+    comparison: Comparison, source: RunSource, recorded: OuterStep, again: Generations
+) -> None:
     """What the re-executed model says against what the step recorded it saying: token for
     token under bitwise; reported, not required, under tolerance (issue: another machine may
     flip a near-tie of the argmax)."""
     said = Generations.from_payload(json.loads(read_verified(source, recorded.generations.object)))
-    differing = [g.prompt for g, h in zip(said.generations, again.generations, strict=True) if g != h]
+    differing = [
+        g.prompt for g, h in zip(said.generations, again.generations, strict=True) if g != h
+    ]
     if said.prompts != again.prompts or said.max_new_tokens != again.max_new_tokens:
-        comparison.mismatched.append("generations: the recorded object was made for other prompts or lengths")
+        comparison.mismatched.append(
+            "generations: the recorded object was made for other prompts or lengths"
+        )
     elif not differing:
-        comparison.matched.append(f"generations: {len(said.generations)} greedy continuations equal token for token")
+        comparison.matched.append(
+            f"generations: {len(said.generations)} greedy continuations equal token for token"
+        )
     elif comparison.mode == "bitwise":
         comparison.mismatched.append(f"generations differ for prompts {differing!r}")
     else:
-        comparison.notes.append(f"generations differ for prompts {differing!r} (allowed under tolerance)")
+        comparison.notes.append(
+            f"generations differ for prompts {differing!r} (allowed under tolerance)"
+        )
 
 
 def _cluster_of(name: str) -> int | None:
@@ -396,29 +436,47 @@ def _compare_metrics(comparison: Comparison, recorded: OuterStep, result: Reexec
     """Under bitwise, every metric computed from data and state equals the recorded one."""
     again = {k: float(v) for k, v in result.record.metrics.items() if k not in TIMING_METRICS}
     signed = {k: v for k, v in recorded.metrics.items() if k not in TIMING_METRICS}
-    differing = sorted(k for k in set(again) | set(signed) if again.get(k) != signed.get(k) and k not in recorded.nonfinite_metrics)
+    differing = sorted(
+        k
+        for k in set(again) | set(signed)
+        if again.get(k) != signed.get(k) and k not in recorded.nonfinite_metrics
+    )
     if differing:
         comparison.mismatched.extend(
-            f"metric {k}: recorded {signed.get(k)!r}, re-executed {again.get(k)!r}" for k in differing
+            f"metric {k}: recorded {signed.get(k)!r}, re-executed {again.get(k)!r}"
+            for k in differing
         )
     else:
-        comparison.matched.append(f"{len(signed)} metrics equal (all but the measured times {sorted(TIMING_METRICS)})")
+        comparison.matched.append(
+            f"{len(signed)} metrics equal (all but the measured times {sorted(TIMING_METRICS)})"
+        )
 
 
-def _compare_trainer_state(comparison: Comparison, source: RunSource, recorded_digest: str, reproduced: Path) -> None:
+def _compare_trainer_state(
+    comparison: Comparison, source: RunSource, recorded_digest: str, reproduced: Path
+) -> None:
     recorded = json.loads(read_verified(source, recorded_digest))
     again = json.loads(reproduced.read_text())
-    differing = [k for k in set(recorded["cursor"]) | set(again["cursor"]) if recorded["cursor"].get(k) != again["cursor"].get(k)]
-    rest_equal = {k: v for k, v in recorded.items() if k != "cursor"} == {k: v for k, v in again.items() if k != "cursor"}
+    differing = [
+        k
+        for k in set(recorded["cursor"]) | set(again["cursor"])
+        if recorded["cursor"].get(k) != again["cursor"].get(k)
+    ]
+    rest_equal = {k: v for k, v in recorded.items() if k != "cursor"} == {
+        k: v for k, v in again.items() if k != "cursor"
+    }
     if rest_equal and differing and all(k in _TIMING_DEPENDENT for k in differing):
         comparison.matched.append(f"{TRAINER_STATE}: equal except timing-dependent fields")
         for key in differing:
             comparison.notes.append(
-                f"{key} (adaptive H, chosen from measured timings) recorded {recorded['cursor'][key]}, "
+                f"{key} (adaptive H, chosen from measured "
+                f"timings) recorded {recorded['cursor'][key]}, "
                 f"re-executed {again['cursor'][key]}"
             )
     else:
-        comparison.mismatched.append(f"{TRAINER_STATE}: differs in {sorted(differing) or 'its header'}")
+        comparison.mismatched.append(
+            f"{TRAINER_STATE}: differs in {sorted(differing) or 'its header'}"
+        )
 
 
 def _compare_metric(
@@ -440,9 +498,13 @@ def _compare_metric(
     elif want is None or got is None:
         comparison.mismatched.append(f"{metric}: not recorded or not re-computed")
     elif abs(float(got) - want) <= delta:
-        comparison.matched.append(f"{metric}: recorded {want:.6f}, re-executed {got:.6f} (|Δ| ≤ {delta})")
+        comparison.matched.append(
+            f"{metric}: recorded {want:.6f}, re-executed {got:.6f} (|Δ| ≤ {delta})"
+        )
     else:
-        comparison.mismatched.append(f"{metric}: recorded {want:.6f}, re-executed {got:.6f} (|Δ| > {delta})")
+        comparison.mismatched.append(
+            f"{metric}: recorded {want:.6f}, re-executed {got:.6f} (|Δ| > {delta})"
+        )
 
 
 def _compare_parameters(

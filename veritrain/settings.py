@@ -37,13 +37,15 @@ class Settings(BaseSettings):
     """Object store: ``file://<path>`` or ``s3://<bucket>[/<prefix>]``; default ``file://<data_dir>/objects``."""
 
     origin: str = "veritrain.local"
-    """Log origin prefix; a run's log origin is ``<origin>/runs/<run_id>`` (C2SP tlog-checkpoint)."""
+    """Log origin prefix; a run's log origin is ``<origin>/runs/<run_id>`` (C2SP
+    tlog-checkpoint)."""
 
     key_dir: Path | None = None
     """Where the log, attester and platform keys live; default ``<data_dir>/keys``."""
 
     s3_presign_downloads: bool = True
-    """When the store is S3, answer object downloads with a 302 to a presigned URL instead of proxying."""
+    """When the store is S3, answer object downloads with a 302 to a presigned URL instead of
+    proxying."""
 
     witnesses: Annotated[tuple[WitnessEndpoint, ...], NoDecode] = ()
     """C2SP tlog-witnesses that cosign every run's tree heads: ``VKEY@URL`` items separated by
@@ -93,7 +95,8 @@ def _check_url(variable: str, url: str, schemes: tuple[str, ...]) -> None:
     scheme = urlsplit(url).scheme
     if scheme not in schemes:
         raise ValueError(
-            f"{variable}: expected a URL starting with {' or '.join(s + '://' for s in schemes)}, got {url!r}"
+            f"{variable}: expected a URL starting with "
+            f"{' or '.join(s + '://' for s in schemes)}, got {url!r}"
         )
 
 

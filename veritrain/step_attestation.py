@@ -59,7 +59,9 @@ def outer_step_events(statement_digests: Iterable[str]) -> EventLog:
     """The event log an attester has after the given steps: one outer-step event each."""
     return EventLog(
         tuple(
-            Event(register=OUTER_STEP_REGISTER, event_type=OUTER_STEP_EVENT, digest=bytes.fromhex(d))
+            Event(
+                register=OUTER_STEP_REGISTER, event_type=OUTER_STEP_EVENT, digest=bytes.fromhex(d)
+            )
             for d in statement_digests
         )
     )
@@ -68,7 +70,9 @@ def outer_step_events(statement_digests: Iterable[str]) -> EventLog:
 class StatementSigner:
     """Signs and stores each outer step's provenance statement for one run."""
 
-    def __init__(self, *, run_id: str, key: SigningKey, store: ObjectStore, code: CodeDigest) -> None:
+    def __init__(
+        self, *, run_id: str, key: SigningKey, store: ObjectStore, code: CodeDigest
+    ) -> None:
         self._run_id = run_id
         self._key = key
         self._store = store

@@ -48,12 +48,17 @@ def recorder_factory(
     ``<cluster_keys>/cluster-<j>`` (default ``<data dir>/cluster-keys``) -- or ``cluster_keys``
     itself for the one cluster of a placement --, never in the coordinator's
     ``VERITRAIN_KEY_DIR``, as separate hosts would."""
-    explicit = {placement.cluster: cluster_keys} if placement is not None and cluster_keys is not None else {}
+    explicit = (
+        {placement.cluster: cluster_keys}
+        if placement is not None and cluster_keys is not None
+        else {}
+    )
     return LedgerRecorderFactory(
         database_url=settings.database_url,
         store_url=settings.store_url,
         key_dir=settings.keys_path,
-        cluster_key_root=(cluster_keys if not explicit else None) or settings.data_dir / "cluster-keys",
+        cluster_key_root=(cluster_keys if not explicit else None)
+        or settings.data_dir / "cluster-keys",
         cluster_key_dirs=explicit,
         origin=settings.origin,
         policy=policy or PolicyChoice(),
@@ -95,8 +100,15 @@ def _launch(
     if placement is None:
         return train(config, factory, state, data=data, data_dir=data_dir, quiet=quiet)
     return train_cluster(
-        config, factory, cluster=placement.cluster, lighthouse=placement.lighthouse, resume_state=state,
-        data=data, data_dir=data_dir, quiet=quiet, advertise_host=placement.advertise,
+        config,
+        factory,
+        cluster=placement.cluster,
+        lighthouse=placement.lighthouse,
+        resume_state=state,
+        data=data,
+        data_dir=data_dir,
+        quiet=quiet,
+        advertise_host=placement.advertise,
     )
 
 
@@ -113,7 +125,8 @@ def resume_recorded(
     several hosts only cluster 0 resumes (it reads the ledger); the others join it."""
     if placement is not None and placement.cluster != 0:
         raise RecorderError(
-            f"only cluster 0 resumes run {run_id!r} (it alone reads the ledger); cluster {placement.cluster} joins "
+            f"only cluster 0 resumes run {run_id!r} (it alone "
+            f"reads the ledger); cluster {placement.cluster} joins "
             f"it: veritrain train --cluster {placement.cluster} --lighthouse URL --run-id {run_id}"
         )
     try:
@@ -127,12 +140,18 @@ def resume_recorded(
         last = run.last_step
         if last is not None and last + 1 >= config.outer_steps:
             if run.final_entry is not None:
-                raise RecorderError(f"run {run_id!r} is finished: it recorded all {config.outer_steps} outer steps")
+                raise RecorderError(
+                    f"run {run_id!r} is finished: it recorded all {config.outer_steps} outer steps"
+                )
             _finish(settings, run)  # killed between its last step and run.final
             return None
         manifest = read_data_manifest(source, run.data_manifest)
         data = download_data(source, manifest, settings.data_dir / "corpus" / "recorded" / run_id)
-        state = download_checkpoint(source, run.step(last).checkpoint, Path(folder)) if last is not None else None
+        state = (
+            download_checkpoint(source, run.step(last).checkpoint, Path(folder))
+            if last is not None
+            else None
+        )
         choice = PolicyChoice.of(policy)
         factory = recorder_factory(settings, choice, cluster_keys=cluster_keys, placement=placement)
         return _launch(config, factory, settings, placement, state=state, data=data, quiet=quiet)
@@ -142,7 +161,9 @@ def _finish(settings: Settings, run: RecordedRun) -> None:
     assert run.last_step is not None
     engine = create_engine(settings.database_url)
     try:
-        ledger = Ledger(engine, origin=settings.origin, log_keys=KeyRing(settings.keys_path, settings.origin))
+        ledger = Ledger(
+            engine, origin=settings.origin, log_keys=KeyRing(settings.keys_path, settings.origin)
+        )
         append_final(ledger, run.run_id, run.step(run.last_step))
     finally:
         engine.dispose()

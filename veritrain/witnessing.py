@@ -150,8 +150,15 @@ def push_tree_head(
             http.close()
     for outcome in outcomes:
         level = logging.INFO if outcome.status in ("cosigned", "up-to-date") else logging.WARNING
-        log.log(level, "witness %s, %s size %d: %s: %s", outcome.witness, run_id, head.size,
-                outcome.status, outcome.detail)
+        log.log(
+            level,
+            "witness %s, %s size %d: %s: %s",
+            outcome.witness,
+            run_id,
+            head.size,
+            outcome.status,
+            outcome.detail,
+        )
     return PushResult(run_id=run_id, size=head.size, outcomes=outcomes)
 
 
@@ -206,7 +213,9 @@ class BackgroundPusher:
         if self._thread is not None:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
-                log.warning("witness pushes still running after %.0f s; not waiting longer", timeout_s)
+                log.warning(
+                    "witness pushes still running after %.0f s; not waiting longer", timeout_s
+                )
 
     def _work(self) -> None:
         with httpx.Client(timeout=self._policy.timeout_s) as client:
@@ -233,8 +242,14 @@ def _push_one(
     policy: PushPolicy,
 ) -> WitnessOutcome:
     def outcome(status: Status, detail: str, http_status: int | None = None) -> WitnessOutcome:
-        return WitnessOutcome(witness=witness.name, url=witness.url, status=status,
-                              size=head.size, detail=detail, http_status=http_status)
+        return WitnessOutcome(
+            witness=witness.name,
+            url=witness.url,
+            status=status,
+            size=head.size,
+            detail=detail,
+            http_status=http_status,
+        )
 
     try:
         old = ledger.witnessed_size(head.run_id, witness.vkey)

@@ -79,7 +79,16 @@ def create_app(settings: WebSettings) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(TelemetryMiddleware, telemetry=telemetry)
     app.add_middleware(NoSniffMiddleware)
-    routers = (runs.router, log.router, tiles.router, metrics.router, checkpoints.router, objects.router, ops.router, pages.router)
+    routers = (
+        runs.router,
+        log.router,
+        tiles.router,
+        metrics.router,
+        checkpoints.router,
+        objects.router,
+        ops.router,
+        pages.router,
+    )
     for router in routers:
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -56,7 +56,9 @@ def _audit(ledger: Ledger, run_id: str, size: int) -> RunStatus:
     try:
         summary = ledger.audit_run(run_id)
     except VerificationError as exc:
-        return RunStatus(run_id=run_id, size=size, ok=False, message=str(exc), failed_index=exc.index)
+        return RunStatus(
+            run_id=run_id, size=size, ok=False, message=str(exc), failed_index=exc.index
+        )
     return RunStatus(
         run_id=run_id,
         size=summary.size,

@@ -51,7 +51,10 @@ def download_with_resume(
     ``interrupt_after`` bytes and resumed; see the module docstring."""
     baseline = _start_memory_window(server_pid) if server_pid is not None else None
     started = time.perf_counter()
-    with httpx.Client(timeout=timeout_s, follow_redirects=True) as client, open(target, "wb") as out:
+    with (
+        httpx.Client(timeout=timeout_s, follow_redirects=True) as client,
+        open(target, "wb") as out,
+    ):
         etag, received = _fetch(client, url, out, stop_after=interrupt_after)
         resumed_status = None
         if interrupt_after is not None:
@@ -80,7 +83,9 @@ def download_with_resume(
     )
 
 
-def _fetch(client: httpx.Client, url: str, out: BinaryIO, *, stop_after: int | None) -> tuple[str, int]:
+def _fetch(
+    client: httpx.Client, url: str, out: BinaryIO, *, stop_after: int | None
+) -> tuple[str, int]:
     """GET ``url`` into ``out``; stop after ``stop_after`` bytes. Returns (ETag, bytes)."""
     received = 0
     with client.stream("GET", url) as response:

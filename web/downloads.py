@@ -98,7 +98,9 @@ class _CanonicalRangeFileResponse(FileResponse):
     paths answer every request the same way. Starlette then does the byte serving: 206 with
     ``Content-Range``, ``multipart/byteranges`` for several ranges, HEAD without a body."""
 
-    def __init__(self, path: str | os.PathLike[str], *, range_header: str | None, **kwargs: object) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, range_header: str | None, **kwargs: object
+    ) -> None:
         super().__init__(path, **kwargs)  # type: ignore[arg-type]
         self._range_header = range_header
 

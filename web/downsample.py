@@ -32,7 +32,9 @@ def downsample(points: Sequence[T], values: Sequence[float], max_points: int) ->
     if max_points < 2:
         raise ValueError(f"expected max_points >= 2, got {max_points}")
     if len(points) != len(values):
-        raise ValueError(f"expected one value per point, got {len(points)} points and {len(values)} values")
+        raise ValueError(
+            f"expected one value per point, got {len(points)} points and {len(values)} values"
+        )
     n = len(points)
     if n <= max_points:
         return list(points)

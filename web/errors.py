@@ -103,7 +103,12 @@ def status_for(exc: Exception) -> int:
 
 def install_error_handlers(app: FastAPI) -> None:
     """Register the one handler for the three packages' error hierarchies."""
-    for base in (WebError, ledger_errors.LedgerError, storage_errors.StorageError, records_errors.RecordError):
+    for base in (
+        WebError,
+        ledger_errors.LedgerError,
+        storage_errors.StorageError,
+        records_errors.RecordError,
+    ):
         app.add_exception_handler(base, _handle)
 
 
@@ -114,7 +119,11 @@ async def _handle(request: Request, exc: Exception) -> Response:
     if isinstance(exc, storage_errors.ObjectNotFoundError):
         LOG.info("%s %s: %s", request.method, request.url.path, message)
         digest = _DIGEST.search(message)
-        message = f"no object sha256/{digest.group(0)} is stored" if digest else "no such object is stored"
+        message = (
+            f"no object sha256/{digest.group(0)} is stored"
+            if digest
+            else "no such object is stored"
+        )
     if status == 503:
         headers.setdefault("Retry-After", "30")
     if getattr(request.state, "html_errors", False):

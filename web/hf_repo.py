@@ -79,16 +79,22 @@ class RootIndex:
             return self._steps.get((run_id, root))
 
 
-def revision(ledger: Ledger, store: ObjectStore, roots: RootIndex, run_id: str, name: str) -> Revision:
+def revision(
+    ledger: Ledger, store: ObjectStore, roots: RootIndex, run_id: str, name: str
+) -> Revision:
     """The checkpoint ``name`` names in run ``run_id`` (404s carry the Hub's error codes)."""
     try:
         step = _step(ledger, roots, run_id, name)
         ref = checkpoint_ref(ledger, run_id, step)
         _, record = step_record(ledger, run_id, step)
     except RunNotFoundError as exc:
-        raise NotFoundError(str(exc), headers=hub_error("RepoNotFound", "Repository not found")) from exc
+        raise NotFoundError(
+            str(exc), headers=hub_error("RepoNotFound", "Repository not found")
+        ) from exc
     except EntryNotFoundError as exc:
-        raise NotFoundError(str(exc), headers=hub_error("RevisionNotFound", "Invalid revision")) from exc
+        raise NotFoundError(
+            str(exc), headers=hub_error("RevisionNotFound", "Invalid revision")
+        ) from exc
     files = dict(load_manifest(store, ref).digests)
     files[SIGNATURE_FILE] = record.checkpoint.signature_object
     return Revision(ref=ref, files=files)

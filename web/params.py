@@ -29,5 +29,9 @@ IndexPath = Annotated[int, Path(ge=0, le=MAX_INT64, description="Entry index, 0 
 StepPath = Annotated[int, Path(ge=0, le=MAX_INT64, description="Outer step, 0-based.")]
 SizeQuery = Annotated[
     int | None,
-    Query(ge=1, le=MAX_INT64, description="Tree size (number of entries); default: the latest signed tree head."),
+    Query(
+        ge=1,
+        le=MAX_INT64,
+        description="Tree size (number of entries); default: the latest signed tree head.",
+    ),
 ]

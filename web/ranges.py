@@ -33,7 +33,8 @@ MAX_RANGES = 100
 
 # RFC 9110 §14.1.2: int-range = first-pos "-" [ last-pos ]; suffix-range = "-" suffix-length.
 _RANGE_SPEC = re.compile(r"(\d*)-(\d*)")
-# RFC 9110 §8.8.3: entity-tag = [ weak ] opaque-tag; weak = %s"W/"; opaque-tag = DQUOTE *etagc DQUOTE
+# RFC 9110 §8.8.3: entity-tag = [ weak ] opaque-tag; weak = %s"W/";
+#                  opaque-tag = DQUOTE *etagc DQUOTE
 _ENTITY_TAG = re.compile(r'(W/)?("[^"]*")')
 
 

@@ -29,7 +29,8 @@ def parse_revision(revision: str) -> int | None:
     match = _STEP.fullmatch(revision)
     if match is None:
         raise NotFoundError(
-            f"expected a revision like 'step-000012', 'latest', 'main' or a checkpoint's manifest root, got {revision!r}",
+            "expected a revision like 'step-000012', 'latest', "
+            f"'main' or a checkpoint's manifest root, got {revision!r}",
             headers=hub_error("RevisionNotFound", "Invalid revision"),
         )
     return int(match.group(1))

@@ -144,7 +144,9 @@ def run_page(
             problems.append(str(exc))
             return None
 
-    data = readable(lambda: _data_entry(ledger, run_id)) if state.size > DATA_MANIFEST_INDEX else None
+    data = (
+        readable(lambda: _data_entry(ledger, run_id)) if state.size > DATA_MANIFEST_INDEX else None
+    )
     final = readable(lambda: final_record(ledger, run_id, state.size))
     genesis_model = readable(lambda: genesis_record(ledger, run_id))
     genesis = genesis_model.to_payload() if genesis_model is not None else {}
@@ -165,15 +167,21 @@ def run_page(
         page=page,
         pages=pages,
         charts=CHARTS,
-        chart_data={s.key: {"steps": s.steps, "values": s.values, "total": s.total} for s in series},
-        latest_checkpoint=None if state.latest_step is None else latest_checkpoint(ledger, store, run_id, state.latest_step),
+        chart_data={
+            s.key: {"steps": s.steps, "values": s.values, "total": s.total} for s in series
+        },
+        latest_checkpoint=None
+        if state.latest_step is None
+        else latest_checkpoint(ledger, store, run_id, state.latest_step),
         problems=problems,
         generations=said,
         cosigners=ledger.cosignatures(run_id, state.size),
     )
 
 
-def latest_checkpoint(ledger: Ledger, store: ObjectStore, run_id: str, step: int) -> LatestCheckpoint:
+def latest_checkpoint(
+    ledger: Ledger, store: ObjectStore, run_id: str, step: int
+) -> LatestCheckpoint:
     """The files of step ``step``'s checkpoint for download links. A record or store problem
     is shown on the page in place of the list (the rest of the page still renders)."""
     try:
@@ -185,15 +193,21 @@ def latest_checkpoint(ledger: Ledger, store: ObjectStore, run_id: str, step: int
     return LatestCheckpoint(step=step, manifest_root=ref.manifest_root, files=files)
 
 
-
 def _data_entry(ledger: Ledger, run_id: str) -> DataManifestEntry:
     record = read_record(ledger.entry(run_id, DATA_MANIFEST_INDEX))
     if not isinstance(record, DataManifestEntry):
-        raise RecordError(f"run {run_id!r} entry {DATA_MANIFEST_INDEX}", "", "the data.manifest entry", type(record).__name__)
+        raise RecordError(
+            f"run {run_id!r} entry {DATA_MANIFEST_INDEX}",
+            "",
+            "the data.manifest entry",
+            type(record).__name__,
+        )
     return record
 
 
-def _table_rows(ledger: Ledger, run_id: str, size: int, page: int, problems: list[str]) -> list[StepRow]:
+def _table_rows(
+    ledger: Ledger, run_id: str, size: int, page: int, problems: list[str]
+) -> list[StepRow]:
     # Page p shows the outer steps among entries [size - p*N, size - (p-1)*N): a window of
     # the log, so a page costs one bounded query however long the run is.
     end = size - (page - 1) * ROWS_PER_PAGE
@@ -233,10 +247,13 @@ def _generations(store: ObjectStore, row: StepRow, problems: list[str]) -> Gener
     digest = row.record.generations.object
     try:
         return Generations.from_payload(
-            json.loads(store.read_bytes(digest, GENERATIONS_LIMIT)), where=f"generations of outer step {row.step}"
+            json.loads(store.read_bytes(digest, GENERATIONS_LIMIT)),
+            where=f"generations of outer step {row.step}",
         )
     except (StorageError, RecordError, ValueError) as exc:
-        problems.append(f"outer step {row.step}: its generations object {digest[:16]}… cannot be read: {exc}")
+        problems.append(
+            f"outer step {row.step}: its generations object {digest[:16]}… cannot be read: {exc}"
+        )
         return None
 
 
@@ -260,7 +277,9 @@ def data_summary(entry: DataManifestEntry) -> DataSummary:
     held_out = set(manifest.eval_shards)
     counts: dict[str, dict[str, int]] = {}
     for shard in manifest.shards:
-        bucket = counts.setdefault("eval" if shard.index in held_out else "train", {"shards": 0, "tokens": 0})
+        bucket = counts.setdefault(
+            "eval" if shard.index in held_out else "train", {"shards": 0, "tokens": 0}
+        )
         bucket["shards"] += 1
         bucket["tokens"] += shard.tokens
     licences: dict[str, int] = {}

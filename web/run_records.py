@@ -98,7 +98,12 @@ def step_record(ledger: Ledger, run_id: str, step: int) -> tuple[EntryRecord, Ou
     record = read_record(entry)
     if not isinstance(record, OuterStep) or record.step != step:
         got = record.step if isinstance(record, OuterStep) else entry.kind
-        raise RecordError(f"run {run_id!r} entry {index}", "step", f"outer step {step} at its place in the log", got)
+        raise RecordError(
+            f"run {run_id!r} entry {index}",
+            "step",
+            f"outer step {step} at its place in the log",
+            got,
+        )
     return entry, record
 
 
@@ -143,5 +148,7 @@ def genesis_record(ledger: Ledger, run_id: str) -> Genesis:
     entry = ledger.entry(run_id, GENESIS_INDEX)
     record = read_record(entry)
     if not isinstance(record, Genesis):
-        raise RecordError(f"run {run_id!r} entry 0 ({entry.kind})", "", "the run.genesis entry", entry.kind)
+        raise RecordError(
+            f"run {run_id!r} entry 0 ({entry.kind})", "", "the run.genesis entry", entry.kind
+        )
     return record

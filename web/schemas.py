@@ -20,8 +20,12 @@ class RunSummary(BaseModel):
     run_id: str
     origin: str = Field(description="C2SP log origin of the run, also the log key's name.")
     status: str = Field(description="`running` or `finished` (a `run.final` entry exists).")
-    size: int = Field(description="Entries in the log, i.e. the size of the latest signed tree head.")
-    latest_step: int | None = Field(description="Highest outer step recorded, null before the first.")
+    size: int = Field(
+        description="Entries in the log, i.e. the size of the latest signed tree head."
+    )
+    latest_step: int | None = Field(
+        description="Highest outer step recorded, null before the first."
+    )
     outer_steps: int
     created_at: datetime
     updated_at: datetime
@@ -35,7 +39,9 @@ class RunList(BaseModel):
 class KeyInfo(BaseModel):
     """A public key enrolled for the run (C2SP verifier-key string)."""
 
-    role: str = Field(description="`log` signs tree heads; others: attester, platform, cluster-<j>.")
+    role: str = Field(
+        description="`log` signs tree heads; others: attester, platform, cluster-<j>."
+    )
     name: str
     key_id: str = Field(description="C2SP signed-note key id, hex.")
     vkey: str = Field(description="`name+hex(keyid)+base64(0x01 || pubkey)`.")
@@ -44,12 +50,16 @@ class KeyInfo(BaseModel):
 class TreeHeadInfo(BaseModel):
     size: int
     root_hash: str = Field(description="RFC 9162 root, hex.")
-    note: str = Field(description="The C2SP tlog-checkpoint as a signed note (also at /log/checkpoint).")
+    note: str = Field(
+        description="The C2SP tlog-checkpoint as a signed note (also at /log/checkpoint)."
+    )
 
 
 class RunDetail(RunSummary):
     tree_head: TreeHeadInfo = Field(description="The latest signed tree head.")
-    keys: list[KeyInfo] = Field(description="Keys enrolled for this run; the `log` key verifies tree heads.")
+    keys: list[KeyInfo] = Field(
+        description="Keys enrolled for this run; the `log` key verifies tree heads."
+    )
 
 
 class EntryInfo(BaseModel):
@@ -69,7 +79,9 @@ class EntryPage(BaseModel):
     start: int
     limit: int
     size: int = Field(description="Entries in the log when this page was read.")
-    next_start: int | None = Field(description="`start` of the next page; null at the end of the log.")
+    next_start: int | None = Field(
+        description="`start` of the next page; null at the end of the log."
+    )
     entries: list[EntryInfo]
 
 
@@ -100,7 +112,9 @@ class MetricSeries(BaseModel):
     downsampled: bool = Field(description="True when fewer than `total` points are returned.")
     steps: list[int]
     values: list[float]
-    entries: list[int] = Field(description="Ledger entry index of each point (its `outer_step` entry).")
+    entries: list[int] = Field(
+        description="Ledger entry index of each point (its `outer_step` entry)."
+    )
 
 
 class MetricsResponse(BaseModel):
@@ -122,9 +136,15 @@ class CheckpointInfo(BaseModel):
     run_id: str
     step: int = Field(description="Outer step (0-based) whose end state this checkpoint holds.")
     entry_index: int = Field(description="The entry that records this checkpoint.")
-    manifest_root: str = Field(description="SHA-256 over the files' raw digests in name order (DESIGN.md §4).")
-    manifest_object: str = Field(description="SHA-256 of the manifest JSON object; download at `/api/v1/objects/{digest}`.")
-    manifest: dict[str, Any] = Field(description="The manifest (OpenSSF model-signing 'files' serialization).")
+    manifest_root: str = Field(
+        description="SHA-256 over the files' raw digests in name order (DESIGN.md §4)."
+    )
+    manifest_object: str = Field(
+        description="SHA-256 of the manifest JSON object; download at `/api/v1/objects/{digest}`."
+    )
+    manifest: dict[str, Any] = Field(
+        description="The manifest (OpenSSF model-signing 'files' serialization)."
+    )
     files: list[CheckpointFile]
 
 

@@ -39,13 +39,22 @@ def serve(
     if workers > 1:
         if factory is None:
             raise ValueError("serving with several workers needs an app factory importable by name")
-        uvicorn.run(factory, factory=True, host=host, port=port, log_level=log_level, proxy_headers=True,
-                    workers=workers)
-        # The supervisor returns only once a signal has stopped it (it exits on errors); report
-        # the interrupt as the single-process server does, so Ctrl+C ends with status 130 either way.
+        uvicorn.run(
+            factory,
+            factory=True,
+            host=host,
+            port=port,
+            log_level=log_level,
+            proxy_headers=True,
+            workers=workers,
+        )
+        # The supervisor returns only once a signal has stopped it (it exits on errors); report the
+        # interrupt as the single-process server does, so Ctrl+C ends with status 130 either way.
         raise KeyboardInterrupt
 
-    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level=log_level, proxy_headers=True)
+    config = uvicorn.Config(
+        create_app(settings), host=host, port=port, log_level=log_level, proxy_headers=True
+    )
     server = _SignalledServer(config)
     server.run()
     if server.signalled:
@@ -74,7 +83,9 @@ def base_url(host: str, port: int) -> str:
 
 
 @contextmanager
-def serve_in_thread(settings: WebSettings, *, host: str = DEFAULT_HOST, port: int = 0) -> Iterator[str]:
+def serve_in_thread(
+    settings: WebSettings, *, host: str = DEFAULT_HOST, port: int = 0
+) -> Iterator[str]:
     """Serve the app from a background thread for the duration of the ``with`` block and
     yield its base URL (``http://127.0.0.1:<port>``); ``port=0`` picks a free port. The
     server is stopped (open connections finished) when the block exits."""
@@ -85,13 +96,18 @@ def serve_in_thread(settings: WebSettings, *, host: str = DEFAULT_HOST, port: in
     config = uvicorn.Config(create_app(settings), log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     # uvicorn installs signal handlers only on the main thread; a background server must not.
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="veritrain-web", daemon=True)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="veritrain-web", daemon=True
+    )
     thread.start()
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not server.started:
             if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the web app did not start on {host}:{bound_port} within {START_TIMEOUT_S:.0f} s")
+                raise RuntimeError(
+                    f"the web app did not start on {host}:{bound_port} "
+                    f"within {START_TIMEOUT_S:.0f} s"
+                )
             time.sleep(0.02)
         yield base_url(host, bound_port)
     finally:

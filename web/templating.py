@@ -83,6 +83,14 @@ def render(
     )
 
 
-def render_error(request: Request, status: int, message: str, *, headers: Mapping[str, str]) -> Response:
+def render_error(
+    request: Request, status: int, message: str, *, headers: Mapping[str, str]
+) -> Response:
     """The HTML answer of a page route that failed."""
-    return render(request, "error.html", {"status": status, "message": message}, status_code=status, headers=headers)
+    return render(
+        request,
+        "error.html",
+        {"status": status, "message": message},
+        status_code=status,
+        headers=headers,
+    )

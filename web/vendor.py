@@ -33,4 +33,6 @@ def plotly_bundle() -> VendorAsset:
     path = Path(str(importlib_resources.files("plotly") / "package_data" / "plotly.min.js"))
     body = path.read_bytes()
     tag = hashlib.sha256(body).hexdigest()[:16]
-    return VendorAsset(url=f"{VENDOR_PREFIX}plotly-{tag}.min.js", body=body, gzipped=gzip.compress(body, 6))
+    return VendorAsset(
+        url=f"{VENDOR_PREFIX}plotly-{tag}.min.js", body=body, gzipped=gzip.compress(body, 6)
+    )

@@ -107,7 +107,9 @@ async def monitored_checkpoint(request: Request) -> Response:
     except errors.LedgerError as exc:
         return _refusal(exc)
     # tlog-witness lets this view lag by up to an hour; a minute of caching is far inside that.
-    return PlainTextResponse(cosigned.note, media_type=TEXT, headers={"Cache-Control": "public, max-age=60"})
+    return PlainTextResponse(
+        cosigned.note, media_type=TEXT, headers={"Cache-Control": "public, max-age=60"}
+    )
 
 
 async def healthz(request: Request) -> Response:
@@ -115,7 +117,9 @@ async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok", "witness": witness.vkey})
 
 
-def serve_witness(settings: WitnessSettings, *, host: str, port: int, log_level: str = "info") -> None:
+def serve_witness(
+    settings: WitnessSettings, *, host: str, port: int, log_level: str = "info"
+) -> None:
     """Serve the witness in the foreground until interrupted."""
     uvicorn.run(create_witness_app(settings), host=host, port=port, log_level=log_level)
 
@@ -139,6 +143,8 @@ def _refusal(exc: errors.LedgerError) -> Response:
     if isinstance(exc, errors.OldSizeMismatchError):
         # tlog-witness: the 409 body is the latest cosigned size, typed text/x.tlog.size.
         # Set as a header, not a media type: Starlette would append "; charset=utf-8".
-        return Response(format_size(exc.size), status_code=409, headers={"Content-Type": SIZE_CONTENT_TYPE})
+        return Response(
+            format_size(exc.size), status_code=409, headers={"Content-Type": SIZE_CONTENT_TYPE}
+        )
     headers = {"Retry-After": "30"} if status == 503 else None
     return PlainTextResponse(f"{exc}\n", status_code=status, media_type=TEXT, headers=headers)

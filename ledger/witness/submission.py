@@ -50,7 +50,9 @@ class AddCheckpoint:
 
     def __post_init__(self) -> None:
         if not 0 <= self.old_size <= MAX_SIZE:
-            raise MalformedSubmissionError(f"expected an old size in [0, 2^63), got {self.old_size}")
+            raise MalformedSubmissionError(
+                f"expected an old size in [0, 2^63), got {self.old_size}"
+            )
         if len(self.proof) > MAX_PROOF_LINES:
             raise MalformedSubmissionError(
                 f"expected at most {MAX_PROOF_LINES} consistency proof lines, got {len(self.proof)}"
@@ -58,7 +60,8 @@ class AddCheckpoint:
         for i, digest in enumerate(self.proof):
             if len(digest) != HASH_SIZE:
                 raise MalformedSubmissionError(
-                    f"expected {HASH_SIZE}-byte proof hashes, got {len(digest)} bytes on line {i + 2}"
+                    f"expected {HASH_SIZE}-byte proof hashes, "
+                    f"got {len(digest)} bytes on line {i + 2}"
                 )
 
     def body(self) -> bytes:
@@ -89,7 +92,8 @@ def parse_add_checkpoint(body: bytes) -> AddCheckpoint:
     note = text[end + 2 :]
     if not old_line.startswith("old ") or not _DECIMAL.fullmatch(old_line[4:]):
         raise MalformedSubmissionError(
-            f"expected a first line 'old <size>' in decimal without leading zeroes, got {old_line!r}"
+            "expected a first line 'old <size>' in decimal "
+            f"without leading zeroes, got {old_line!r}"
         )
     old_size = int(old_line[4:])
     if old_size > MAX_SIZE:
@@ -101,7 +105,9 @@ def parse_add_checkpoint(body: bytes) -> AddCheckpoint:
     if not note:
         raise MalformedSubmissionError("expected a checkpoint after the empty line, got nothing")
     return AddCheckpoint(
-        old_size=old_size, proof=tuple(_hash(line, i + 2) for i, line in enumerate(proof_lines)), note=note
+        old_size=old_size,
+        proof=tuple(_hash(line, i + 2) for i, line in enumerate(proof_lines)),
+        note=note,
     )
 
 
@@ -114,7 +120,8 @@ def parse_size(body: str) -> int:
     """Read the body of a 409 answer (``text/x.tlog.size``)."""
     if not body.endswith("\n") or not _DECIMAL.fullmatch(body[:-1]):
         raise MalformedSubmissionError(
-            f"expected a decimal size and a newline in a {SIZE_CONTENT_TYPE} body, got {body[:40]!r}"
+            "expected a decimal size and a newline in a "
+            f"{SIZE_CONTENT_TYPE} body, got {body[:40]!r}"
         )
     size = int(body[:-1])
     if size > MAX_SIZE:

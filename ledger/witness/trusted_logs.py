@@ -79,7 +79,9 @@ class TrustedLogs:
             self._stamp = _stamp(logs_file)
             self._from_file = read_logs_file(logs_file)
         if not self._fixed and logs_file is None:
-            raise InvalidRequestError("expected at least one trusted log: give --log or --logs-file")
+            raise InvalidRequestError(
+                "expected at least one trusted log: give --log or --logs-file"
+            )
 
     def keys_for(self, origin: str) -> tuple[str, ...]:
         """The verifier keys trusted for ``origin`` (empty: the origin is unknown)."""

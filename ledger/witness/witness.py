@@ -95,7 +95,9 @@ class Witness:
                 f" for {key.name!r} (create one with `veritrain witness keygen`)"
             )
         if len(key.public.vkey) > VKEY_LENGTH:
-            raise VerificationError(f"expected a witness key name of at most {NAME_LENGTH} characters")
+            raise VerificationError(
+                f"expected a witness key name of at most {NAME_LENGTH} characters"
+            )
         self._engine = engine
         self._key = key
         self._vkey = key.public.vkey
@@ -118,7 +120,9 @@ class Witness:
         except VerificationError as exc:
             raise MalformedSubmissionError(f"malformed checkpoint: {exc}") from None
         if checkpoint.size > MAX_SIZE:
-            raise MalformedSubmissionError(f"expected a tree size below 2^63, got {checkpoint.size}")
+            raise MalformedSubmissionError(
+                f"expected a tree size below 2^63, got {checkpoint.size}"
+            )
         # 2. Only configured logs.
         vkeys = self._logs.keys_for(checkpoint.origin)
         if not vkeys:
@@ -162,7 +166,9 @@ class Witness:
                 )
             ).first()
             if row is None:
-                raise NotFoundError(f"this witness never cosigned a log with origin hash {hashed_origin}")
+                raise NotFoundError(
+                    f"this witness never cosigned a log with origin hash {hashed_origin}"
+                )
             return _cosigned(row)
 
     def _advance(
@@ -255,7 +261,9 @@ def _check_consistency(
         ) from None
 
 
-def _trusted_signatures(signatures: list[NoteSignature], vkeys: tuple[str, ...]) -> list[NoteSignature]:
+def _trusted_signatures(
+    signatures: list[NoteSignature], vkeys: tuple[str, ...]
+) -> list[NoteSignature]:
     """The signature lines of the trusted log keys (verify_note has just verified them)."""
     trusted = {(k.name, k.key_id) for k in map(PublicKey.from_vkey, vkeys)}
     return [s for s in signatures if (s.name, s.key_id) in trusted]

@@ -32,7 +32,11 @@ from storage.errors import CheckpointError, IntegrityError, InvalidDigestError
 from storage.layout import DIGEST_ALGORITHM, validate_digest
 from storage.streams import file_sha256
 
-SERIALIZATION: dict[str, Any] = {"method": "files", "hash_type": DIGEST_ALGORITHM, "allow_symlinks": False}
+SERIALIZATION: dict[str, Any] = {
+    "method": "files",
+    "hash_type": DIGEST_ALGORITHM,
+    "allow_symlinks": False,
+}
 """The model-signing serialization block every manifest carries."""
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,254}")
@@ -78,7 +82,8 @@ class Manifest:
             validate_file_name(entry.name)
             if entry.algorithm != DIGEST_ALGORITHM:
                 raise CheckpointError(
-                    f"expected algorithm {DIGEST_ALGORITHM!r} for {entry.name}, got {entry.algorithm!r}"
+                    f"expected algorithm {DIGEST_ALGORITHM!r} "
+                    f"for {entry.name}, got {entry.algorithm!r}"
                 )
             try:
                 validate_digest(entry.digest)
@@ -99,7 +104,9 @@ class Manifest:
         digests: dict[str, str] = {}
         for path in sorted(Path(directory).iterdir()):
             if path.is_symlink() or not path.is_file():
-                raise CheckpointError(f"expected only regular files in {directory}, got {path.name!r}")
+                raise CheckpointError(
+                    f"expected only regular files in {directory}, got {path.name!r}"
+                )
             digests[validate_file_name(path.name)] = file_sha256(path)[0]
         return cls.from_digests(digests)
 
@@ -132,9 +139,15 @@ class Manifest:
             document = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CheckpointError(f"expected a JSON manifest, got unparsable bytes: {exc}") from exc
-        if not isinstance(document, dict) or set(document) != {"serialization", "resources", "root"}:
+        if not isinstance(document, dict) or set(document) != {
+            "serialization",
+            "resources",
+            "root",
+        }:
             got = sorted(document) if isinstance(document, dict) else type(document).__name__
-            raise CheckpointError(f"expected manifest keys ['resources', 'root', 'serialization'], got {got}")
+            raise CheckpointError(
+                f"expected manifest keys ['resources', 'root', 'serialization'], got {got}"
+            )
         if document["serialization"] != SERIALIZATION:
             raise CheckpointError(
                 f"expected serialization {SERIALIZATION}, got {document['serialization']!r}"
@@ -143,13 +156,16 @@ class Manifest:
         if not isinstance(resources, list) or not all(
             isinstance(r, dict) and set(r) == {"name", "algorithm", "digest"} for r in resources
         ):
-            raise CheckpointError("expected resources as a list of {name, algorithm, digest} objects")
+            raise CheckpointError(
+                "expected resources as a list of {name, algorithm, digest} objects"
+            )
         manifest = cls(
             tuple(ManifestEntry(r["name"], r["digest"], r["algorithm"]) for r in resources)
         )
         if document["root"] != manifest.root:
             raise CheckpointError(
-                f"expected the manifest root to be {manifest.root} (recomputed), got {document['root']!r}"
+                f"expected the manifest root to be {manifest.root} "
+                f"(recomputed), got {document['root']!r}"
             )
         return manifest
 
@@ -165,6 +181,8 @@ class Manifest:
             )
         for name, digest in expected.items():
             if actual[name] != digest:
-                raise IntegrityError(f"expected {name} to hash to sha256 {digest}, got {actual[name]}")
+                raise IntegrityError(
+                    f"expected {name} to hash to sha256 {digest}, got {actual[name]}"
+                )
         if found.root != self.root:  # implied by the above; checked as the contract states it
             raise IntegrityError(f"expected manifest root {self.root}, got {found.root}")

@@ -45,7 +45,9 @@ def model_index(shards: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
             raise CheckpointError(f"expected a .safetensors shard name, got {shard!r}")
         for name, size in sizes.items():
             if name in weight_map:
-                raise CheckpointError(f"expected {name!r} in one shard, got {weight_map[name]} and {shard}")
+                raise CheckpointError(
+                    f"expected {name!r} in one shard, got {weight_map[name]} and {shard}"
+                )
             weight_map[name] = shard
             total_size += size
     return {"metadata": {"total_size": total_size}, "weight_map": dict(sorted(weight_map.items()))}
@@ -64,10 +66,14 @@ def header_tensor_sizes(read: Callable[[int, int], bytes]) -> dict[str, int]:
             if name != "__metadata__"
         }
     except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise CheckpointError(f"expected a safetensors header with data_offsets, got a malformed one: {exc!r}") from exc
+        raise CheckpointError(
+            f"expected a safetensors header with data_offsets, got a malformed one: {exc!r}"
+        ) from exc
 
 
-def write_model_index(directory: str | Path, shards: Mapping[str, Mapping[str, int]]) -> dict[str, str]:
+def write_model_index(
+    directory: str | Path, shards: Mapping[str, Mapping[str, int]]
+) -> dict[str, str]:
     """Write ``model.safetensors.index.json`` for the given shards (shard file -> {tensor
     name: byte size}, see :func:`tensor_nbytes`); return {its file name: its SHA-256}."""
     text = json.dumps(model_index(shards), indent=2, sort_keys=True) + "\n"
@@ -77,7 +83,9 @@ def write_model_index(directory: str | Path, shards: Mapping[str, Mapping[str, i
         with open(path, "x", encoding="utf-8") as f:  # written once, like every checkpoint file
             f.write(text)
     except FileExistsError as exc:
-        raise CheckpointError(f"expected {path} not to exist (checkpoint files are written once)") from exc
+        raise CheckpointError(
+            f"expected {path} not to exist (checkpoint files are written once)"
+        ) from exc
     return {INDEX_FILE: file_sha256(path)[0]}
 
 
@@ -85,4 +93,3 @@ def is_model_shard(name: str) -> bool:
     """Whether a file name is a Hugging Face model shard name."""
     match = SHARD_NAME.fullmatch(name)
     return match is not None and 1 <= int(match.group(1)) <= int(match.group(2))
-

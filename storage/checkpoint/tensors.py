@@ -40,7 +40,9 @@ def save_tensors(
         if not isinstance(tensor, torch.Tensor):
             raise CheckpointError(f"expected a tensor for {name!r}, got {type(tensor).__name__}")
         if tensor.is_sparse or tensor.layout != torch.strided:
-            raise CheckpointError(f"expected a dense (strided) tensor for {name!r}, got {tensor.layout}")
+            raise CheckpointError(
+                f"expected a dense (strided) tensor for {name!r}, got {tensor.layout}"
+            )
         cpu = tensor.detach().cpu()
         storage = cpu.untyped_storage().data_ptr()
         if storage in seen_storages and cpu.numel() > 0:

@@ -36,7 +36,9 @@ def upload_files(store: ObjectStore, directory: str | Path, digests: Mapping[str
         path = root / validate_file_name(name)
         stored = store.put_file(path)
         if stored != digest:
-            raise IntegrityError(f"expected {path} to hash to sha256 {digest}, got {stored} (it changed)")
+            raise IntegrityError(
+                f"expected {path} to hash to sha256 {digest}, got {stored} (it changed)"
+            )
         check_stored_size(stored, path.stat().st_size, store.size(stored))
 
 
@@ -46,7 +48,8 @@ def upload_manifest(store: ObjectStore, manifest: Manifest) -> str:
     for entry in manifest.entries:
         if not store.exists(entry.digest):
             raise ObjectNotFoundError(
-                f"expected {entry.name} (sha256/{entry.digest}) in {store.url} before its manifest, found none"
+                f"expected {entry.name} (sha256/{entry.digest}) "
+                f"in {store.url} before its manifest, found none"
             )
     return store.put_bytes(manifest.to_json())
 
@@ -56,7 +59,9 @@ def read_manifest(store: ObjectStore, manifest_digest: str) -> Manifest:
     return Manifest.from_json(store.read_bytes(manifest_digest, max_size=MAX_MANIFEST_BYTES))
 
 
-def download_checkpoint(store: ObjectStore, manifest_digest: str, directory: str | Path) -> Manifest:
+def download_checkpoint(
+    store: ObjectStore, manifest_digest: str, directory: str | Path
+) -> Manifest:
     """Download the checkpoint whose manifest is stored under ``manifest_digest`` into
     ``directory`` and return the manifest. Files already present with the right digest are
     kept (a resumed download); any other file in the directory is refused."""
@@ -65,7 +70,9 @@ def download_checkpoint(store: ObjectStore, manifest_digest: str, directory: str
     root.mkdir(parents=True, exist_ok=True)
     strangers = sorted(p.name for p in root.iterdir() if p.name not in manifest.digests)
     if strangers:
-        raise CheckpointError(f"expected {root} to hold only files of the checkpoint, got {strangers}")
+        raise CheckpointError(
+            f"expected {root} to hold only files of the checkpoint, got {strangers}"
+        )
     for entry in manifest.entries:
         target = root / entry.name
         if target.exists() and file_sha256(target)[0] == entry.digest:

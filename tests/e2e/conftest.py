@@ -50,6 +50,8 @@ def serve_app() -> Iterator[Callable[[WebSettings], str]]:
 def served_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedRun]:
     root = tmp_path_factory.mktemp("served-demo")
     run = record_demo_run(f"sqlite:///{root / 'ledger.db'}", f"file://{root / 'objects'}")
-    settings = AppSettings(database_url=run.database_url, store_url=run.store_url, origin=run.origin)
+    settings = AppSettings(
+        database_url=run.database_url, store_url=run.store_url, origin=run.origin
+    )
     with serve_in_thread(settings) as url:
         yield ServedRun(url=url, run=run)

@@ -44,7 +44,15 @@ from veritrain.step_attestation import StatementSigner, shard_dependency, statem
 Payloads = list[tuple[str, dict[str, Any]]]
 """(kind, payload) of every entry, in log order."""
 
-_RUN_TABLES = ("metrics", "cosignatures", "tree_heads", "tree_nodes", "enrolled_keys", "entries", "runs")
+_RUN_TABLES = (
+    "metrics",
+    "cosignatures",
+    "tree_heads",
+    "tree_nodes",
+    "enrolled_keys",
+    "entries",
+    "runs",
+)
 
 
 @dataclass(frozen=True)
@@ -55,7 +63,10 @@ class Forger:
     def payloads(self) -> Payloads:
         engine = create_engine(self.settings.database_url)
         try:
-            return [(e.kind, copy.deepcopy(e.payload)) for e in Ledger(engine).entries(self.run_id, 0, 1000)]
+            return [
+                (e.kind, copy.deepcopy(e.payload))
+                for e in Ledger(engine).entries(self.run_id, 0, 1000)
+            ]
         finally:
             engine.dispose()
 
@@ -77,30 +88,48 @@ class Forger:
         payloads = edit(self.payloads())
         origin = origin or self.settings.origin
         keys = KeyRing(key_dir or self.settings.keys_path, origin)
-        cluster_root = (key_dir / "cluster-keys") if key_dir else self.settings.data_dir / "cluster-keys"
+        cluster_root = (
+            (key_dir / "cluster-keys") if key_dir else self.settings.data_dir / "cluster-keys"
+        )
         genesis = Genesis.from_payload(payloads[0][1])
-        folders = [ClusterKeyFolder(cluster_root / f"cluster-{c}", origin) for c in range(genesis.topology.clusters)]
+        folders = [
+            ClusterKeyFolder(cluster_root / f"cluster-{c}", origin)
+            for c in range(genesis.topology.clusters)
+        ]
         if reattest:
             genesis = replace(
-            genesis,
+                genesis,
                 keys=RunKeys(
                     log=keys.log_key(self.run_id).public.vkey,
                     statement=keys.statement_key(self.run_id).public.vkey,
-                    model_signing=genesis.keys.model_signing,  # the checkpoints' model.sig stay valid
-                    clusters=tuple(f.enrol(self.run_id, genesis.config_digest, c) for c, f in enumerate(folders)),
+                    # the checkpoints' model.sig stay valid
+                    model_signing=genesis.keys.model_signing,
+                    clusters=tuple(
+                        f.enrol(self.run_id, genesis.config_digest, c)
+                        for c, f in enumerate(folders)
+                    ),
                 ),
             )
         self._drop_run()
         engine = create_engine(self.settings.database_url)
         try:
-            ledger = Ledger(engine, origin=origin, log_keys=keys, **({"clock": clock} if clock else {}))
+            ledger = Ledger(
+                engine, origin=origin, log_keys=keys, **({"clock": clock} if clock else {})
+            )
             ledger.create_run(self.run_id, genesis.to_payload())
             with open_store(self.settings.store_url) as store:
-                now = datetime.now(UTC)  # endorsements are made now, whatever times the entries claim
+                now = datetime.now(
+                    UTC
+                )  # endorsements are made now, whatever times the entries claim
                 signers = [
                     ClusterSigner(
-                        keys=folder, run_id=self.run_id, cluster=c, stage=s, store=store,
-                        launch_measurement=bytes.fromhex(genesis.tee.launch_measurement), now=now,
+                        keys=folder,
+                        run_id=self.run_id,
+                        cluster=c,
+                        stage=s,
+                        store=store,
+                        launch_measurement=bytes.fromhex(genesis.tee.launch_measurement),
+                        now=now,
                     )
                     for c, folder in enumerate(folders)
                     for s in range(genesis.topology.stages)
@@ -109,19 +138,36 @@ class Forger:
                     run_id=self.run_id,
                     key=keys.statement_key(self.run_id),
                     store=store,
-                    code=CodeDigest(source_sha256=genesis.code.source_sha256, git_commit=genesis.code.git_commit),
+                    code=CodeDigest(
+                        source_sha256=genesis.code.source_sha256, git_commit=genesis.code.git_commit
+                    ),
                 )
                 shards = self._shard_digests(payloads)
                 history: list[str] = []
                 for kind, payload in payloads[1:]:
                     if kind == KIND_OUTER_STEP and reattest:
                         step = self._reattest(
-                            ledger, statements, signers, history, genesis, OuterStep.from_payload(payload), shards, store
+                            ledger,
+                            statements,
+                            signers,
+                            history,
+                            genesis,
+                            OuterStep.from_payload(payload),
+                            shards,
+                            store,
                         )
-                        ledger.append(self.run_id, kind, step.to_payload(), step=step.step, metrics=dict(step.metrics))
+                        ledger.append(
+                            self.run_id,
+                            kind,
+                            step.to_payload(),
+                            step=step.step,
+                            metrics=dict(step.metrics),
+                        )
                     elif kind == KIND_OUTER_STEP:
                         metrics = payload.get("metrics")
-                        ledger.append(self.run_id, kind, payload, step=payload["step"], metrics=metrics)
+                        ledger.append(
+                            self.run_id, kind, payload, step=payload["step"], metrics=metrics
+                        )
                     else:
                         ledger.append(self.run_id, kind, payload)
         finally:
@@ -163,24 +209,41 @@ class Forger:
         own = step.signed_contributions()
         # The clusters' recorded per-inner-step commitments, signed again as they are.
         commitments = {
-            (c.cluster, s.stage): InnerCommitments.from_payload(json.loads(store.read_bytes(s.commitments, 1 << 24)))
+            (c.cluster, s.stage): InnerCommitments.from_payload(
+                json.loads(store.read_bytes(s.commitments, 1 << 24))
+            )
             for c in step.contributions
             for s in c.stages
         }
         evidence = [
             e
-            for signer, (c, s) in zip(signers, [(c, s) for c in range(genesis.topology.clusters) for s in range(genesis.topology.stages)], strict=True)
+            for signer, (c, s) in zip(
+                signers,
+                [
+                    (c, s)
+                    for c in range(genesis.topology.clusters)
+                    for s in range(genesis.topology.stages)
+                ],
+                strict=True,
+            )
             if (
                 e := signer.attest(
                     request,
-                    ContributionDigest(cluster=c, stage=s, digest=own[(c, s)]) if (c, s) in own else None,
+                    ContributionDigest(cluster=c, stage=s, digest=own[(c, s)])
+                    if (c, s) in own
+                    else None,
                     commitments.get((c, s)),
                 )
             )
         ]
         contributions = tuple(
             ClusterContributions(
-                cluster=c, stages=tuple(e.contribution for e in evidence if e.cluster == c and e.contribution is not None)
+                cluster=c,
+                stages=tuple(
+                    e.contribution
+                    for e in evidence
+                    if e.cluster == c and e.contribution is not None
+                ),
             )
             for c in sorted({c for c, _ in own})
         )
@@ -191,7 +254,10 @@ class Forger:
             aggregate_digest=aggregate_digest(step.applied),
             contributions=contributions,
             attestation=StepAttestation(
-                statement_object=statement_object, statement_digest=statement_digest, nonce=head.root_hash.hex(), quotes=quotes
+                statement_object=statement_object,
+                statement_digest=statement_digest,
+                nonce=head.root_hash.hex(),
+                quotes=quotes,
             ),
         )
 
@@ -207,6 +273,8 @@ class Forger:
             with engine.begin() as connection:
                 for table in _RUN_TABLES:
                     column = "id" if table == "runs" else "run_id"
-                    connection.execute(sa.text(f"delete from {table} where {column} = :run"), {"run": self.run_id})
+                    connection.execute(
+                        sa.text(f"delete from {table} where {column} = :run"), {"run": self.run_id}
+                    )
         finally:
             engine.dispose()

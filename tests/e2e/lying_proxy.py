@@ -28,13 +28,24 @@ def _app(upstream: str, rewrite: Rewrite) -> Starlette:
     client = httpx.AsyncClient(base_url=upstream, timeout=60)
 
     async def forward(request: Request) -> Response:
-        answer = await client.request(request.method, request.url.path, params=request.query_params, headers={
-            k: v for k, v in request.headers.items() if k.lower() in ("range", "if-range", "accept")
-        })
+        answer = await client.request(
+            request.method,
+            request.url.path,
+            params=request.query_params,
+            headers={
+                k: v
+                for k, v in request.headers.items()
+                if k.lower() in ("range", "if-range", "accept")
+            },
+        )
         body, media = answer.content, answer.headers.get("content-type", "application/octet-stream")
         if media.startswith("application/json"):
             body = json.dumps(rewrite(request.url.path, answer.json())).encode()
-        headers = {k: v for k, v in answer.headers.items() if k.lower() in ("etag", "content-range", "cache-control")}
+        headers = {
+            k: v
+            for k, v in answer.headers.items()
+            if k.lower() in ("etag", "content-range", "cache-control")
+        }
         return Response(body, status_code=answer.status_code, headers=headers, media_type=media)
 
     return Starlette(routes=[Route("/{path:path}", forward, methods=["GET", "HEAD"])])

@@ -35,7 +35,9 @@ def record_small_run(
         (data_dir / "corpus").parent.mkdir(parents=True, exist_ok=True)
         if not (data_dir / "corpus").exists():
             shutil.copytree(corpus_dir, data_dir / "corpus")
-    config = with_overrides(run_preset("tiny"), run_id=run_id, outer_steps=outer_steps, inner_steps=8)
+    config = with_overrides(
+        run_preset("tiny"), run_id=run_id, outer_steps=outer_steps, inner_steps=8
+    )
     train_recorded(settings, config, quiet=True)
     return settings
 

@@ -17,8 +17,14 @@ from unit.web.web_fixture_run import ServedRun
 
 CHROMIUM = os.environ.get("VERITRAIN_TEST_CHROMIUM", "/usr/bin/chromium")
 ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
@@ -26,7 +32,10 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 @pytest.fixture(scope="module")
 def playwright() -> Iterator[Playwright]:
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"chromium not found at {CHROMIUM} (Debian package `chromium`; set VERITRAIN_TEST_CHROMIUM)")
+        pytest.fail(
+            f"chromium not found at {CHROMIUM} (Debian "
+            "package `chromium`; set VERITRAIN_TEST_CHROMIUM)"
+        )
     with sync_playwright() as instance:
         yield instance
 
@@ -39,9 +48,14 @@ def launch(playwright: Playwright, profile: Path, **options: Any) -> BrowserCont
 
 
 @pytest.fixture(scope="module")
-def browser(playwright: Playwright, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrowserContext]:
+def browser(
+    playwright: Playwright, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrowserContext]:
     context = launch(
-        playwright, tmp_path_factory.mktemp("chromium-profile"), accept_downloads=True, viewport={"width": 1280, "height": 900}
+        playwright,
+        tmp_path_factory.mktemp("chromium-profile"),
+        accept_downloads=True,
+        viewport={"width": 1280, "height": 900},
     )
     yield context
     context.close()
@@ -53,7 +67,12 @@ def page(browser: BrowserContext) -> Iterator[Page]:
     errors: list[str] = []
     refused: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None)
+    page.on(
+        "console",
+        lambda message: (
+            refused.append(message.text) if "Content Security Policy" in message.text else None
+        ),
+    )
     yield page
     page.close()
     assert errors == [], f"JavaScript errors on the page: {errors}"
@@ -74,7 +93,9 @@ def test_the_run_page_draws_its_charts_and_table(page: Page, served_demo: Served
     assert loss_traces.count() == 2  # train and eval loss
     assert page.locator("#chart-loss .scatterlayer .trace .points path").count() == 2 * run.steps
     for chart in ("perplexity", "bytes", "rank"):
-        assert page.locator(f"#chart-{chart} .scatterlayer .trace .points path").count() == run.steps
+        assert (
+            page.locator(f"#chart-{chart} .scatterlayer .trace .points path").count() == run.steps
+        )
     assert page.locator("table.steps tbody tr").count() == run.steps
     assert "this server's own check" in page.locator("#status").inner_text()
 
@@ -82,7 +103,9 @@ def test_the_run_page_draws_its_charts_and_table(page: Page, served_demo: Served
     page.screenshot(path=str(ARTIFACTS / "run-page.png"), full_page=True)
 
 
-def test_a_checkpoint_download_link_delivers_the_recorded_bytes(page: Page, served_demo: ServedRun, tmp_path: Path) -> None:
+def test_a_checkpoint_download_link_delivers_the_recorded_bytes(
+    page: Page, served_demo: ServedRun, tmp_path: Path
+) -> None:
     run = served_demo.run
     page.goto(f"{served_demo.url}/runs/{run.run_id}")
     link = page.locator("a.download", has_text="model.safetensors.index.json")
@@ -93,13 +116,20 @@ def test_a_checkpoint_download_link_delivers_the_recorded_bytes(page: Page, serv
     download_info.value.save_as(saved)
 
     digest = hashlib.sha256(saved.read_bytes()).hexdigest()
-    manifest = httpx.get(f"{served_demo.url}/api/v1/runs/{run.run_id}/steps/{run.last_step}/checkpoint").json()
+    manifest = httpx.get(
+        f"{served_demo.url}/api/v1/runs/{run.run_id}/steps/{run.last_step}/checkpoint"
+    ).json()
     assert download_info.value.suggested_filename == "model.safetensors.index.json"
     assert digest == link.get_attribute("data-sha256")
-    assert digest == {f["name"]: f["digest"] for f in manifest["files"]}["model.safetensors.index.json"]
+    assert (
+        digest
+        == {f["name"]: f["digest"] for f in manifest["files"]}["model.safetensors.index.json"]
+    )
 
 
-def test_the_page_fits_a_phone_and_its_tables_scroll_sideways(browser: BrowserContext, served_demo: ServedRun) -> None:
+def test_the_page_fits_a_phone_and_its_tables_scroll_sideways(
+    browser: BrowserContext, served_demo: ServedRun
+) -> None:
     phone = browser.new_page()
     phone.set_viewport_size({"width": 390, "height": 844})
     try:
@@ -108,7 +138,9 @@ def test_the_page_fits_a_phone_and_its_tables_scroll_sideways(browser: BrowserCo
 
         assert phone.evaluate("document.documentElement.scrollWidth") <= 390
         wrap = phone.locator("#steps .table-wrap").first
-        assert wrap.evaluate("e => e.scrollWidth > e.clientWidth")  # the table scrolls inside its box
+        assert wrap.evaluate(
+            "e => e.scrollWidth > e.clientWidth"
+        )  # the table scrolls inside its box
         assert phone.locator("#chart-loss").bounding_box()["width"] <= 390
         ARTIFACTS.mkdir(exist_ok=True)
         phone.screenshot(path=str(ARTIFACTS / "run-page-phone.png"), full_page=False)
@@ -116,7 +148,9 @@ def test_the_page_fits_a_phone_and_its_tables_scroll_sideways(browser: BrowserCo
         phone.close()
 
 
-def test_without_javascript_the_tables_are_still_there(playwright: Playwright, tmp_path: Path, served_demo: ServedRun) -> None:
+def test_without_javascript_the_tables_are_still_there(
+    playwright: Playwright, tmp_path: Path, served_demo: ServedRun
+) -> None:
     context = launch(playwright, tmp_path / "profile", java_script_enabled=False)
     try:
         page = context.new_page()

@@ -53,7 +53,8 @@ def test_each_replica_sends_half_of_its_stages_payload(dp_run: Settings) -> None
         for record in steps:
             digests = record["applied"][0]["contribution_digests"]
             lengths = {
-                (d["cluster"], d["stage"]): len(read_verified(source, d["digest"], 1 << 26)) for d in digests
+                (d["cluster"], d["stage"]): len(read_verified(source, d["digest"], 1 << 26))
+                for d in digests
             }
             metrics = record["metrics"]
             # What a cluster without data parallelism puts on the wire: every stage's payload.

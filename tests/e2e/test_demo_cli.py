@@ -16,10 +16,14 @@ import pytest
 def _run(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
     veritrain = shutil.which("veritrain", path=str(Path(sys.executable).parent))
     assert veritrain is not None
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VERITRAIN_")}  # embedded defaults
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("VERITRAIN_")
+    }  # embedded defaults
     env["VERITRAIN_WITNESS_DIR"] = str(cwd / "witness")
     env["COLUMNS"] = "200"
-    return subprocess.run([veritrain, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [veritrain, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.mark.slow
@@ -47,6 +51,9 @@ def test_demo_then_verify_and_reproduce_in_the_same_directory(tmp_path: Path) ->
 def test_verify_without_a_ledger_says_what_to_do(tmp_path: Path) -> None:
     result = _run(["verify"], tmp_path, timeout=120)
     assert result.returncode != 0
-    assert result.stderr.startswith("veritrain: error: there is no ledger") and "veritrain demo" in result.stderr
+    assert (
+        result.stderr.startswith("veritrain: error: there is no ledger")
+        and "veritrain demo" in result.stderr
+    )
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "veritrain-data").exists(), "verify must not create an empty ledger"

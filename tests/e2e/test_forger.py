@@ -35,7 +35,9 @@ def run_id(settings: Settings) -> str:
         return source.latest_run_id()
 
 
-def edit_payload(kind: str, change: Callable[[dict[str, Any]], None], *, step: int | None = None) -> Callable[[Payloads], Payloads]:
+def edit_payload(
+    kind: str, change: Callable[[dict[str, Any]], None], *, step: int | None = None
+) -> Callable[[Payloads], Payloads]:
     def edit(payloads: Payloads) -> Payloads:
         for entry_kind, payload in payloads:
             if entry_kind == kind and (step is None or payload.get("step") == step):
@@ -60,18 +62,36 @@ def inflate_the_final_entry(final: dict[str, Any]) -> None:
 
 def apply_round_99(step: dict[str, Any]) -> None:
     made_up = {"cluster": 0, "stage": 0, "digest": "ab" * 32}
-    step["applied"].append({"round": 99, "contribution_digests": [made_up], "payload_bytes": 1, "rank": 28, "bits": 2, "verdicts": []})
+    step["applied"].append(
+        {
+            "round": 99,
+            "contribution_digests": [made_up],
+            "payload_bytes": 1,
+            "rank": 28,
+            "bits": 2,
+            "verdicts": [],
+        }
+    )
     step["compression"] = {"rank": 28, "bits": 2}
 
 
 def loosen_the_tolerance(genesis: dict[str, Any]) -> None:
     policy = genesis["verification_policy"]
-    genesis["verification_policy"] = {**policy, "mode": "tolerance", "fallback": {**policy["fallback"], "delta": 1e9}}
+    genesis["verification_policy"] = {
+        **policy,
+        "mode": "tolerance",
+        "fallback": {**policy["fallback"], "delta": 1e9},
+    }
 
 
 def name_hardware_nobody_has(genesis: dict[str, Any]) -> None:
     hardware = genesis["verification_policy"]["hardware"]
-    genesis["verification_policy"]["hardware"] = {**hardware, "device": "quantum", "machine": "vax", "torch": "any"}
+    genesis["verification_policy"]["hardware"] = {
+        **hardware,
+        "device": "quantum",
+        "machine": "vax",
+        "torch": "any",
+    }
 
 
 def lower_the_eval_loss(step: dict[str, Any]) -> None:
@@ -80,17 +100,39 @@ def lower_the_eval_loss(step: dict[str, Any]) -> None:
 
 CAUGHT: dict[str, tuple[Callable[[Payloads], Payloads], int, str]] = {
     # rewrite: (edit, the check that fails, what its message says)
-    "lr x10, config digest kept": (edit_payload("run.genesis", ten_times_the_learning_rate), 10, "config digest"),
-    "data ranges claim other shards": (edit_payload("outer_step", claim_other_shards, step=STEP), 8, "assignment rule gives"),
+    "lr x10, config digest kept": (
+        edit_payload("run.genesis", ten_times_the_learning_rate),
+        10,
+        "config digest",
+    ),
+    "data ranges claim other shards": (
+        edit_payload("outer_step", claim_other_shards, step=STEP),
+        8,
+        "assignment rule gives",
+    ),
     "run.final inflated": (edit_payload("run.final", inflate_the_final_entry), 11, "tokens"),
-    "round 99 applied with a made-up digest": (edit_payload("outer_step", apply_round_99, step=STEP), 6, "round 99"),
-    "tolerance delta 1e9": (edit_payload("run.genesis", loosen_the_tolerance), 10, "published bound"),
-    "hardware class nobody has": (edit_payload("run.genesis", name_hardware_nobody_has), 10, "hardware device"),
+    "round 99 applied with a made-up digest": (
+        edit_payload("outer_step", apply_round_99, step=STEP),
+        6,
+        "round 99",
+    ),
+    "tolerance delta 1e9": (
+        edit_payload("run.genesis", loosen_the_tolerance),
+        10,
+        "published bound",
+    ),
+    "hardware class nobody has": (
+        edit_payload("run.genesis", name_hardware_nobody_has),
+        10,
+        "hardware device",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", list(CAUGHT))
-def test_rewrites_verify_catches_even_from_an_operator_with_every_key(case: str, fresh_run: Settings) -> None:
+def test_rewrites_verify_catches_even_from_an_operator_with_every_key(
+    case: str, fresh_run: Settings
+) -> None:
     edit, check, message = CAUGHT[case]
     Forger(fresh_run, run_id(fresh_run)).rewrite(edit)
 
@@ -98,19 +140,27 @@ def test_rewrites_verify_catches_even_from_an_operator_with_every_key(case: str,
     text = report.render()
     assert not report.ok, f"{case} went unnoticed:\n{text}"
     failures = [f.message for f in report.results[check].failures]
-    assert any(message in m for m in failures), f"{case}: check {check} does not say {message!r}:\n{text}"
+    assert any(message in m for m in failures), (
+        f"{case}: check {check} does not say {message!r}:\n{text}"
+    )
     others = {n for n, r in report.results.items() if not r.passed}
-    assert others == {check}, f"{case}: the forgery is consistent elsewhere, yet checks {sorted(others)} failed:\n{text}"
+    assert others == {check}, (
+        f"{case}: the forgery is consistent elsewhere, yet checks {sorted(others)} failed:\n{text}"
+    )
 
 
 def test_quotes_are_judged_at_the_time_their_entry_was_recorded(fresh_run: Settings) -> None:
     later = datetime.now(UTC) + timedelta(days=3 * 365)
     ticks = iter(range(10_000))
-    Forger(fresh_run, run_id(fresh_run)).rewrite(lambda p: p, clock=lambda: later + timedelta(seconds=next(ticks)))
+    Forger(fresh_run, run_id(fresh_run)).rewrite(
+        lambda p: p, clock=lambda: later + timedelta(seconds=next(ticks))
+    )
 
     report = verify(fresh_run)
     assert not report.results[5].passed, report.render()
-    assert all("endorsement" in f.message or "expired" in f.message for f in report.results[5].failures), report.render()
+    assert all(
+        "endorsement" in f.message or "expired" in f.message for f in report.results[5].failures
+    ), report.render()
 
 
 def test_a_consistent_metric_rewrite_passes_verify_and_fails_reproduce(fresh_run: Settings) -> None:
@@ -118,7 +168,9 @@ def test_a_consistent_metric_rewrite_passes_verify_and_fails_reproduce(fresh_run
     only re-executing the step (or a witness that saw the first history) exposes it."""
     from veritrain.reproduce import reproduce_step
 
-    Forger(fresh_run, run_id(fresh_run)).rewrite(edit_payload("outer_step", lower_the_eval_loss, step=STEP))
+    Forger(fresh_run, run_id(fresh_run)).rewrite(
+        edit_payload("outer_step", lower_the_eval_loss, step=STEP)
+    )
 
     assert verify(fresh_run).ok
     with DirectSource(fresh_run) as source:
@@ -133,16 +185,24 @@ def test_a_log_rewritten_under_another_origin_is_caught_only_by_a_returning_veri
     seen = tmp_path / "seen"
     assert verify(fresh_run, seen).ok  # this verifier has seen the honest run
     Forger(fresh_run, run_id(fresh_run)).rewrite(
-        edit_payload("outer_step", lower_the_eval_loss, step=STEP), key_dir=tmp_path / "new-keys", origin="elsewhere.example"
+        edit_payload("outer_step", lower_the_eval_loss, step=STEP),
+        key_dir=tmp_path / "new-keys",
+        origin="elsewhere.example",
     )
 
-    assert verify(fresh_run).ok, "a first-time verifier cannot tell (witnesses can: docs/auditing.md)"
+    assert verify(fresh_run).ok, (
+        "a first-time verifier cannot tell (witnesses can: docs/auditing.md)"
+    )
     returning = verify(fresh_run, seen)
     assert not returning.ok
-    assert any("origin changed" in f.message for f in returning.results[1].failures), returning.render()
+    assert any("origin changed" in f.message for f in returning.results[1].failures), (
+        returning.render()
+    )
 
 
-def test_a_rollback_that_drops_the_final_entry_is_caught_by_a_returning_verifier(fresh_run: Settings, tmp_path: Path) -> None:
+def test_a_rollback_that_drops_the_final_entry_is_caught_by_a_returning_verifier(
+    fresh_run: Settings, tmp_path: Path
+) -> None:
     seen = tmp_path / "seen"
     assert verify(fresh_run, seen).ok
 

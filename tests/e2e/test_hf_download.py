@@ -34,13 +34,19 @@ def manifest(served: ServedRun, step: int) -> dict[str, str]:
     return {f["name"]: f["digest"] for f in body["files"]}
 
 
-def test_hf_hub_download_fetches_a_shard_that_matches_the_manifest(served_demo: ServedRun, tmp_path: Path) -> None:
+def test_hf_hub_download_fetches_a_shard_that_matches_the_manifest(
+    served_demo: ServedRun, tmp_path: Path
+) -> None:
     run = served_demo.run
     files = manifest(served_demo, 2)
     shard = sorted(n for n in files if n.startswith("model-0"))[0]
 
     path = hf_hub_download(
-        repo_id=run.run_id, filename=shard, revision="step-000002", endpoint=served_demo.url, cache_dir=tmp_path / "cache"
+        repo_id=run.run_id,
+        filename=shard,
+        revision="step-000002",
+        endpoint=served_demo.url,
+        cache_dir=tmp_path / "cache",
     )
 
     assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == files[shard]
@@ -50,12 +56,24 @@ def test_hf_hub_download_fetches_a_shard_that_matches_the_manifest(served_demo: 
     assert Path(path).parent.name == run.checkpoints[2].manifest_root
 
 
-def test_the_default_revision_is_the_newest_step_and_a_sharded_model_index_loads(served_demo: ServedRun, tmp_path: Path) -> None:
+def test_the_default_revision_is_the_newest_step_and_a_sharded_model_index_loads(
+    served_demo: ServedRun, tmp_path: Path
+) -> None:
     run = served_demo.run
-    index_path = hf_hub_download(repo_id=run.run_id, filename="model.safetensors.index.json", endpoint=served_demo.url, local_dir=tmp_path / "model")
+    index_path = hf_hub_download(
+        repo_id=run.run_id,
+        filename="model.safetensors.index.json",
+        endpoint=served_demo.url,
+        local_dir=tmp_path / "model",
+    )
     index = json.loads(Path(index_path).read_text())
     for shard in sorted(set(index["weight_map"].values())):
-        hf_hub_download(repo_id=run.run_id, filename=shard, endpoint=served_demo.url, local_dir=tmp_path / "model")
+        hf_hub_download(
+            repo_id=run.run_id,
+            filename=shard,
+            endpoint=served_demo.url,
+            local_dir=tmp_path / "model",
+        )
 
     from safetensors.torch import load_file
 
@@ -71,8 +89,20 @@ def test_the_default_revision_is_the_newest_step_and_a_sharded_model_index_loads
 
 def test_a_second_download_is_served_from_the_cache(served_demo: ServedRun, tmp_path: Path) -> None:
     run = served_demo.run
-    first = hf_hub_download(repo_id=run.run_id, filename="trainer_state.json", revision="step-000001", endpoint=served_demo.url, cache_dir=tmp_path)
-    second = hf_hub_download(repo_id=run.run_id, filename="trainer_state.json", revision="step-000001", endpoint=served_demo.url, cache_dir=tmp_path)
+    first = hf_hub_download(
+        repo_id=run.run_id,
+        filename="trainer_state.json",
+        revision="step-000001",
+        endpoint=served_demo.url,
+        cache_dir=tmp_path,
+    )
+    second = hf_hub_download(
+        repo_id=run.run_id,
+        filename="trainer_state.json",
+        revision="step-000001",
+        endpoint=served_demo.url,
+        cache_dir=tmp_path,
+    )
 
     assert first == second
     assert json.loads(Path(first).read_text())["step"] == 1
@@ -87,7 +117,18 @@ def test_a_second_download_is_served_from_the_cache(served_demo: ServedRun, tmp_
     ],
 )
 def test_missing_runs_steps_and_files_raise_the_hubs_own_errors(
-    served_demo: ServedRun, tmp_path: Path, repo_id: str, filename: str, revision: str, error: type[Exception]
+    served_demo: ServedRun,
+    tmp_path: Path,
+    repo_id: str,
+    filename: str,
+    revision: str,
+    error: type[Exception],
 ) -> None:
     with pytest.raises(error):
-        hf_hub_download(repo_id=repo_id, filename=filename, revision=revision, endpoint=served_demo.url, cache_dir=tmp_path)
+        hf_hub_download(
+            repo_id=repo_id,
+            filename=filename,
+            revision=revision,
+            endpoint=served_demo.url,
+            cache_dir=tmp_path,
+        )

@@ -41,9 +41,13 @@ def online_hub_client(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def snapshot(recorded_run: Settings, serve_app: Callable[[WebSettings], str], tmp_path: Path) -> Path:
+def snapshot(
+    recorded_run: Settings, serve_app: Callable[[WebSettings], str], tmp_path: Path
+) -> Path:
     url = serve_app(recorded_run)
-    folder = snapshot_download(repo_id=RUN_ID, revision=f"step-{STEP:06d}", endpoint=url, local_dir=tmp_path / "model")
+    folder = snapshot_download(
+        repo_id=RUN_ID, revision=f"step-{STEP:06d}", endpoint=url, local_dir=tmp_path / "model"
+    )
     return Path(folder)
 
 
@@ -52,15 +56,25 @@ def _recorded(settings: Settings) -> tuple[Genesis, Generations, str]:
         bodies = source.entry_bodies(RUN_ID)
         genesis = Genesis.from_payload(json.loads(bodies[0])["payload"])
         step = json.loads(bodies[2 + STEP])["payload"]
-        said = Generations.from_payload(json.loads(read_verified(source, step["generations"]["object"])))
+        said = Generations.from_payload(
+            json.loads(read_verified(source, step["generations"]["object"]))
+        )
     return genesis, said, step["checkpoint"]["manifest_root"]
 
 
 def test_transformers_loads_a_downloaded_checkpoint_and_computes_our_logits(snapshot: Path) -> None:
     names = {p.name for p in snapshot.iterdir() if p.is_file()}
-    assert {"config.json", "generation_config.json", "model.safetensors.index.json", "tokenizer.json", "model.sig"} <= names
+    assert {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors.index.json",
+        "tokenizer.json",
+        "model.sig",
+    } <= names
 
-    theirs = transformers.AutoModelForCausalLM.from_pretrained(snapshot, torch_dtype=torch.float32).eval()
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(
+        snapshot, torch_dtype=torch.float32
+    ).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(snapshot)
     config, state = load_pretrained(snapshot)
     ours = model_from_state(config, state)
@@ -70,21 +84,31 @@ def test_transformers_loads_a_downloaded_checkpoint_and_computes_our_logits(snap
     assert difference <= 1e-5
 
 
-def test_greedy_generate_in_transformers_reproduces_the_recorded_generations(recorded_run: Settings, snapshot: Path) -> None:
+def test_greedy_generate_in_transformers_reproduces_the_recorded_generations(
+    recorded_run: Settings, snapshot: Path
+) -> None:
     _, said, _ = _recorded(recorded_run)
-    model = transformers.AutoModelForCausalLM.from_pretrained(snapshot, torch_dtype=torch.float32).eval()
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        snapshot, torch_dtype=torch.float32
+    ).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(snapshot)
     eos = transformers.GenerationConfig.from_pretrained(snapshot).eos_token_id
     for generation in said.generations:
         prompt = tokenizer.encode(generation.prompt)
         with torch.no_grad():
             out = model.generate(
-                torch.tensor([prompt]), do_sample=False, max_new_tokens=said.max_new_tokens, eos_token_id=eos, pad_token_id=eos
+                torch.tensor([prompt]),
+                do_sample=False,
+                max_new_tokens=said.max_new_tokens,
+                eos_token_id=eos,
+                pad_token_id=eos,
             )
-        assert tuple(out[0, len(prompt):].tolist()) == generation.token_ids, generation.prompt
+        assert tuple(out[0, len(prompt) :].tolist()) == generation.token_ids, generation.prompt
 
 
-def test_model_signing_verifies_the_snapshot_against_the_genesis_key(recorded_run: Settings, snapshot: Path, tmp_path: Path) -> None:
+def test_model_signing_verifies_the_snapshot_against_the_genesis_key(
+    recorded_run: Settings, snapshot: Path, tmp_path: Path
+) -> None:
     genesis, _, _ = _recorded(recorded_run)
     public_key = tmp_path / "model-signing.pub"
     public_key.write_text(genesis.keys.model_signing)
@@ -92,12 +116,24 @@ def test_model_signing_verifies_the_snapshot_against_the_genesis_key(recorded_ru
     assert tool is not None
 
     # huggingface_hub keeps its download bookkeeping in <local_dir>/.cache: not part of the model.
-    command = [tool, "verify", "key", "--public_key", str(public_key), "--signature", str(snapshot / "model.sig"),
-               "--ignore-paths", str(snapshot / ".cache"), str(snapshot)]
+    command = [
+        tool,
+        "verify",
+        "key",
+        "--public_key",
+        str(public_key),
+        "--signature",
+        str(snapshot / "model.sig"),
+        "--ignore-paths",
+        str(snapshot / ".cache"),
+        str(snapshot),
+    ]
     verified = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert "Verification succeeded" in verified.stdout + verified.stderr
 
-    (snapshot / "config.json").write_text((snapshot / "config.json").read_text().replace('"float32"', '"float16"'))
+    (snapshot / "config.json").write_text(
+        (snapshot / "config.json").read_text().replace('"float32"', '"float16"')
+    )
     tampered = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert tampered.returncode != 0

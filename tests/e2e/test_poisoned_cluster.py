@@ -35,7 +35,9 @@ def poisoned_run(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     settings = load_settings(data_dir=tmp_path_factory.mktemp("poisoned") / "veritrain-data")
     config = replace(
         with_overrides(run_preset("tiny"), run_id=RUN_ID, clusters=3, outer_steps=3, inner_steps=4),
-        poison_for_testing=PoisonForTesting(cluster=POISONED, step=STEP, kind="scale", factor=100.0),
+        poison_for_testing=PoisonForTesting(
+            cluster=POISONED, step=STEP, kind="scale", factor=100.0
+        ),
     )
     train_recorded(settings, config, quiet=True)
     return settings
@@ -51,7 +53,9 @@ def verify(settings: Settings, *, deep: bool = False) -> Report:
         return verify_run(source, RUN_ID, deep=deep)
 
 
-def test_the_poisoned_cluster_is_excluded_by_one_verdict_and_the_others_are_clean(poisoned_run: Settings) -> None:
+def test_the_poisoned_cluster_is_excluded_by_one_verdict_and_the_others_are_clean(
+    poisoned_run: Settings,
+) -> None:
     recorded = steps(poisoned_run)
     (applied,) = recorded[STEP].applied
     verdicts = {v.cluster: v for v in applied.verdicts}
@@ -61,7 +65,9 @@ def test_the_poisoned_cluster_is_excluded_by_one_verdict_and_the_others_are_clea
     assert [verdicts[c].flags for c in (0, 1)] == [(), ()]
     for c in (0, 1):
         score = verdicts[c].score
-        assert score is not None and score.held_out < 0 and score.own_data < 0  # honest updates help
+        assert (
+            score is not None and score.held_out < 0 and score.own_data < 0
+        )  # honest updates help
     poisoned_score = verdicts[POISONED].score
     assert poisoned_score is not None and poisoned_score.held_out > 1.0  # x100 ruins the model
     for other in (0, 2):
@@ -74,7 +80,9 @@ def test_verify_recomputes_the_flags_and_scores_and_agrees(poisoned_run: Setting
     assert report.ok, report.render()
     result = report.results[12]
     assert result.checked >= 3 + 3  # every round by the rules, every step recomputed
-    assert any("3 of 3 steps recomputed from their contributions (bitwise" in note for note in result.notes), result.notes
+    assert any(
+        "3 of 3 steps recomputed from their contributions (bitwise" in note for note in result.notes
+    ), result.notes
 
 
 def hide_the_flag(step: dict[str, Any]) -> None:
@@ -114,7 +122,9 @@ def test_a_forged_verdict_fails_verify(case: str, poisoned_run: Settings, tmp_pa
     Forger(forged, RUN_ID).rewrite(edit)
     report = verify(forged)
     failures = [f.message for f in report.results[12].failures]
-    assert any(message in m for m in failures), f"{case}: check 12 does not say {message!r}:\n{report.render()}"
+    assert any(message in m for m in failures), (
+        f"{case}: check 12 does not say {message!r}:\n{report.render()}"
+    )
     assert {n for n, r in report.results.items() if not r.passed} == {12}, report.render()
 
 
@@ -123,9 +133,15 @@ def test_the_page_shows_the_exclusion_next_to_the_scores(
 ) -> None:
     url = serve_app(poisoned_run)
     page = httpx.get(f"{url}/runs/{RUN_ID}", timeout=30).text
-    row = page[page.index('<tr class="anomalous">') : page.index("</tr>", page.index('<tr class="anomalous">'))]
+    row = page[
+        page.index('<tr class="anomalous">') : page.index(
+            "</tr>", page.index('<tr class="anomalous">')
+        )
+    ]
     assert f"cluster {POISONED} (excluded)" in row
-    assert 'class="score flag"' in row and f"{POISONED}: " in row  # its score, marked, beside the flag
+    assert (
+        'class="score flag"' in row and f"{POISONED}: " in row
+    )  # its score, marked, beside the flag
 
 
 def test_verify_recomputes_the_verdicts_of_an_overlapped_compressed_run(tmp_path: Path) -> None:
@@ -143,5 +159,12 @@ def test_verify_recomputes_the_verdicts_of_an_overlapped_compressed_run(tmp_path
         recorded = [step for _, step in RecordedRun.load(source, "overlapped").outer_steps]
     assert report.ok, report.render()
     assert [[a.round for a in s.applied] for s in recorded] == [[], [0], [1, 2]]
-    assert all(len(a.verdicts) == 2 and a.verdicts[0].score is not None for s in recorded for a in s.applied)
-    assert any("2 of 2 steps recomputed from their contributions (bitwise" in n for n in report.results[12].notes)
+    assert all(
+        len(a.verdicts) == 2 and a.verdicts[0].score is not None
+        for s in recorded
+        for a in s.applied
+    )
+    assert any(
+        "2 of 2 steps recomputed from their contributions (bitwise" in n
+        for n in report.results[12].notes
+    )

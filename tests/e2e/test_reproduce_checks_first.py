@@ -27,22 +27,34 @@ def test_a_database_edit_is_refused_before_anything_is_re_executed(fresh_run: Se
         step3["payload"]["checkpoint"] = step2["payload"]["checkpoint"]
         genesis["payload"]["verification_policy"]["mode"] = "tolerance"
         for index, document in ((0, genesis), (5, step3)):
-            db.execute("update entries set body = ? where idx = ?", (rfc8785.dumps(document), index))
+            db.execute(
+                "update entries set body = ? where idx = ?", (rfc8785.dumps(document), index)
+            )
     db.close()
 
-    with DirectSource(fresh_run) as source, pytest.raises(ReproduceError, match="the log does not verify") as raised:
+    with (
+        DirectSource(fresh_run) as source,
+        pytest.raises(ReproduceError, match="the log does not verify") as raised,
+    ):
         reproduce_step(source, RUN_ID, 3)
     assert "entry 0" in str(raised.value) or "entry 1" in str(raised.value)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("step", range(OUTER_STEPS))
-def test_every_step_reproduces_bitwise_on_the_machine_that_trained(step: int, recorded_run: Settings) -> None:
+def test_every_step_reproduces_bitwise_on_the_machine_that_trained(
+    step: int, recorded_run: Settings
+) -> None:
     with DirectSource(recorded_run) as source:
         comparison = reproduce_step(source, RUN_ID, step)
 
     assert comparison.ok, comparison.render()
     assert comparison.mode == "bitwise"
     assert "this machine is in its hardware class" in comparison.reason
-    assert any(m.endswith("metrics equal (all but the measured times ['comm_seconds', 'compute_seconds', "
-                          "'exposed_comm_seconds', 'quorum_seconds', 'wall_seconds'])") for m in comparison.matched), comparison.render()
+    assert any(
+        m.endswith(
+            "metrics equal (all but the measured times ['comm_seconds', 'compute_seconds', "
+            "'exposed_comm_seconds', 'quorum_seconds', 'wall_seconds'])"
+        )
+        for m in comparison.matched
+    ), comparison.render()

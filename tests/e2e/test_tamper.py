@@ -41,7 +41,9 @@ def _db(settings: Settings) -> sqlite3.Connection:
 
 def _payload(settings: Settings, step: int) -> dict:
     with _db(settings) as db:
-        (body,) = db.execute("select body from entries where kind='outer_step' and step=?", (step,)).fetchone()
+        (body,) = db.execute(
+            "select body from entries where kind='outer_step' and step=?", (step,)
+        ).fetchone()
     return json.loads(body)["payload"]
 
 
@@ -56,7 +58,11 @@ def _flip_byte(path: Path, offset: int) -> None:
 
 
 def _checkpoint_file(settings: Settings, step: int, prefix: str) -> str:
-    manifest = json.loads(_object_path(settings, _payload(settings, step)["checkpoint"]["manifest_object"]).read_bytes())
+    manifest = json.loads(
+        _object_path(
+            settings, _payload(settings, step)["checkpoint"]["manifest_object"]
+        ).read_bytes()
+    )
     return next(r["digest"] for r in manifest["resources"] if r["name"].startswith(prefix))
 
 
@@ -80,7 +86,9 @@ def _data_manifest_object(settings: Settings) -> str:
 
 def edit_metric(settings: Settings) -> None:
     with _db(settings) as db:
-        changed = db.execute("update metrics set value = value - 0.5 where step=? and key='eval_loss'", (STEP,)).rowcount
+        changed = db.execute(
+            "update metrics set value = value - 0.5 where step=? and key='eval_loss'", (STEP,)
+        ).rowcount
     assert changed == 1
 
 
@@ -92,7 +100,8 @@ def delete_entry(settings: Settings) -> None:
 def swap_entries(settings: Settings) -> None:
     with _db(settings) as db:
         (a, body_a), (b, body_b) = db.execute(
-            "select idx, body from entries where kind='outer_step' and step in (?, ?) order by idx", (STEP - 1, STEP)
+            "select idx, body from entries where kind='outer_step' and step in (?, ?) order by idx",
+            (STEP - 1, STEP),
         ).fetchall()
         db.execute("update entries set body=? where idx=?", (body_b, a))
         db.execute("update entries set body=? where idx=?", (body_a, b))
@@ -100,7 +109,9 @@ def swap_entries(settings: Settings) -> None:
 
 def _rewrite_body(settings: Settings, step: int, change: Callable[[dict], None]) -> None:
     with _db(settings) as db:
-        index, body = db.execute("select idx, body from entries where kind='outer_step' and step=?", (step,)).fetchone()
+        index, body = db.execute(
+            "select idx, body from entries where kind='outer_step' and step=?", (step,)
+        ).fetchone()
         document = json.loads(body)
         change(document["payload"])
         db.execute("update entries set body=? where idx=?", (rfc8785.dumps(document), index))
@@ -117,9 +128,13 @@ def replace_quote(settings: Settings) -> None:
 
 def roll_back_tree_head(settings: Settings) -> None:
     with _db(settings) as db:
-        (step_index,) = db.execute("select idx from entries where kind='outer_step' and step=?", (STEP,)).fetchone()
+        (step_index,) = db.execute(
+            "select idx from entries where kind='outer_step' and step=?", (STEP,)
+        ).fetchone()
         db.execute("delete from tree_heads where size > ?", (step_index,))
-        db.execute("update runs set size = ?", (step_index,))  # the server now serves the older head
+        db.execute(
+            "update runs set size = ?", (step_index,)
+        )  # the server now serves the older head
 
 
 def rewrite_generations(settings: Settings) -> None:
@@ -133,7 +148,11 @@ def rewrite_generations(settings: Settings) -> None:
 def replace_checkpoint(settings: Settings) -> None:
     """The stored manifest of step STEP now holds the (valid) manifest of step STEP - 1."""
     target = _object_path(settings, _payload(settings, STEP)["checkpoint"]["manifest_object"])
-    target.write_bytes(_object_path(settings, _payload(settings, STEP - 1)["checkpoint"]["manifest_object"]).read_bytes())
+    target.write_bytes(
+        _object_path(
+            settings, _payload(settings, STEP - 1)["checkpoint"]["manifest_object"]
+        ).read_bytes()
+    )
 
 
 def resign_with_foreign_keys(settings: Settings) -> None:
@@ -165,7 +184,9 @@ def resign_with_foreign_keys(settings: Settings) -> None:
             from storage import open_store
 
             with open_store(settings.store_url) as store:
-                payload["attestation"] = dict(payload["attestation"], statement_object=store.put_bytes(envelope))
+                payload["attestation"] = dict(
+                    payload["attestation"], statement_object=store.put_bytes(envelope)
+                )
         forged.append(run_id, entry.kind, payload, step=entry.step, metrics=metrics)
     assert len(metric_rows) > 0
 
@@ -198,7 +219,9 @@ def test_the_untouched_run_verifies(fresh_run: Settings, tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_tampering_fails_verification_naming_the_step(case: str, fresh_run: Settings, tmp_path: Path) -> None:
+def test_tampering_fails_verification_naming_the_step(
+    case: str, fresh_run: Settings, tmp_path: Path
+) -> None:
     tamper, groups = CASES[case]
     witness = tmp_path / "witness"
     assert verify(fresh_run, witness).ok  # this verifier has seen the honest run

@@ -37,10 +37,14 @@ def _cli(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     # No VERITRAIN_* database or store: the API is all the auditor has.
     env = {k: v for k, v in os.environ.items() if not k.startswith("VERITRAIN_")}
     env["VERITRAIN_WITNESS_DIR"] = str(tmp_path / "witness")
-    return subprocess.run([veritrain, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [veritrain, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
-def test_verify_and_reproduce_with_only_the_url(recorded_run: Settings, serve_app: Serve, tmp_path: Path) -> None:
+def test_verify_and_reproduce_with_only_the_url(
+    recorded_run: Settings, serve_app: Serve, tmp_path: Path
+) -> None:
     url = serve_app(recorded_run)
     result = _cli(["verify", RUN_ID, "--api", url, "--json"], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -53,7 +57,9 @@ def test_verify_and_reproduce_with_only_the_url(recorded_run: Settings, serve_ap
     assert "MATCH" in reproduced.stdout and "MISMATCH" not in reproduced.stdout
 
 
-def test_the_most_recent_run_is_the_default(recorded_run: Settings, serve_app: Serve, tmp_path: Path) -> None:
+def test_the_most_recent_run_is_the_default(
+    recorded_run: Settings, serve_app: Serve, tmp_path: Path
+) -> None:
     source = ApiSource(serve_app(recorded_run))
     try:
         assert source.latest_run_id() == RUN_ID
@@ -64,7 +70,9 @@ def test_the_most_recent_run_is_the_default(recorded_run: Settings, serve_app: S
 
 
 @pytest.mark.parametrize(
-    "tamper", [edit_metric, delete_entry, roll_back_tree_head, flip_checkpoint_byte], ids=lambda f: f.__name__
+    "tamper",
+    [edit_metric, delete_entry, roll_back_tree_head, flip_checkpoint_byte],
+    ids=lambda f: f.__name__,
 )
 def test_tampering_shows_through_the_api(
     tamper: Callable[[Settings], None], fresh_run: Settings, serve_app: Serve, tmp_path: Path

@@ -30,8 +30,14 @@ def _verify_cli(url: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     assert veritrain is not None
     env = {k: v for k, v in os.environ.items() if not k.startswith("VERITRAIN_")}
     env["VERITRAIN_WITNESS_DIR"] = str(tmp_path / "seen")
-    return subprocess.run([veritrain, "verify", RUN_ID, "--api", url, "--json"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [veritrain, "verify", RUN_ID, "--api", url, "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def null_and_infinite_metrics(path: str, document: Any) -> Any:
@@ -67,7 +73,12 @@ def entries_that_are_not_strings(path: str, document: Any) -> Any:
     ids=lambda v: v.__name__ if callable(v) else str(v),
 )
 def test_a_lying_server_is_a_failed_check_in_the_json_report_not_a_traceback(
-    lie: Callable[[str, Any], Any], check: int, words: str, recorded_run: Settings, serve_app: Serve, tmp_path: Path
+    lie: Callable[[str, Any], Any],
+    check: int,
+    words: str,
+    recorded_run: Settings,
+    serve_app: Serve,
+    tmp_path: Path,
 ) -> None:
     with lying_proxy(serve_app(recorded_run), lie) as url:
         result = _verify_cli(url, tmp_path)
@@ -80,7 +91,9 @@ def test_a_lying_server_is_a_failed_check_in_the_json_report_not_a_traceback(
     assert any(words in f["message"] for f in failed["failures"]), failed
 
 
-def test_metrics_lies_name_the_step_they_concern(recorded_run: Settings, serve_app: Serve, tmp_path: Path) -> None:
+def test_metrics_lies_name_the_step_they_concern(
+    recorded_run: Settings, serve_app: Serve, tmp_path: Path
+) -> None:
     with lying_proxy(serve_app(recorded_run), null_and_infinite_metrics) as url:
         report = json.loads(_verify_cli(url, tmp_path).stdout)
 
@@ -88,7 +101,9 @@ def test_metrics_lies_name_the_step_they_concern(recorded_run: Settings, serve_a
     assert {(f["step"], f["index"]) for f in failures} == {(1, 3), (2, 4)}
 
 
-def test_what_a_verifier_remembers_is_keyed_by_run_and_source(recorded_run: Settings, serve_app: Serve, tmp_path: Path) -> None:
+def test_what_a_verifier_remembers_is_keyed_by_run_and_source(
+    recorded_run: Settings, serve_app: Serve, tmp_path: Path
+) -> None:
     seen = SeenHeads(tmp_path / "seen")
     url = serve_app(recorded_run)
     with ApiSource(url) as source:
@@ -98,8 +113,9 @@ def test_what_a_verifier_remembers_is_keyed_by_run_and_source(recorded_run: Sett
     assert seen.last_seen(RUN_ID, "http://another.example") is None
 
 
-
-def test_with_sampling_the_newest_checkpoint_is_always_re_hashed(fresh_run: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_with_sampling_the_newest_checkpoint_is_always_re_hashed(
+    fresh_run: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No size the source reports decides what is checked: the newest checkpoint is re-hashed
     in full, and its verified bytes size the rest of the run."""
     import veritrain.verify.object_checks as object_checks
@@ -119,14 +135,18 @@ def test_with_sampling_the_newest_checkpoint_is_always_re_hashed(fresh_run: Sett
 
     with DirectSource(fresh_run) as source:
         report = verify_run(source, RUN_ID)
-    assert any(f.step == 3 and digest[:16] in f.message for f in report.results[7].failures), report.render()
+    assert any(f.step == 3 and digest[:16] in f.message for f in report.results[7].failures), (
+        report.render()
+    )
 
 
 def _newest_manifest(settings: Settings) -> str:
     import sqlite3
 
     db = sqlite3.connect(settings.database_url.removeprefix("sqlite:///"))
-    (body,) = db.execute("select body from entries where kind = 'outer_step' order by idx desc limit 1").fetchone()
+    (body,) = db.execute(
+        "select body from entries where kind = 'outer_step' order by idx desc limit 1"
+    ).fetchone()
     db.close()
     manifest: str = json.loads(body)["payload"]["checkpoint"]["manifest_object"]
     return manifest

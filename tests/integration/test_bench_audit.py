@@ -24,9 +24,23 @@ def _number(value: float | str) -> float:
 
 def test_cli_json_separates_legitimate_from_forged_executions(tmp_path: Path) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "veritrain", "bench", "audit", "--json", "--inner-steps", "3",
-         "--workdir", str(tmp_path)],
-        capture_output=True, text=True, env=dict(os.environ), timeout=900, check=False,
+        [
+            sys.executable,
+            "-m",
+            "veritrain",
+            "bench",
+            "audit",
+            "--json",
+            "--inner-steps",
+            "3",
+            "--workdir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=900,
+        check=False,
     )
     assert completed.returncode == 0, completed.stderr
     data = json.loads(completed.stdout)
@@ -36,7 +50,10 @@ def test_cli_json_separates_legitimate_from_forged_executions(tmp_path: Path) ->
     kinds = {p["name"]: p["kind"] for p in data["pairs"]}
     assert sorted(set(kinds.values())) == ["cross-precision", "forged", "legit"]
     assert [n for n, k in kinds.items() if k == "forged"] == [
-        "skip inner step 2", "other data window at inner step 2", "inner lr x1.1", "contribution x1.05",
+        "skip inner step 2",
+        "other data window at inner step 2",
+        "inner lr x1.1",
+        "contribution x1.05",
         "stale round (state of a round earlier)",
     ]
     scores = {p["name"]: _number(p["score"]) for p in data["pairs"]}

@@ -20,21 +20,45 @@ from veritrain.bench.throughput import LinkRun, LinkSetup, run_on_link
 
 pytestmark = pytest.mark.integration
 
-TINY = Schedule(outer_steps=2, inner_steps=4, link_outer_steps=3, link_diloco_outer_steps=1,
-                link_allreduce_inner_steps=2, timeout_s=300)
+TINY = Schedule(
+    outer_steps=2,
+    inner_steps=4,
+    link_outer_steps=3,
+    link_diloco_outer_steps=1,
+    link_allreduce_inner_steps=2,
+    timeout_s=300,
+)
 
 
 def namespaces() -> str:
-    return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
+    return subprocess.run(
+        ["ip", "netns", "list"], capture_output=True, text=True, check=False
+    ).stdout
 
 
 @pytest.mark.slow
 def test_tiny_comm_bench_reports_every_field(tmp_path: Path) -> None:
     before = namespaces() if netns_unavailable() is None else ""
-    result = run_comm_bench(CommBenchConfig(custom_schedule=TINY, bandwidth_mbit=20.0, plots=tmp_path / "plots",
-                                            workdir=tmp_path / "work", data_dir=tmp_path / "data", rank=12, bits=4))
+    result = run_comm_bench(
+        CommBenchConfig(
+            custom_schedule=TINY,
+            bandwidth_mbit=20.0,
+            plots=tmp_path / "plots",
+            workdir=tmp_path / "work",
+            data_dir=tmp_path / "data",
+            rank=12,
+            bits=4,
+        )
+    )
     data = json.loads(json.dumps(result.to_dict()))  # JSON-able as printed by --json
-    for field in ("bytes_ratio", "loss_gap", "speedup", "exposed_comm_reduction", "shaping", "link_mbit"):
+    for field in (
+        "bytes_ratio",
+        "loss_gap",
+        "speedup",
+        "exposed_comm_reduction",
+        "shaping",
+        "link_mbit",
+    ):
         assert field in data, field
     assert data["shaping"] == ("netns-tc" if netns_unavailable() is None else "software")
     assert data["link_mbit"] == 20.0 and data["link_derivation"]["given"]
@@ -54,8 +78,11 @@ def test_tiny_comm_bench_reports_every_field(tmp_path: Path) -> None:
         # what an unshaped veth carries (gigabits).
         assert 0.7 * 20 < data["link_measured_mbit"] < 1.1 * 20
         assert namespaces() == before  # cleaned up
-    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["bench-exposed.png", "bench-loss.png",
-                                                                      "bench-throughput.png"]
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
+        "bench-exposed.png",
+        "bench-loss.png",
+        "bench-throughput.png",
+    ]
     assert any("bytes_ratio" in line for line in result.lines())
 
 
@@ -63,22 +90,33 @@ def test_software_shaper_holds_inter_cluster_traffic_to_the_link_rate(tmp_path: 
     """Forced software shaping: a plain DiLoCo exchange (fp32, 0.88 MB per cluster) on a
     4 Mbit/s link cannot complete in less than its bytes / rate."""
     base = run_preset("tiny")
-    config = with_overrides(base, method="diloco", outer_steps=1, inner_steps=2, run_id="software-link")
+    config = with_overrides(
+        base, method="diloco", outer_steps=1, inner_steps=2, run_id="software-link"
+    )
     from trainer.data.build import prepare_data
 
     prepare_data(config.data, tmp_path / "data")
     folder = tmp_path / "link"
     folder.mkdir()
-    runs = run_on_link([LinkRun("diloco", config)],
-                       LinkSetup(shaping="software", rate_mbit=4.0, delay_ms=0.0, software_folder=folder),
-                       data_dir=tmp_path / "data", workdir=tmp_path / "work", timeout_s=300)
+    runs = run_on_link(
+        [LinkRun("diloco", config)],
+        LinkSetup(shaping="software", rate_mbit=4.0, delay_ms=0.0, software_folder=folder),
+        data_dir=tmp_path / "data",
+        workdir=tmp_path / "work",
+        timeout_s=300,
+    )
     (only,) = runs["diloco"]
     payload = only.payload_bytes[0]
     assert only.metrics["exposed_comm_seconds"] >= 0.95 * payload * 8 / 4e6
 
 
 def test_cli_help_lists_the_benchmarks() -> None:
-    completed = subprocess.run([sys.executable, "-m", "veritrain", "bench", "--help"], capture_output=True, text=True,
-                               check=True, timeout=60)
+    completed = subprocess.run(
+        [sys.executable, "-m", "veritrain", "bench", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     for command in ("comm", "ledger", "storage"):
         assert command in completed.stdout

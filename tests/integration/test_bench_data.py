@@ -18,9 +18,25 @@ pytestmark = pytest.mark.integration
 
 def test_cli_json_reports_throughput_and_memory_of_every_build(tmp_path: Path) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "veritrain", "bench", "data", "--json", "--size-mb", "2", "--vocab-size", "600",
-         "--workdir", str(tmp_path)],
-        capture_output=True, text=True, env=dict(os.environ), timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "veritrain",
+            "bench",
+            "data",
+            "--json",
+            "--size-mb",
+            "2",
+            "--vocab-size",
+            "600",
+            "--workdir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=300,
+        check=False,
     )
     assert completed.returncode == 0, completed.stderr
     data = json.loads(completed.stdout)
@@ -36,15 +52,22 @@ def test_cli_json_reports_throughput_and_memory_of_every_build(tmp_path: Path) -
     # Byte tokens: one per UTF-8 byte plus one end-of-text per document.
     assert data["builds"]["bytes"]["tokens"] == data["corpus_bytes"] + data["corpus"]["documents"]
     assert data["builds"]["trained_bpe"]["tokens"] < data["corpus_bytes"] / 2  # the BPE compresses
-    assert data["tokenizer"]["vocab_size"] == 600 and data["tokenizer"]["library"].startswith("tokenizers==")
+    assert data["tokenizer"]["vocab_size"] == 600 and data["tokenizer"]["library"].startswith(
+        "tokenizers=="
+    )
     assert data["given_matches_trained"] is True
-    assert data["targets"]["peak_rss_under_half_the_corpus"] == {"target_bytes": data["corpus_bytes"] // 2,
-                                                                 "judged": False, "met": None}
+    assert data["targets"]["peak_rss_under_half_the_corpus"] == {
+        "target_bytes": data["corpus_bytes"] // 2,
+        "judged": False,
+        "met": None,
+    }
     assert (tmp_path / "corpus" / "part-0000.jsonl.gz").is_file()
 
 
 def test_human_report_names_each_build(tmp_path: Path) -> None:
-    result = run_data_bench(DataBenchConfig(corpus_bytes=1_000_000, vocab_size=400, shard_tokens=4096, workdir=tmp_path))
+    result = run_data_bench(
+        DataBenchConfig(corpus_bytes=1_000_000, vocab_size=400, shard_tokens=4096, workdir=tmp_path)
+    )
     lines = result.lines()
     assert lines[0].startswith("data, 1 MB of text in 2 files")
     assert [line.split()[0] for line in lines[2:5]] == ["trained_bpe", "given_tokenizer", "bytes"]

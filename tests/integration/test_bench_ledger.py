@@ -18,26 +18,63 @@ pytestmark = pytest.mark.integration
 
 
 def test_tiny_ledger_bench_on_sqlite_and_postgres(tmp_path: Path, postgres_url: str) -> None:
-    result = run_ledger_bench(LedgerBenchConfig(verify_entries=40, postgres_appends=10, clients=4,
-                                                requests_per_client=5, postgres_url=postgres_url, workdir=tmp_path))
+    result = run_ledger_bench(
+        LedgerBenchConfig(
+            verify_entries=40,
+            postgres_appends=10,
+            clients=4,
+            requests_per_client=5,
+            postgres_url=postgres_url,
+            workdir=tmp_path,
+        )
+    )
     data = result.to_dict()
-    assert data["appends"]["sqlite"]["appends"] == 38  # the outer steps (genesis and manifest aside)
+    assert (
+        data["appends"]["sqlite"]["appends"] == 38
+    )  # the outer steps (genesis and manifest aside)
     assert data["appends"]["postgres"]["appends"] == 10
     # The synthetic run is a valid log: checks 1-3 and 9 pass on it.
     assert result.verify.passed and data["verify"]["entries"] == 40
-    assert set(data["verify"]["phases"]) == {"fetch and parse", "1 tree head", "2 chain and root",
-                                             "3 inclusion proofs", "9 metrics"}
+    assert set(data["verify"]["phases"]) == {
+        "fetch and parse",
+        "1 tree head",
+        "2 chain and root",
+        "3 inclusion proofs",
+        "9 metrics",
+    }
     proofs = data["inclusion_proof"]
     assert proofs["requests"] == 20 and proofs["errors"] == 0
     assert 0 < proofs["p50_ms"] <= proofs["p99_ms"] <= proofs["max_ms"]
 
 
 def test_cli_json_without_postgres(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERITRAIN_TEST_POSTGRES", "VERITRAIN_BENCH"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("VERITRAIN_TEST_POSTGRES", "VERITRAIN_BENCH"))
+    }
     completed = subprocess.run(
-        [sys.executable, "-m", "veritrain", "bench", "ledger", "--json", "--entries", "20", "--clients", "2",
-         "--requests", "2", "--workdir", str(tmp_path)],
-        capture_output=True, text=True, env=env, timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "veritrain",
+            "bench",
+            "ledger",
+            "--json",
+            "--entries",
+            "20",
+            "--clients",
+            "2",
+            "--requests",
+            "2",
+            "--workdir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
     )
     assert completed.returncode == 0, completed.stderr
     data = json.loads(completed.stdout)

@@ -24,7 +24,9 @@ def test_tiny_storage_bench_with_s3(tmp_path: Path, s3_server: S3Server) -> None
     data = result.to_dict()
     for name in ("store_and_hash", "api_download", "s3_upload", "s3_download"):
         entry = data[name]
-        assert entry["ratio"] > 0 and entry["ours_mib_per_s"] > 0 and entry["baseline_mib_per_s"] > 0, name
+        assert (
+            entry["ratio"] > 0 and entry["ours_mib_per_s"] > 0 and entry["baseline_mib_per_s"] > 0
+        ), name
         assert set(entry["peak_growth_mib"]) == {"1", "4"}
     assert {b["Name"] for b in s3_server.client().list_buckets()["Buckets"]} == buckets_before
     # The store really holds the payload, named by its SHA-256 (besides the probe's warm-up object).
@@ -35,9 +37,24 @@ def test_tiny_storage_bench_with_s3(tmp_path: Path, s3_server: S3Server) -> None
 
 def test_cli_json_without_s3(tmp_path: Path) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "veritrain", "bench", "storage", "--json", "--size-mib", "2", "--no-s3",
-         "--workdir", str(tmp_path)],
-        capture_output=True, text=True, env=dict(os.environ), timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "veritrain",
+            "bench",
+            "storage",
+            "--json",
+            "--size-mib",
+            "2",
+            "--no-s3",
+            "--workdir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=300,
+        check=False,
     )
     assert completed.returncode == 0, completed.stderr
     data = json.loads(completed.stdout)

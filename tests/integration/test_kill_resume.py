@@ -26,7 +26,18 @@ from veritrain.sources import DirectSource
 from veritrain.verify import verify_run
 from veritrain.verify.seen_heads import SeenHeads
 
-ARGS = ["train", "--preset", "tiny", "--outer-steps", "4", "--inner-steps", "8", "--run-id", "crash", "--quiet"]
+ARGS = [
+    "train",
+    "--preset",
+    "tiny",
+    "--outer-steps",
+    "4",
+    "--inner-steps",
+    "8",
+    "--run-id",
+    "crash",
+    "--quiet",
+]
 KILLED_AT = 2
 
 
@@ -54,7 +65,11 @@ def _steps(data_dir: Path) -> list[int]:
 def _manifest_roots(data_dir: Path) -> list[str]:
     engine = create_engine(f"sqlite:///{data_dir / 'ledger.db'}")
     try:
-        return [e.payload["checkpoint"]["manifest_root"] for e in Ledger(engine).entries("crash", 0, 1000) if e.kind == "outer_step"]
+        return [
+            e.payload["checkpoint"]["manifest_root"]
+            for e in Ledger(engine).entries("crash", 0, 1000)
+            if e.kind == "outer_step"
+        ]
     finally:
         engine.dispose()
 
@@ -97,7 +112,11 @@ def test_a_run_killed_mid_upload_resumes_with_no_gap_and_no_duplicate(tmp_path: 
     assert _steps(crashed) == [0, 1], "the killed step must not be recorded"
 
     resumed = subprocess.run(
-        [_veritrain(), "train", "--resume", "crash", "--quiet"], env=_env(crashed), capture_output=True, text=True, timeout=600
+        [_veritrain(), "train", "--resume", "crash", "--quiet"],
+        env=_env(crashed),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert _steps(crashed) == [0, 1, 2, 3]
@@ -110,14 +129,20 @@ def test_a_run_killed_mid_upload_resumes_with_no_gap_and_no_duplicate(tmp_path: 
     assert report.ok, report.render()
     assert report.summary["finished"] is True
 
-    uninterrupted = subprocess.run([_veritrain(), *ARGS], env=_env(reference), capture_output=True, text=True, timeout=600)
+    uninterrupted = subprocess.run(
+        [_veritrain(), *ARGS], env=_env(reference), capture_output=True, text=True, timeout=600
+    )
     assert uninterrupted.returncode == 0, uninterrupted.stderr
     assert _manifest_roots(crashed) == _manifest_roots(reference)
 
 
 def test_resuming_an_unknown_run_says_so(tmp_path: Path) -> None:
     result = subprocess.run(
-        [_veritrain(), "train", "--resume", "nope"], env=_env(tmp_path), capture_output=True, text=True, timeout=120
+        [_veritrain(), "train", "--resume", "nope"],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode != 0
     assert "no ledger" in result.stderr or "nope" in result.stderr

@@ -92,25 +92,38 @@ def _steps(database: str) -> list[OuterStep]:
 def _recorded_at(database: str) -> dict[int, float]:
     engine = create_engine(database)
     try:
-        return {e.step: e.recorded_at.timestamp() for e in Ledger(engine).entries(RUN, 0, 1000) if e.kind == "outer_step"}
+        return {
+            e.step: e.recorded_at.timestamp()
+            for e in Ledger(engine).entries(RUN, 0, 1000)
+            if e.kind == "outer_step"
+        }
     finally:
         engine.dispose()
 
 
-def _wait(condition: object, what: str, processes: list[subprocess.Popen[bytes]], logs: Path) -> None:
+def _wait(
+    condition: object, what: str, processes: list[subprocess.Popen[bytes]], logs: Path
+) -> None:
     deadline = time.monotonic() + TIMEOUT
     while not condition():  # type: ignore[operator]
         for process in processes:
-            assert process.poll() in (None, 0), f"a process failed while waiting for {what}:\n{_tails(logs)}"
+            assert process.poll() in (None, 0), (
+                f"a process failed while waiting for {what}:\n{_tails(logs)}"
+            )
         assert time.monotonic() < deadline, f"gave up waiting for {what}:\n{_tails(logs)}"
         time.sleep(0.1)
 
 
 def _tails(logs: Path) -> str:
-    return "\n".join(f"== {p.name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-12:]) for p in sorted(logs.glob("*.log")))
+    return "\n".join(
+        f"== {p.name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-12:])
+        for p in sorted(logs.glob("*.log"))
+    )
 
 
-def test_a_cluster_killed_mid_run_leaves_rejoins_and_the_run_verifies_and_reproduces(tmp_path: Path) -> None:
+def test_a_cluster_killed_mid_run_leaves_rejoins_and_the_run_verifies_and_reproduces(
+    tmp_path: Path,
+) -> None:
     veritrain = _veritrain()
     data = tmp_path / "data"
     database = f"sqlite:///{data / 'ledger.db'}"
@@ -121,21 +134,61 @@ def test_a_cluster_killed_mid_run_leaves_rejoins_and_the_run_verifies_and_reprod
 
     def start(name: str, prefix: tuple[str, ...], *args: str) -> subprocess.Popen[bytes]:
         with (logs / f"{name}.log").open("wb") as out:
-            process = subprocess.Popen([*prefix, veritrain, *args], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
+            process = subprocess.Popen(
+                [*prefix, veritrain, *args],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         started.append(process)
         return process
 
     with hosts() as where:
         try:
-            start("lighthouse", where.prefixes[0], "lighthouse", "--port", str(where.port), "--heartbeat-timeout",
-                  str(HEARTBEAT_TIMEOUT), "--join-timeout", "20")
+            start(
+                "lighthouse",
+                where.prefixes[0],
+                "lighthouse",
+                "--port",
+                str(where.port),
+                "--heartbeat-timeout",
+                str(HEARTBEAT_TIMEOUT),
+                "--join-timeout",
+                "20",
+            )
 
             def cluster(j: int, name: str) -> subprocess.Popen[bytes]:
-                extra = ["--preset", "tiny", "--method", "dilocox", "--clusters", "3", "--outer-steps", str(STEPS),
-                         "--inner-steps", str(INNER_STEPS)] if j == 0 else []
-                return start(name, where.prefixes[j], "train", "--cluster", str(j), "--lighthouse", where.url,
-                             "--run-id", RUN, "--key-dir", str(tmp_path / f"keys-{j}"), *extra)
+                extra = (
+                    [
+                        "--preset",
+                        "tiny",
+                        "--method",
+                        "dilocox",
+                        "--clusters",
+                        "3",
+                        "--outer-steps",
+                        str(STEPS),
+                        "--inner-steps",
+                        str(INNER_STEPS),
+                    ]
+                    if j == 0
+                    else []
+                )
+                return start(
+                    name,
+                    where.prefixes[j],
+                    "train",
+                    "--cluster",
+                    str(j),
+                    "--lighthouse",
+                    where.url,
+                    "--run-id",
+                    RUN,
+                    "--key-dir",
+                    str(tmp_path / f"keys-{j}"),
+                    *extra,
+                )
 
             coordinator = cluster(0, "cluster-0")
             cluster(1, "cluster-1")
@@ -151,10 +204,18 @@ def test_a_cluster_killed_mid_run_leaves_rejoins_and_the_run_verifies_and_reprod
             doomed.wait()
             started.remove(doomed)
             again = cluster(2, "cluster-2-again")
-            _wait(lambda: any(2 in s.quorum.left for s in _steps(database)), "a step without cluster 2",
-                  [coordinator, again], logs)
-            _wait(lambda: any(2 in s.quorum.joined for s in _steps(database)), "cluster 2 to rejoin",
-                  [coordinator, again], logs)
+            _wait(
+                lambda: any(2 in s.quorum.left for s in _steps(database)),
+                "a step without cluster 2",
+                [coordinator, again],
+                logs,
+            )
+            _wait(
+                lambda: any(2 in s.quorum.joined for s in _steps(database)),
+                "cluster 2 to rejoin",
+                [coordinator, again],
+                logs,
+            )
             for process in (coordinator, again):
                 process.wait(timeout=TIMEOUT)
                 assert process.returncode == 0, _tails(logs)
@@ -173,26 +234,48 @@ def test_a_cluster_killed_mid_run_leaves_rejoins_and_the_run_verifies_and_reprod
     joined = next(s for s in steps if 2 in s.quorum.joined)
     assert left.quorum.clusters == (0, 1) and [r.cluster for r in left.data_ranges] == [0, 1]
     assert joined.step > left.step and joined.quorum.clusters == (0, 1, 2)
-    assert all(s.quorum.clusters == (0, 1, 2) for s in steps if s.step < left.step or s.step >= joined.step)
+    assert all(
+        s.quorum.clusters == (0, 1, 2) for s in steps if s.step < left.step or s.step >= joined.step
+    )
     assert {c.cluster for c in steps[-1].contributions} == {0, 1, 2}  # it contributes again
     for s in steps:  # every applied round judges exactly the clusters of its quorum
         for applied in s.applied:
-            assert [v.cluster for v in applied.verdicts] == list(steps[applied.round].quorum.clusters)
+            assert [v.cluster for v in applied.verdicts] == list(
+                steps[applied.round].quorum.clusters
+            )
     times = _recorded_at(database)
     after_kill = min(t for t in times.values() if t > killed_at)
     waited = left.metrics["quorum_seconds"]
-    print(f"\nmembership: cluster 2 killed; next step committed {after_kill - killed_at:.2f} s later "
-          f"(steps take {left.metrics['wall_seconds']:.1f} s; the quorum without it formed after {waited:.2f} s of "
-          f"waiting, heartbeat timeout {HEARTBEAT_TIMEOUT:g} s); left at step {left.step}, rejoined at step "
-          f"{joined.step}; steps lost {len(lost)}, duplicated {duplicated}")
-    assert waited < HEARTBEAT_TIMEOUT + 10, "the survivors waited for the dead cluster far beyond the heartbeat timeout"
+    print(
+        f"\nmembership: cluster 2 killed; next step committed {after_kill - killed_at:.2f} s later "
+        f"(steps take {left.metrics['wall_seconds']:.1f} s; "
+        f"the quorum without it formed after {waited:.2f} s of "
+        f"waiting, heartbeat timeout {HEARTBEAT_TIMEOUT:g} "
+        f"s); left at step {left.step}, rejoined at step "
+        f"{joined.step}; steps lost {len(lost)}, duplicated {duplicated}"
+    )
+    assert waited < HEARTBEAT_TIMEOUT + 10, (
+        "the survivors waited for the dead cluster far beyond the heartbeat timeout"
+    )
     assert after_kill - killed_at < 60, "the survivors took too long to go on without cluster 2"
 
     # --deep: check 12 recomputes the verdicts of every step, the rounds of two clusters too
-    verified = subprocess.run([veritrain, "verify", RUN, "--no-witness", "--deep"], env=env, capture_output=True,
-                              text=True, timeout=TIMEOUT)
+    verified = subprocess.run(
+        [veritrain, "verify", RUN, "--no-witness", "--deep"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert verified.returncode == 0, verified.stdout + verified.stderr
     for step in range(STEPS):
-        done = subprocess.run([veritrain, "reproduce", RUN, "--step", str(step)], env=env, capture_output=True,
-                              text=True, timeout=TIMEOUT)
-        assert done.returncode == 0 and done.stdout.rstrip().endswith("MATCH"), f"step {step}:\n{done.stdout}{done.stderr}"
+        done = subprocess.run(
+            [veritrain, "reproduce", RUN, "--step", str(step)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+        assert done.returncode == 0 and done.stdout.rstrip().endswith("MATCH"), (
+            f"step {step}:\n{done.stdout}{done.stderr}"
+        )

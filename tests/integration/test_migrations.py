@@ -16,7 +16,13 @@ from ledger.db import alembic_config, create_engine, current_revision, head_revi
 from ledger.models import Base
 
 TABLES = {
-    "runs", "entries", "tree_nodes", "tree_heads", "enrolled_keys", "metrics", "cosignatures",
+    "runs",
+    "entries",
+    "tree_nodes",
+    "tree_heads",
+    "enrolled_keys",
+    "metrics",
+    "cosignatures",
     "witness_checkpoints",
 }
 

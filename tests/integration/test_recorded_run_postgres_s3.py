@@ -22,7 +22,12 @@ from veritrain.verify.seen_heads import SeenHeads
 @pytest.fixture
 def production_run(tmp_path: Path, postgres_url: str, s3_store_url: str) -> Settings:
     assert os.environ["AWS_ENDPOINT_URL"]  # boto3 finds SeaweedFS the way a deployment would
-    return record_small_run(tmp_path / "veritrain-data", database_url=postgres_url, store_url=s3_store_url, outer_steps=3)
+    return record_small_run(
+        tmp_path / "veritrain-data",
+        database_url=postgres_url,
+        store_url=s3_store_url,
+        outer_steps=3,
+    )
 
 
 def test_a_run_on_postgres_and_s3_verifies_and_reproduces(
@@ -39,10 +44,16 @@ def test_a_run_on_postgres_and_s3_verifies_and_reproduces(
         assert comparison.mode == "bitwise"
 
         # One flipped byte in a stored checkpoint file is caught and blamed on its step.
-        payload = next(p for p in (json.loads(b)["payload"] for b in source.entry_bodies(RUN_ID)) if p.get("step") == 1)
+        payload = next(
+            p
+            for p in (json.loads(b)["payload"] for b in source.entry_bodies(RUN_ID))
+            if p.get("step") == 1
+        )
         with open_store(production_run.store_url) as store:
             manifest = store.read_bytes(payload["checkpoint"]["manifest_object"], 1 << 20)
-        model = next(r for r in json.loads(manifest)["resources"] if r["name"].startswith("model-00001"))
+        model = next(
+            r for r in json.loads(manifest)["resources"] if r["name"].startswith("model-00001")
+        )
         bucket, _, prefix = production_run.store_url.removeprefix("s3://").partition("/")
         client = s3_server.client()
         key = f"{prefix}/sha256/{model['digest']}"

@@ -17,5 +17,7 @@ def store(s3_store_url: str) -> Iterator[ObjectStore]:
         yield s3
 
 
-def test_a_checkpoint_round_trips_bit_exactly_through_s3(store: ObjectStore, tmp_path: Path) -> None:
+def test_a_checkpoint_round_trips_bit_exactly_through_s3(
+    store: ObjectStore, tmp_path: Path
+) -> None:
     assert_checkpoint_round_trip(store, tmp_path)

@@ -29,8 +29,12 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.mark.slow
-def test_a_1_gib_object_round_trips_in_under_128_mib(store_url: str, expected_digest: str, tmp_path: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+def test_a_1_gib_object_round_trips_in_under_128_mib(
+    store_url: str, expected_digest: str, tmp_path: Path
+) -> None:
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
+    )
     env["TMPDIR"] = str(tmp_path)  # the S3 store spools here
     result = subprocess.run(
         [sys.executable, str(PROBE), store_url, str(GiB)],

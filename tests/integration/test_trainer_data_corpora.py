@@ -26,12 +26,16 @@ VOCAB = 512
 MiB = 2**20
 
 
-def build_in_child(data: DataConfig, directory: Path, env: dict[str, str]) -> tuple[DataManifest, Measurement]:
+def build_in_child(
+    data: DataConfig, directory: Path, env: dict[str, str]
+) -> tuple[DataManifest, Measurement]:
     """Build the corpus in a fresh interpreter (memory_probe's ``data-build``)."""
     directory.mkdir(parents=True)
     config_path, result_path = directory / "config.json", directory / "manifest.json"
     config_path.write_text(json.dumps(data.to_dict()))
-    measured = probe("data-build", str(config_path), str(directory / "corpus"), str(result_path), env=env)
+    measured = probe(
+        "data-build", str(config_path), str(directory / "corpus"), str(result_path), env=env
+    )
     return DataManifest.from_payload(json.loads(result_path.read_text())), measured
 
 
@@ -53,14 +57,26 @@ def small_run(data: DataConfig) -> TrainConfig:
 
 
 @pytest.mark.parametrize("fmt", ["jsonl.gz", "parquet"])
-def test_a_corpus_trains_end_to_end_with_a_bpe_that_builds_identically_twice(fmt: CorpusFormat, tmp_path: Path) -> None:
+def test_a_corpus_trains_end_to_end_with_a_bpe_that_builds_identically_twice(
+    fmt: CorpusFormat, tmp_path: Path
+) -> None:
     corpus = write_corpus(tmp_path / "corpus", text_bytes=600_000, formats=[fmt])
-    data = DataConfig(paths=(str(corpus.folder),), license="CC0-1.0", tokenizer_vocab_size=VOCAB,
-                      shard_tokens=4096, eval_shards=1)
+    data = DataConfig(
+        paths=(str(corpus.folder),),
+        license="CC0-1.0",
+        tokenizer_vocab_size=VOCAB,
+        shard_tokens=4096,
+        eval_shards=1,
+    )
     # 1. Two builds in separate processes with different thread counts and hash seeds.
-    first, _ = build_in_child(data, tmp_path / "a", {"RAYON_NUM_THREADS": "1", "PYTHONHASHSEED": "1"})
-    second, _ = build_in_child(data, tmp_path / "b", {"RAYON_NUM_THREADS": "2", "PYTHONHASHSEED": "2",
-                                                      "TOKENIZERS_PARALLELISM": "true"})
+    first, _ = build_in_child(
+        data, tmp_path / "a", {"RAYON_NUM_THREADS": "1", "PYTHONHASHSEED": "1"}
+    )
+    second, _ = build_in_child(
+        data,
+        tmp_path / "b",
+        {"RAYON_NUM_THREADS": "2", "PYTHONHASHSEED": "2", "TOKENIZERS_PARALLELISM": "true"},
+    )
     identity = first.tokenizer
     assert identity.kind == "byte-level-bpe" and first.vocab_size == VOCAB
     assert identity.sha256 is not None
@@ -74,7 +90,9 @@ def test_a_corpus_trains_end_to_end_with_a_bpe_that_builds_identically_twice(fmt
     # 2. The trainer reuses that build and trains on it (2 clusters, real processes).
     config = small_run(data)
     out = tmp_path / "run"
-    summary = train(config, LocalDirectoryRecorder.factory(out), data_dir=tmp_path / "a" / "corpus", quiet=True)
+    summary = train(
+        config, LocalDirectoryRecorder.factory(out), data_dir=tmp_path / "a" / "corpus", quiet=True
+    )
     assert summary is not None and summary.steps == 2
     recorded: dict[str, Any] = json.loads((out / "data-manifest.json").read_text())
     assert DataManifest.from_payload(recorded).tokenizer == first.tokenizer
@@ -89,10 +107,14 @@ def test_the_builder_does_not_hold_the_corpus(tmp_path: Path) -> None:
     corpus sizes: ten times the text must not add more than a few MiB."""
     growth: dict[int, int] = {}
     for size in (5_000_000, 50_000_000):
-        corpus = write_corpus(tmp_path / f"corpus-{size}", text_bytes=size)  # half JSONL.gz, half Parquet
+        corpus = write_corpus(
+            tmp_path / f"corpus-{size}", text_bytes=size
+        )  # half JSONL.gz, half Parquet
         data = DataConfig(paths=(str(corpus.folder),), shard_tokens=1 << 20, eval_shards=1)
         manifest, measured = build_in_child(data, tmp_path / f"build-{size}", {})
-        assert sum(s.tokens for s in manifest.shards) + manifest.dropped_tokens > size  # bytes + end-of-text
+        assert (
+            sum(s.tokens for s in manifest.shards) + manifest.dropped_tokens > size
+        )  # bytes + end-of-text
         growth[size] = measured.growth_kib * 1024
     added_text = 45_000_000
     # Holding the text would add 45 MB, holding its tokens 90 MB (uint16); one shard is 2 MiB.

@@ -25,12 +25,16 @@ STEPS = 4
 
 
 def overlapped_config() -> TrainConfig:
-    config = with_overrides(run_preset("tiny"), method="dilocox", outer_steps=STEPS, inner_steps=4, run_id="overlap")
+    config = with_overrides(
+        run_preset("tiny"), method="dilocox", outer_steps=STEPS, inner_steps=4, run_id="overlap"
+    )
     assert config.outer.overlapped
     return config
 
 
-def run(config: TrainConfig, data_dir: Path, resume: CheckpointFiles | None = None) -> MemoryRecording:
+def run(
+    config: TrainConfig, data_dir: Path, resume: CheckpointFiles | None = None
+) -> MemoryRecording:
     with multiprocessing.get_context("spawn").Manager() as manager:
         sink = manager.list()
         train(config, InMemoryRecorder.factory(sink), resume, data_dir=data_dir, quiet=True)
@@ -55,7 +59,9 @@ def assert_same_state(actual: CheckpointFiles, expected: CheckpointFiles) -> Non
     assert actual.json == expected.json
 
 
-def test_each_round_is_applied_one_step_late_and_the_last_one_at_the_end(uninterrupted: MemoryRecording) -> None:
+def test_each_round_is_applied_one_step_late_and_the_last_one_at_the_end(
+    uninterrupted: MemoryRecording,
+) -> None:
     records = uninterrupted.records
     assert [[a.round for a in r.applied] for r in records] == [[], [0], [1], [2, 3]]
     assert all(len(r.contribution_digests) == 4 for r in records)
@@ -63,18 +69,24 @@ def test_each_round_is_applied_one_step_late_and_the_last_one_at_the_end(uninter
     for earlier, later in itertools.pairwise(records):
         applied = {(c.cluster, c.stage): c.digest for c in later.applied[0].contribution_digests}
         assert applied == {(c.cluster, c.stage): c.digest for c in earlier.contribution_digests}
-    pending = [uninterrupted.state(t).json[TRAINER_STATE]["cursor"]["pending_round"] for t in range(STEPS)]
+    pending = [
+        uninterrupted.state(t).json[TRAINER_STATE]["cursor"]["pending_round"] for t in range(STEPS)
+    ]
     assert pending == [0, 1, 2, None]
 
 
-def test_resuming_with_an_exchange_in_flight_continues_bitwise(uninterrupted: MemoryRecording, data_dir: Path) -> None:
+def test_resuming_with_an_exchange_in_flight_continues_bitwise(
+    uninterrupted: MemoryRecording, data_dir: Path
+) -> None:
     resumed = run(overlapped_config(), data_dir, resume=uninterrupted.state(1))
     assert [r.step for r in resumed.records] == [2, 3]
     for step in (2, 3):
         assert_same_state(resumed.state(step), uninterrupted.state(step))
 
 
-def test_reexecuting_an_overlapped_step_reproduces_it_bitwise(uninterrupted: MemoryRecording, data_dir: Path) -> None:
+def test_reexecuting_an_overlapped_step_reproduces_it_bitwise(
+    uninterrupted: MemoryRecording, data_dir: Path
+) -> None:
     again = reexecute_outer_step(overlapped_config(), uninterrupted.state(1), 2, data_dir=data_dir)
     assert_same_state(again.files, uninterrupted.state(2))
     assert again.record.contribution_digests == uninterrupted.records[2].contribution_digests
@@ -95,7 +107,10 @@ def test_reexecuting_the_last_step_which_also_applies_its_own_round_reproduces_i
 
 def test_adaptive_inner_steps_stay_in_bounds_and_agree_on_every_rank(data_dir: Path) -> None:
     base = overlapped_config()
-    config = replace(base, outer=replace(base.outer, adaptive_inner_steps=True, min_inner_steps=2, max_inner_steps=6))
+    config = replace(
+        base,
+        outer=replace(base.outer, adaptive_inner_steps=True, min_inner_steps=2, max_inner_steps=6),
+    )
     records = run(config, data_dir).records
     steps = [r.inner_steps for r in records]
     assert steps[0] == 4 and all(2 <= h <= 6 for h in steps), steps
@@ -103,5 +118,7 @@ def test_adaptive_inner_steps_stay_in_bounds_and_agree_on_every_rank(data_dir: P
     # advanced by exactly the H of each step.
     cursor = 0
     for record in records:
-        assert {(d.first_inner_step, d.inner_steps) for d in record.data_ranges} == {(cursor, record.inner_steps)}
+        assert {(d.first_inner_step, d.inner_steps) for d in record.data_ranges} == {
+            (cursor, record.inner_steps)
+        }
         cursor += record.inner_steps

@@ -45,8 +45,12 @@ def single_process_reference(config: TrainConfig, data_dir: Path) -> dict[str, t
     prepared = prepare_data(config.data, data_dir)
     manifest = prepared.manifest
     rule = AssignmentRule(
-        context=config.model.context, sequences_per_step=config.sequences_per_step, clusters=config.clusters,
-        seed=config.seed, shard_tokens=manifest.shard_tokens, train_shards=manifest.train_shards,
+        context=config.model.context,
+        sequences_per_step=config.sequences_per_step,
+        clusters=config.clusters,
+        seed=config.seed,
+        shard_tokens=manifest.shard_tokens,
+        train_shards=manifest.train_shards,
         eval_shards=tuple(manifest.eval_shards),
     )
     reader = BatchReader(manifest, rule, prepared.source)
@@ -54,16 +58,23 @@ def single_process_reference(config: TrainConfig, data_dir: Path) -> dict[str, t
     params = list(model.parameters())
     inner = config.inner
     optimizer = torch.optim.AdamW(
-        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": inner.weight_decay},
-         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-        lr=inner.lr, betas=(inner.beta1, inner.beta2), eps=inner.eps, foreach=False,
+        [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": inner.weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=inner.lr,
+        betas=(inner.beta1, inner.beta2),
+        eps=inner.eps,
+        foreach=False,
     )
     for step in range(config.planned_inner_steps):
         total = [torch.zeros_like(p) for p in params]
         for cluster in range(config.clusters):
             model.zero_grad()
             inputs, targets = reader.train_batch(cluster, step)
-            pieces = zip(inputs.chunk(config.micro_batches), targets.chunk(config.micro_batches), strict=True)
+            pieces = zip(
+                inputs.chunk(config.micro_batches), targets.chunk(config.micro_batches), strict=True
+            )
             loss = sum(language_model_loss(model(x), y) for x, y in pieces) / config.micro_batches
             loss.backward()  # type: ignore[union-attr]
             for acc, p in zip(total, params, strict=True):
@@ -79,19 +90,32 @@ def single_process_reference(config: TrainConfig, data_dir: Path) -> dict[str, t
 
 
 @pytest.mark.parametrize(("clusters", "stages"), [(2, 2), (1, 1)], ids=["2x2", "1x1"])
-def test_pipelined_allreduce_matches_single_process_training(clusters: int, stages: int, data_dir: Path) -> None:
+def test_pipelined_allreduce_matches_single_process_training(
+    clusters: int, stages: int, data_dir: Path
+) -> None:
     config = replace(
-        with_overrides(run_preset("tiny"), method="allreduce", clusters=clusters, stages=stages, outer_steps=2, inner_steps=3),
+        with_overrides(
+            run_preset("tiny"),
+            method="allreduce",
+            clusters=clusters,
+            stages=stages,
+            outer_steps=2,
+            inner_steps=3,
+        ),
         eval_batches=1,
     )
     last = run(config, data_dir).state(config.outer_steps - 1)
     expected = single_process_reference(config, data_dir)
-    weights = {k: v for s in range(stages) for k, v in last.tensor_file(model_file(s, stages)).items()}
+    weights = {
+        k: v for s in range(stages) for k, v in last.tensor_file(model_file(s, stages)).items()
+    }
     assert sorted(weights) == sorted(expected)  # every parameter once, the tied matrix included
     for name, tensor in expected.items():
         torch.testing.assert_close(weights[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
     # Training moved the weights by far more than the tolerance above.
-    initial = {n: p.detach() for n, p in CausalLM(config.model, seed=config.seed).named_parameters()}
+    initial = {
+        n: p.detach() for n, p in CausalLM(config.model, seed=config.seed).named_parameters()
+    }
     assert max(float((expected[n] - initial[n]).abs().max()) for n in expected) > 100 * 1e-5
 
 
@@ -110,7 +134,9 @@ def test_allreduce_keeps_clusters_and_tied_copies_bit_identical(data_dir: Path) 
 
 def test_a_single_cluster_single_stage_diloco_run_trains(data_dir: Path) -> None:
     config = replace(
-        with_overrides(run_preset("tiny"), method="diloco", clusters=1, stages=1, outer_steps=3, inner_steps=4),
+        with_overrides(
+            run_preset("tiny"), method="diloco", clusters=1, stages=1, outer_steps=3, inner_steps=4
+        ),
         micro_batches=2,
     )
     records = run(config, data_dir).records

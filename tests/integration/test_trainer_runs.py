@@ -32,7 +32,16 @@ from trainer.runtime.lighthouse import Lighthouse, LighthouseSettings
 from veritrain.local_recorder import LocalDirectoryRecorder, load_step, read_records, step_directory
 
 STEPS = 5
-CLI_ARGS = ["--preset", "tiny", "--outer-steps", str(STEPS), "--inner-steps", "4", "--run-id", "itest"]
+CLI_ARGS = [
+    "--preset",
+    "tiny",
+    "--outer-steps",
+    str(STEPS),
+    "--inner-steps",
+    "4",
+    "--run-id",
+    "itest",
+]
 """The reference configuration as `veritrain train` options (the kill/resume test uses the CLI)."""
 
 
@@ -49,7 +58,12 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def reference(workspace: Path) -> Path:
     out = workspace / "reference"
-    summary = train(reference_config(), LocalDirectoryRecorder.factory(out), data_dir=workspace / "corpus", quiet=True)
+    summary = train(
+        reference_config(),
+        LocalDirectoryRecorder.factory(out),
+        data_dir=workspace / "corpus",
+        quiet=True,
+    )
     assert summary is not None and summary.steps == STEPS
     return out
 
@@ -76,10 +90,14 @@ def test_held_out_loss_decreases_over_outer_steps(reference: Path) -> None:
     assert {r["cluster"] for r in last["data_ranges"]} == {0, 1}
     saved = sorted(p.name for p in step_directory(reference, STEPS - 1).glob("*.safetensors"))
     tokenizer_files = ["tokenizer.json", "tokenizer_config.json"]
-    assert sorted(last["files"]) == sorted([*saved, TRAINER_STATE, HF_CONFIG, GENERATION_CONFIG, *tokenizer_files])
+    assert sorted(last["files"]) == sorted(
+        [*saved, TRAINER_STATE, HF_CONFIG, GENERATION_CONFIG, *tokenizer_files]
+    )
 
 
-def test_a_recorded_step_loads_in_transformers_with_our_logits_and_generations(reference: Path) -> None:
+def test_a_recorded_step_loads_in_transformers_with_our_logits_and_generations(
+    reference: Path,
+) -> None:
     """The step folder of a real 2 x 2 run (tied embedding split across the stages) is a model
     repo: transformers loads it with no extra code and agrees with our model and decoding."""
     folder = step_directory(reference, STEPS - 1)
@@ -95,15 +113,23 @@ def test_a_recorded_step_loads_in_transformers_with_our_logits_and_generations(r
     generations = greedy_generate(config, state, prompts, max_new_tokens=12)
     for prompt, ours in zip(prompts, generations, strict=True):
         ids = torch.tensor([prompt])
-        out = hf.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                          max_new_tokens=12)
-        assert out[0, len(prompt):].tolist() == ours
+        out = hf.generate(
+            ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=12
+        )
+        assert out[0, len(prompt) :].tolist() == ours
 
 
-def test_two_runs_with_the_same_seed_are_bitwise_identical(reference: Path, workspace: Path) -> None:
+def test_two_runs_with_the_same_seed_are_bitwise_identical(
+    reference: Path, workspace: Path
+) -> None:
     with multiprocessing.get_context("spawn").Manager() as manager:
         sink = manager.list()
-        train(reference_config(), InMemoryRecorder.factory(sink), data_dir=workspace / "corpus", quiet=True)
+        train(
+            reference_config(),
+            InMemoryRecorder.factory(sink),
+            data_dir=workspace / "corpus",
+            quiet=True,
+        )
         recording = MemoryRecording(list(sink))
     for step in range(STEPS):
         assert_same_state(recording.state(step), load_step(step_directory(reference, step)))
@@ -117,13 +143,22 @@ def test_reexecuting_a_step_reproduces_its_output_bitwise(reference: Path, works
     again = reexecute_outer_step(reference_config(), before, 3, data_dir=workspace / "corpus")
     assert_same_state(again.files, load_step(step_directory(reference, 3)))
     recorded = read_records(reference)[3]
-    assert [c.__dict__ for c in again.record.contribution_digests] == recorded["contribution_digests"]
+    assert [c.__dict__ for c in again.record.contribution_digests] == recorded[
+        "contribution_digests"
+    ]
 
 
-def test_one_cluster_alone_reproduces_its_contribution_digests(reference: Path, workspace: Path) -> None:
+def test_one_cluster_alone_reproduces_its_contribution_digests(
+    reference: Path, workspace: Path
+) -> None:
     before = load_step(step_directory(reference, 1))
-    again = reexecute_outer_step(reference_config(), before, 2, cluster=1, data_dir=workspace / "corpus")
-    recorded = {(c["cluster"], c["stage"]): c["digest"] for c in read_records(reference)[2]["contribution_digests"]}
+    again = reexecute_outer_step(
+        reference_config(), before, 2, cluster=1, data_dir=workspace / "corpus"
+    )
+    recorded = {
+        (c["cluster"], c["stage"]): c["digest"]
+        for c in read_records(reference)[2]["contribution_digests"]
+    }
     assert again.contribution_digests == {(1, 0): recorded[(1, 0)], (1, 1): recorded[(1, 1)]}
 
 
@@ -142,7 +177,10 @@ def test_resume_after_sigkill_continues_exactly_like_the_uninterrupted_run(
     with log.open("w") as output:
         first = subprocess.Popen(
             [veritrain, "train", *CLI_ARGS, "--workdir", str(out)],
-            env=cli_env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+            env=cli_env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + 300  # a guard against hanging, not a speed check
         while not (step_directory(out, 1) / "record.json").exists():
@@ -151,32 +189,61 @@ def test_resume_after_sigkill_continues_exactly_like_the_uninterrupted_run(
             time.sleep(0.02)
         os.killpg(first.pid, signal.SIGKILL)  # the launcher and every training process
         first.wait()
-    assert not (step_directory(out, STEPS - 1) / "record.json").exists(), "the run finished before the kill"
+    assert not (step_directory(out, STEPS - 1) / "record.json").exists(), (
+        "the run finished before the kill"
+    )
     assert "step 0/4" in log.read_text()
 
     resumed = subprocess.run(
-        [veritrain, "train", "--resume", str(out)], env=cli_env, capture_output=True, text=True, timeout=600
+        [veritrain, "train", "--resume", str(out)],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"step {STEPS - 1}/4" in resumed.stdout
     assert [r["step"] for r in read_records(out)] == list(range(STEPS))
-    assert_same_state(load_step(step_directory(out, STEPS - 1)), load_step(step_directory(reference, STEPS - 1)))
+    assert_same_state(
+        load_step(step_directory(out, STEPS - 1)), load_step(step_directory(reference, STEPS - 1))
+    )
 
 
-def test_torchrun_runs_the_same_training_bitwise(reference: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
+def test_torchrun_runs_the_same_training_bitwise(
+    reference: Path, cli_env: dict[str, str], tmp_path: Path
+) -> None:
     """The multi-host path, here on one host: a lighthouse, and one torchrun launch per cluster
     (RANK = stage, WORLD_SIZE = stages, MASTER_ADDR/PORT = the cluster's own store); cluster 1
     takes the run's configuration from cluster 0."""
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     assert torchrun is not None
     out = tmp_path / "torchrun"
-    lighthouse = Lighthouse(host="127.0.0.1", port=0, advertise="127.0.0.1", settings=LighthouseSettings(min_clusters=2))
+    lighthouse = Lighthouse(
+        host="127.0.0.1", port=0, advertise="127.0.0.1", settings=LighthouseSettings(min_clusters=2)
+    )
     try:
         launches = [
             subprocess.Popen(
-                [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "veritrain", "train", "--cluster", str(j),
-                 "--lighthouse", lighthouse.url, "--workdir", str(out), *(CLI_ARGS if j == 0 else ["--run-id", "itest"])],
-                env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                [
+                    torchrun,
+                    "--standalone",
+                    "--nproc-per-node",
+                    "2",
+                    "-m",
+                    "veritrain",
+                    "train",
+                    "--cluster",
+                    str(j),
+                    "--lighthouse",
+                    lighthouse.url,
+                    "--workdir",
+                    str(out),
+                    *(CLI_ARGS if j == 0 else ["--run-id", "itest"]),
+                ],
+                env=cli_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
             )
             for j in (0, 1)
         ]
@@ -186,7 +253,9 @@ def test_torchrun_runs_the_same_training_bitwise(reference: Path, cli_env: dict[
     assert [launch.returncode for launch in launches] == [0, 0], "\n".join(outputs)
     assert outputs[0].count("step ") == STEPS  # only the coordinator prints the steps
     for step in (0, STEPS - 1):
-        assert_same_state(load_step(step_directory(out, step)), load_step(step_directory(reference, step)))
+        assert_same_state(
+            load_step(step_directory(out, step)), load_step(step_directory(reference, step))
+        )
 
 
 def test_a_poisoned_cluster_is_flagged_in_the_step_it_is_poisoned(workspace: Path) -> None:

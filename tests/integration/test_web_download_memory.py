@@ -57,7 +57,11 @@ def server(store_url: str, tmp_path: Path) -> Iterator[tuple[str, int]]:
         VERITRAIN_S3_PRESIGN_DOWNLOADS="false",
     )
     process = subprocess.Popen(
-        [str(VERITRAIN), "serve", "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [str(VERITRAIN), "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -69,7 +73,9 @@ def server(store_url: str, tmp_path: Path) -> Iterator[tuple[str, int]]:
             except httpx.TransportError:
                 pass  # not listening yet
             if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"veritrain serve did not become ready: {process.communicate()[0][-3000:]}")
+                raise RuntimeError(
+                    f"veritrain serve did not become ready: {process.communicate()[0][-3000:]}"
+                )
             time.sleep(0.2)
         yield url, process.pid
     finally:
@@ -90,7 +96,9 @@ def test_a_1_gib_download_resumes_and_keeps_server_memory_flat(
     assert httpx.get(f"{url}/api/v1/objects/{warm}").content == b"warm-up"
     assert httpx.get(object_url, headers={"Range": "bytes=0-0"}).status_code == 206
 
-    report = download_with_resume(object_url, tmp_path / "download.bin", interrupt_after=300 * MiB, server_pid=pid)
+    report = download_with_resume(
+        object_url, tmp_path / "download.bin", interrupt_after=300 * MiB, server_pid=pid
+    )
 
     assert report.interrupted_at == 300 * MiB
     assert report.resumed_status == 206
@@ -98,5 +106,7 @@ def test_a_1_gib_download_resumes_and_keeps_server_memory_flat(
     assert report.sha256 == expected_digest == digest
     assert report.etag == f'"{digest}"'
     assert report.server_peak_growth is not None
-    assert report.server_peak_growth < 128 * MiB, f"server peak memory grew by {report.server_peak_growth / MiB:.0f} MiB"
+    assert report.server_peak_growth < 128 * MiB, (
+        f"server peak memory grew by {report.server_peak_growth / MiB:.0f} MiB"
+    )
     (tmp_path / "download.bin").unlink()

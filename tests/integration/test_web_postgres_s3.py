@@ -61,7 +61,9 @@ def http(module_bucket: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     """The app streaming objects from S3 through itself (presigned downloads off)."""
     database_url = f"sqlite:///{tmp_path_factory.mktemp('ledger') / 'ledger.db'}"
     upgrade(database_url)
-    settings = AppSettings(database_url=database_url, store_url=module_bucket, s3_presign_downloads=False)
+    settings = AppSettings(
+        database_url=database_url, store_url=module_bucket, s3_presign_downloads=False
+    )
     with TestClient(create_app(settings)) as client:
         yield client
 
@@ -80,7 +82,14 @@ def test_a_run_on_postgres_and_s3_is_served_whole(production_run: DemoRun) -> No
     with TestClient(create_app(settings_for(run, presign=False))) as client:
         assert client.get("/healthz").json() == {"status": "ok", "database": "ok", "store": "ok"}
         entries = client.get(f"/api/v1/runs/{run.run_id}/entries").json()["entries"]
-        assert [e["kind"] for e in entries] == ["run.genesis", "data.manifest", "outer_step", "outer_step", "outer_step", "run.final"]
+        assert [e["kind"] for e in entries] == [
+            "run.genesis",
+            "data.manifest",
+            "outer_step",
+            "outer_step",
+            "outer_step",
+            "run.final",
+        ]
         checkpoint = client.get(f"/api/v1/runs/{run.run_id}/steps/2/checkpoint").json()
         assert checkpoint["manifest_root"] == run.checkpoints[2].manifest_root
         for f in checkpoint["files"]:
@@ -92,12 +101,16 @@ def test_a_run_on_postgres_and_s3_is_served_whole(production_run: DemoRun) -> No
         assert page.count('class="download"') == len(run.checkpoints[2].files)
 
 
-def test_presigned_downloads_redirect_to_s3_and_the_bytes_check_out(production_run: DemoRun) -> None:
+def test_presigned_downloads_redirect_to_s3_and_the_bytes_check_out(
+    production_run: DemoRun,
+) -> None:
     run = production_run
     digest = run.checkpoints[1].files["trainer_state.json"]
     with TestClient(create_app(settings_for(run, presign=True))) as client:
         redirect = client.get(f"/api/v1/objects/{digest}", follow_redirects=False)
-        head = client.head(f"/{run.run_id}/resolve/step-000001/trainer_state.json", follow_redirects=False)
+        head = client.head(
+            f"/{run.run_id}/resolve/step-000001/trainer_state.json", follow_redirects=False
+        )
 
     assert redirect.status_code == 302
     assert redirect.headers["etag"] == f'"{digest}"'
@@ -105,14 +118,19 @@ def test_presigned_downloads_redirect_to_s3_and_the_bytes_check_out(production_r
     assert "X-Amz-Signature=" in location
     assert hashlib.sha256(httpx.get(location).content).hexdigest() == digest
     tail = httpx.get(location, headers={"Range": "bytes=5-"})
-    assert tail.status_code == 206 and hashlib.sha256(httpx.get(location).content[:5] + tail.content).hexdigest() == digest
+    assert (
+        tail.status_code == 206
+        and hashlib.sha256(httpx.get(location).content[:5] + tail.content).hexdigest() == digest
+    )
     assert head.status_code == 302
     assert head.headers["x-linked-etag"] == f'"{digest}"'
     assert head.headers["x-repo-commit"] == run.checkpoints[1].manifest_root
     assert int(head.headers["x-linked-size"]) == len(httpx.get(head.headers["location"]).content)
 
 
-def test_hf_hub_download_follows_the_redirect_to_s3(production_run: DemoRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hf_hub_download_follows_the_redirect_to_s3(
+    production_run: DemoRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import huggingface_hub.constants as hub
     from huggingface_hub import hf_hub_download
 
@@ -121,12 +139,20 @@ def test_hf_hub_download_follows_the_redirect_to_s3(production_run: DemoRun, tmp
     run = production_run
     with serve_in_thread(settings_for(run, presign=True)) as url:
         name = sorted(n for n in run.checkpoints[2].files if n.startswith("model-0"))[-1]
-        path = hf_hub_download(repo_id=run.run_id, filename=name, revision="step-000002", endpoint=url, cache_dir=tmp_path)
+        path = hf_hub_download(
+            repo_id=run.run_id,
+            filename=name,
+            revision="step-000002",
+            endpoint=url,
+            cache_dir=tmp_path,
+        )
 
     assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == run.checkpoints[2].files[name]
 
 
-def test_a_corrupt_object_in_s3_never_completes_through_the_proxy(module_bucket: str, s3_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_corrupt_object_in_s3_never_completes_through_the_proxy(
+    module_bucket: str, s3_server, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     genuine = random_blob(3 << 20, seed=3)
     digest = hashlib.sha256(genuine).hexdigest()
     tampered = genuine[:-1] + bytes([genuine[-1] ^ 1])
@@ -135,9 +161,14 @@ def test_a_corrupt_object_in_s3_never_completes_through_the_proxy(module_bucket:
     s3_server.client().put_object(Bucket=bucket, Key=f"{prefix}/sha256/{digest}", Body=tampered)
     database_url = f"sqlite:///{tmp_path / 'ledger.db'}"
     upgrade(database_url)
-    settings = AppSettings(database_url=database_url, store_url=module_bucket, s3_presign_downloads=False)
+    settings = AppSettings(
+        database_url=database_url, store_url=module_bucket, s3_presign_downloads=False
+    )
 
-    with serve_in_thread(settings) as url, httpx.stream("GET", f"{url}/api/v1/objects/{digest}") as response:
+    with (
+        serve_in_thread(settings) as url,
+        httpx.stream("GET", f"{url}/api/v1/objects/{digest}") as response,
+    ):
         assert response.headers["content-length"] == str(len(genuine))
         received = bytearray()
         with pytest.raises(httpx.RemoteProtocolError):

@@ -19,14 +19,27 @@ VERITRAIN = Path(sys.executable).with_name("veritrain")
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_veritrain_serve_prints_its_url_serves_the_run_and_stops_on_ctrl_c(tmp_path: Path, workers: int) -> None:
-    run = record_demo_run(f"sqlite:///{tmp_path / 'ledger.db'}", f"file://{tmp_path / 'objects'}", steps=1)
+def test_veritrain_serve_prints_its_url_serves_the_run_and_stops_on_ctrl_c(
+    tmp_path: Path, workers: int
+) -> None:
+    run = record_demo_run(
+        f"sqlite:///{tmp_path / 'ledger.db'}", f"file://{tmp_path / 'objects'}", steps=1
+    )
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = dict(os.environ, VERITRAIN_DATABASE_URL=run.database_url, VERITRAIN_STORE_URL=run.store_url, VERITRAIN_ORIGIN=run.origin)
+    env = dict(
+        os.environ,
+        VERITRAIN_DATABASE_URL=run.database_url,
+        VERITRAIN_STORE_URL=run.store_url,
+        VERITRAIN_ORIGIN=run.origin,
+    )
     process = subprocess.Popen(
-        [str(VERITRAIN), "serve", "--port", str(port), "--workers", str(workers)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [str(VERITRAIN), "serve", "--port", str(port), "--workers", str(workers)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         assert process.stdout is not None
@@ -43,8 +56,11 @@ def test_veritrain_serve_prints_its_url_serves_the_run_and_stops_on_ctrl_c(tmp_p
         assert [r["run_id"] for r in runs.json()["runs"]] == [run.run_id]
         # Every worker answers from the same ledger: a burst of proof requests all succeed.
         for index in range(8):
-            proof = httpx.get(f"http://127.0.0.1:{port}/api/v1/runs/{run.run_id}/log/proof/inclusion",
-                              params={"index": index % 2}, timeout=5)
+            proof = httpx.get(
+                f"http://127.0.0.1:{port}/api/v1/runs/{run.run_id}/log/proof/inclusion",
+                params={"index": index % 2},
+                timeout=5,
+            )
             assert proof.status_code == 200 and proof.json()["index"] == index % 2
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 130  # the shell's status for a Ctrl+C'd command

@@ -61,11 +61,21 @@ def test_concurrent_first_and_later_submissions_cannot_fork_the_witness_on_postg
     assert len(winners) == 1, first
     stored = witness.latest(log.origin)
     assert stored is not None
-    assert all(isinstance(r, OldSizeMismatchError) and r.size == stored.size for r in first if not isinstance(r, str))
+    assert all(
+        isinstance(r, OldSizeMismatchError) and r.size == stored.size
+        for r in first
+        if not isinstance(r, str)
+    )
 
     # From the stored size, to different larger sizes: the row lock serialises them.
     old = stored.size
-    later = race(witness, [add_checkpoint_body(old, log.proof(old, size), log.note(size)) for size in range(old + 1, 14)])
+    later = race(
+        witness,
+        [
+            add_checkpoint_body(old, log.proof(old, size), log.note(size))
+            for size in range(old + 1, 14)
+        ],
+    )
     assert len([r for r in later if isinstance(r, str)]) == 1, later
     final = witness.latest(log.origin)
     assert final is not None and final.size > old
@@ -79,9 +89,13 @@ def test_concurrent_first_and_later_submissions_cannot_fork_the_witness_on_postg
     restarted._engine.dispose()
 
 
-def test_cosignatures_are_stored_and_served_from_postgresql(postgres_url: str, log: SmallLog) -> None:
+def test_cosignatures_are_stored_and_served_from_postgresql(
+    postgres_url: str, log: SmallLog
+) -> None:
     # The witness keeps its state in the same PostgreSQL database (its own table).
-    app = create_witness_app(WitnessSettings(key=KEY, database_url=postgres_url, logs=TrustedLogs([log.vkey])))
+    app = create_witness_app(
+        WitnessSettings(key=KEY, database_url=postgres_url, logs=TrustedLogs([log.vkey]))
+    )
     with ExitStack() as stack:
         url = stack.enter_context(serve_in_thread(app))
         endpoint = WitnessEndpoint(vkey=KEY.public.vkey, url=url)
@@ -91,7 +105,9 @@ def test_cosignatures_are_stored_and_served_from_postgresql(postgres_url: str, l
         pusher = BackgroundPusher(log.ledger, [endpoint])
         pusher.notify(log.run_id)
         pusher.close()
-        assert [o.detail for o in pusher.results[log.run_id].outcomes] == ["cosigned size 15 (from 13)"]
+        assert [o.detail for o in pusher.results[log.run_id].outcomes] == [
+            "cosigned size 15 (from 13)"
+        ]
 
     assert log.ledger.witnessed_size(log.run_id, KEY.public.vkey) == 15
     [record] = log.ledger.cosignatures(log.run_id)
@@ -99,4 +115,6 @@ def test_cosignatures_are_stored_and_served_from_postgresql(postgres_url: str, l
     note = log.ledger.cosigned_tree_head(log.run_id).note
     [found] = cosignatures_in(note, [KEY.public])
     assert found.cosignature.timestamp == record.timestamp
-    assert len(cosignatures_in(log.ledger.cosigned_tree_head(log.run_id, 13).note, [KEY.public])) == 1
+    assert (
+        len(cosignatures_in(log.ledger.cosigned_tree_head(log.run_id, 13).note, [KEY.public])) == 1
+    )

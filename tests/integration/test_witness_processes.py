@@ -32,10 +32,16 @@ from veritrain.witnessing import push_tree_head
 RUN_ID = "witnessed-run"
 
 
-def veritrain(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def veritrain(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "veritrain", *args], capture_output=True, text=True, timeout=120,
-        env=env or dict(os.environ), cwd=cwd,
+        [sys.executable, "-m", "veritrain", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env or dict(os.environ),
+        cwd=cwd,
     )
 
 
@@ -61,8 +67,20 @@ class WitnessProcess:
         return WitnessEndpoint(vkey=self.vkey, url=self.url)
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "veritrain", "witness", "serve", "--key", str(self.key_file),
-                   "--db", self.db_url, "--port", str(self.port), *self.args]
+        command = [
+            sys.executable,
+            "-m",
+            "veritrain",
+            "witness",
+            "serve",
+            "--key",
+            str(self.key_file),
+            "--db",
+            self.db_url,
+            "--port",
+            str(self.port),
+            *self.args,
+        ]
         with self.log_path.open("ab") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
@@ -89,7 +107,9 @@ class WitnessProcess:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    return record_small_run(tmp_path_factory.mktemp("witnessed") / "data", run_id=RUN_ID, outer_steps=2)
+    return record_small_run(
+        tmp_path_factory.mktemp("witnessed") / "data", run_id=RUN_ID, outer_steps=2
+    )
 
 
 @pytest.fixture
@@ -119,8 +139,13 @@ def witnesses(tmp_path: Path, ledger: Ledger) -> Iterator[list[WitnessProcess]]:
                 logs_file.write_text(f"# runs witnessed by w2\n{log_key.vkey}\n")
                 args = ["--logs-file", str(logs_file)]
             witness = WitnessProcess(
-                name=name, key_file=key_file, db_url=f"sqlite:///{tmp_path / f'{name}.db'}",
-                port=free_port(), vkey=vkey, args=args, log_path=tmp_path / f"{name}.log",
+                name=name,
+                key_file=key_file,
+                db_url=f"sqlite:///{tmp_path / f'{name}.db'}",
+                port=free_port(),
+                vkey=vkey,
+                args=args,
+                log_path=tmp_path / f"{name}.log",
             )
             witness.start()
             running.append(witness)
@@ -145,8 +170,11 @@ def test_two_witness_processes_cosign_a_recorded_run_across_a_restart(
     witnesses[0].start()
 
     # 3. `veritrain witness push` submits the newest head; both continue from size 3.
-    env = dict(os.environ, VERITRAIN_DATABASE_URL=recorded.database_url,
-               VERITRAIN_WITNESSES=" ".join(f"{w.vkey}@{w.url}" for w in witnesses))
+    env = dict(
+        os.environ,
+        VERITRAIN_DATABASE_URL=recorded.database_url,
+        VERITRAIN_WITNESSES=" ".join(f"{w.vkey}@{w.url}" for w in witnesses),
+    )
     pushed = veritrain("witness", "push", env=env, cwd=tmp_path)
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     assert pushed.stdout.splitlines() == [
@@ -159,10 +187,20 @@ def test_two_witness_processes_cosign_a_recorded_run_across_a_restart(
     head = ledger.latest_tree_head(RUN_ID)
     note = ledger.cosigned_tree_head(RUN_ID).note
     keys = [cosigner_key(w.vkey) for w in witnesses]
-    assert sorted(v.key.name for v in cosignatures_in(note, keys)) == ["witness.test/w1", "witness.test/w2"]
+    assert sorted(v.key.name for v in cosignatures_in(note, keys)) == [
+        "witness.test/w1",
+        "witness.test/w2",
+    ]
     [log_key] = ledger.keys(RUN_ID, role="log")
-    quorum = check_quorum(note, log_key.vkey, [w.vkey for w in witnesses], 2, head.size, head.root_hash,
-                          lambda old, new: list(ledger.consistency_proof(RUN_ID, old, new).hashes))
+    quorum = check_quorum(
+        note,
+        log_key.vkey,
+        [w.vkey for w in witnesses],
+        2,
+        head.size,
+        head.root_hash,
+        lambda old, new: list(ledger.consistency_proof(RUN_ID, old, new).hashes),
+    )
     assert quorum.ok, quorum.detail
 
 
@@ -178,7 +216,11 @@ def test_a_rolled_back_log_is_refused(ledger: Ledger, witnesses: list[WitnessPro
     assert behind.status_code == 400
     # Presented as if the witness were at 3: it says where it is (409, text/x.tlog.size).
     stale = httpx.post(f"{w1.url}/add-checkpoint", content=add_checkpoint_body(3, [], old_note))
-    assert (stale.status_code, stale.headers["content-type"], stale.text) == (409, "text/x.tlog.size", f"{size}\n")
+    assert (stale.status_code, stale.headers["content-type"], stale.text) == (
+        409,
+        "text/x.tlog.size",
+        f"{size}\n",
+    )
     # And the log side reports the rollback instead of retrying it.
     pushed = push_tree_head(ledger, RUN_ID, endpoints, size=3)
     assert [o.status for o in pushed.outcomes] == ["refused", "refused"]
@@ -203,7 +245,10 @@ def test_a_rewritten_log_with_a_new_key_and_the_same_run_id_is_refused(
 
     # 1. The witnesses trust only the original key: no trusted signature, 403.
     refused = push_tree_head(rewritten, RUN_ID, endpoints)
-    assert [(o.status, o.http_status) for o in refused.outcomes] == [("refused", 403), ("refused", 403)]
+    assert [(o.status, o.http_status) for o in refused.outcomes] == [
+        ("refused", 403),
+        ("refused", 403),
+    ]
     # 2. Even if w2's operator is talked into trusting the new key too (picked up from its
     # logs file without a restart), w2 holds the original head: the rewrite does not extend
     # it (409 names its size, then the proof from there fails: 422).
@@ -217,7 +262,10 @@ def test_a_rewritten_log_with_a_new_key_and_the_same_run_id_is_refused(
     # 3. What the witness holds is still the original head.
     hashed = hashlib.sha256(recorded.run_origin(RUN_ID).encode()).hexdigest()
     held = httpx.get(f"{witnesses[1].url}/{hashed}/checkpoint").text
-    assert held.split("\n")[1:3] == [str(size), base64.b64encode(ledger.latest_tree_head(RUN_ID).root_hash).decode()]
+    assert held.split("\n")[1:3] == [
+        str(size),
+        base64.b64encode(ledger.latest_tree_head(RUN_ID).root_hash).decode(),
+    ]
 
 
 def test_verify_demands_a_quorum_that_the_honest_run_meets_and_a_rewrite_does_not(
@@ -235,12 +283,16 @@ def test_verify_demands_a_quorum_that_the_honest_run_meets_and_a_rewrite_does_no
         unasked = verify_run(source, RUN_ID)
     assert honest.ok, honest.render()
     assert honest.summary["witnessed by"] == "witness.test/w1, witness.test/w2"
-    assert any("cosigned by witness.test/w1, witness.test/w2" in n for n in unasked.results[1].notes)
+    assert any(
+        "cosigned by witness.test/w1, witness.test/w2" in n for n in unasked.results[1].notes
+    )
 
     # The operator rewrites the whole log with a new log key: every signature is its own and
     # self-consistent, but no witness will cosign it.
     copy = recorded.model_copy(update={"database_url": f"sqlite:///{tmp_path / 'copy.db'}"})
-    Path(copy.database_url.removeprefix("sqlite:///")).write_bytes(Path(recorded.database_url.removeprefix("sqlite:///")).read_bytes())
+    Path(copy.database_url.removeprefix("sqlite:///")).write_bytes(
+        Path(recorded.database_url.removeprefix("sqlite:///")).read_bytes()
+    )
     Forger(copy, RUN_ID).rewrite(lambda payloads: payloads, key_dir=tmp_path / "new-keys")
     engine = create_engine(copy.database_url)
     try:
@@ -253,4 +305,6 @@ def test_verify_demands_a_quorum_that_the_honest_run_meets_and_a_rewrite_does_no
         first_look = verify_run(source, RUN_ID)
     assert first_look.ok, "without witnesses a first-time verifier cannot tell"
     assert not rewritten.ok
-    assert any("witness quorum not met" in f.message for f in rewritten.results[1].failures), rewritten.render()
+    assert any("witness quorum not met" in f.message for f in rewritten.results[1].failures), (
+        rewritten.render()
+    )

@@ -27,7 +27,9 @@ def compose() -> dict[str, Any]:
 
 def environment(service: dict[str, Any]) -> dict[str, str]:
     env = service.get("environment", {})
-    assert isinstance(env, dict), "environment should be a mapping (the shared x-veritrain-env anchor)"
+    assert isinstance(env, dict), (
+        "environment should be a mapping (the shared x-veritrain-env anchor)"
+    )
     return {str(k): str(v) for k, v in env.items()}
 
 
@@ -50,10 +52,14 @@ def test_every_veritrain_variable_is_a_settings_field(compose: dict[str, Any]) -
     for name in VERITRAIN_SERVICES:
         used = {k for k in environment(compose["services"][name]) if k.startswith("VERITRAIN_")}
         assert used, f"{name} sets no VERITRAIN_* variable"
-        assert used <= fields, f"{name} sets unknown settings {sorted(used - fields)}; the fields are {sorted(fields)}"
+        assert used <= fields, (
+            f"{name} sets unknown settings {sorted(used - fields)}; the fields are {sorted(fields)}"
+        )
 
 
-def test_the_api_and_the_coordinating_cluster_share_one_ledger_and_store(compose: dict[str, Any]) -> None:
+def test_the_api_and_the_coordinating_cluster_share_one_ledger_and_store(
+    compose: dict[str, Any],
+) -> None:
     api, coordinator = (environment(compose["services"][n]) for n in ("api", "cluster-0"))
     shared = {k: v for k, v in api.items() if k.startswith(("VERITRAIN_", "AWS_"))}
 
@@ -64,19 +70,28 @@ def test_the_api_and_the_coordinating_cluster_share_one_ledger_and_store(compose
     assert shared["AWS_ENDPOINT_URL"] == "http://s3:8333"
 
 
-def test_every_cluster_reaches_the_store_and_only_cluster_0_the_ledger(compose: dict[str, Any]) -> None:
+def test_every_cluster_reaches_the_store_and_only_cluster_0_the_ledger(
+    compose: dict[str, Any],
+) -> None:
     """Cluster 0 alone appends to the ledger; every cluster uploads its own files."""
     api = environment(compose["services"]["api"])
     other = environment(compose["services"]["cluster-1"])
 
     assert "VERITRAIN_DATABASE_URL" not in other
-    for key in ("VERITRAIN_STORE_URL", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+    for key in (
+        "VERITRAIN_STORE_URL",
+        "AWS_ENDPOINT_URL",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+    ):
         assert other[key] == api[key]
     depends = compose["services"]["cluster-1"]["depends_on"]
     assert "postgres" not in depends and "lighthouse" in depends
 
 
-def test_two_clusters_meet_at_the_lighthouse_each_with_its_own_keys(compose: dict[str, Any]) -> None:
+def test_two_clusters_meet_at_the_lighthouse_each_with_its_own_keys(
+    compose: dict[str, Any],
+) -> None:
     services = compose["services"]
     lighthouse = command(services["lighthouse"])
     port = re.search(r"--port (\d+)", lighthouse)
@@ -86,17 +101,29 @@ def test_two_clusters_meet_at_the_lighthouse_each_with_its_own_keys(compose: dic
     for j, name in enumerate(CLUSTERS):
         service = services[name]
         line = command(service)
-        assert re.search(rf"veritrain train .*--cluster {j} --lighthouse {re.escape(url)}", line), line
+        assert re.search(rf"veritrain train .*--cluster {j} --lighthouse {re.escape(url)}", line), (
+            line
+        )
         assert "--run-id compose-demo" in line
         assert services[name]["depends_on"]["lighthouse"]["condition"] == "service_healthy"
-        key_volumes.append({v.split(":")[0] for v in service["volumes"] if v.endswith(":/var/lib/veritrain/cluster-keys")})
+        key_volumes.append(
+            {
+                v.split(":")[0]
+                for v in service["volumes"]
+                if v.endswith(":/var/lib/veritrain/cluster-keys")
+            }
+        )
     assert "--clusters 2" in command(services["cluster-0"])
     assert "--preset" not in command(services["cluster-1"])  # it takes cluster 0's configuration
     assert all(len(v) == 1 for v in key_volumes) and key_volumes[0].isdisjoint(key_volumes[1])
-    assert str(int(port.group(1)) + 1) in str(services["lighthouse"]["healthcheck"]["test"])  # the run channel
+    assert str(int(port.group(1)) + 1) in str(
+        services["lighthouse"]["healthcheck"]["test"]
+    )  # the run channel
 
 
-def test_the_settings_accept_the_compose_values(compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_settings_accept_the_compose_values(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     for key, value in environment(compose["services"]["api"]).items():
         # ${VAR:-default} is compose interpolation: use the default, as compose would.
         monkeypatch.setenv(key, re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", value))
@@ -112,14 +139,23 @@ def test_the_database_credentials_match_the_postgres_service(compose: dict[str, 
     postgres = compose["services"]["postgres"]["environment"]
     url = environment(compose["services"]["api"])["VERITRAIN_DATABASE_URL"]
 
-    assert url == f"postgresql://{postgres['POSTGRES_USER']}:{postgres['POSTGRES_PASSWORD']}@postgres:5432/{postgres['POSTGRES_DB']}"
+    assert (
+        url
+        == f"postgresql://{postgres['POSTGRES_USER']}:{postgres['POSTGRES_PASSWORD']}@postgres:5432/{postgres['POSTGRES_DB']}"
+    )
 
 
-def test_the_api_migrates_then_serves_and_cluster_0_records_a_tiny_run(compose: dict[str, Any]) -> None:
+def test_the_api_migrates_then_serves_and_cluster_0_records_a_tiny_run(
+    compose: dict[str, Any],
+) -> None:
     api, coordinator = compose["services"]["api"], compose["services"]["cluster-0"]
 
-    assert re.search(r"veritrain db upgrade && exec veritrain serve --host 0\.0\.0\.0", command(api))
-    assert re.search(r"veritrain db upgrade && exec veritrain train --preset tiny", command(coordinator))
+    assert re.search(
+        r"veritrain db upgrade && exec veritrain serve --host 0\.0\.0\.0", command(api)
+    )
+    assert re.search(
+        r"veritrain db upgrade && exec veritrain train --preset tiny", command(coordinator)
+    )
     assert "8000:8000" in api["ports"]
     assert all(compose["services"][name].get("restart") == "no" for name in CLUSTERS)
 
@@ -131,7 +167,9 @@ def test_dependencies_name_existing_services_and_wait_for_health(compose: dict[s
             assert dependency in services, f"{name} depends on unknown service {dependency}"
             assert condition["condition"] in ("service_healthy", "service_completed_successfully")
             if condition["condition"] == "service_healthy":
-                assert "healthcheck" in services[dependency], f"{dependency} has no healthcheck to wait for"
+                assert "healthcheck" in services[dependency], (
+                    f"{dependency} has no healthcheck to wait for"
+                )
 
 
 def test_the_s3_identities_match_the_clients_credentials(compose: dict[str, Any]) -> None:
@@ -148,6 +186,18 @@ def test_the_image_is_python_3_11_slim_with_pinned_cpu_torch() -> None:
     assert re.search(r"^FROM python:3\.11-slim$", dockerfile, re.M)
     torch = re.search(r'"torch==([0-9.]+)"', pyproject)
     assert torch is not None
-    assert f"pip install torch=={torch.group(1)} --index-url https://download.pytorch.org/whl/cpu" in dockerfile
-    for package in ("attestation", "records", "storage", "ledger", "trainer", "web", "veritrain", "migrations"):
+    assert (
+        f"pip install torch=={torch.group(1)} --index-url https://download.pytorch.org/whl/cpu"
+        in dockerfile
+    )
+    for package in (
+        "attestation",
+        "records",
+        "storage",
+        "ledger",
+        "trainer",
+        "web",
+        "veritrain",
+        "migrations",
+    ):
         assert f"COPY {package} ./{package}" in dockerfile

@@ -52,7 +52,8 @@ class AssignmentRule:
     def __post_init__(self) -> None:
         if self.windows_per_shard < 1:
             raise ConfigError(
-                f"expected shards of more than context ({self.context}) tokens, got {self.shard_tokens}"
+                "expected shards of more than context "
+                f"({self.context}) tokens, got {self.shard_tokens}"
             )
         if not self.train_shards:
             raise DataError("expected at least one training shard, got none (corpus too small?)")
@@ -89,7 +90,9 @@ class AssignmentRule:
         shard, w = divmod(j, self.windows_per_shard)
         return self.eval_shards[shard], w * self.context
 
-    def shards_read(self, cluster: int, first_inner_step: int, inner_steps: int) -> tuple[tuple[int, int], ...]:
+    def shards_read(
+        self, cluster: int, first_inner_step: int, inner_steps: int
+    ) -> tuple[tuple[int, int], ...]:
         """Shard indices a cluster read over some inner steps, as sorted [first, last] runs."""
         used = {
             self.train_window(p)[0]

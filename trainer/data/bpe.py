@@ -82,8 +82,10 @@ def train_byte_level_bpe(texts: Iterable[str], *, vocab_size: int, max_bytes: in
     got = int(tokenizer.get_vocab_size(with_added_tokens=True))
     if got != vocab_size:
         raise DataError(
-            f"expected a BPE vocabulary of {vocab_size} tokens, {budget.used} bytes of text gave only {got} "
-            "(add data, raise DataConfig.tokenizer_train_bytes or lower DataConfig.tokenizer_vocab_size)"
+            f"expected a BPE vocabulary of {vocab_size} tokens, "
+            f"{budget.used} bytes of text gave only {got} "
+            "(add data, raise DataConfig.tokenizer_train_bytes "
+            "or lower DataConfig.tokenizer_vocab_size)"
         )
     return TrainedBpe(
         tokenizer_json=str(tokenizer.to_str()).encode("utf-8"),

@@ -66,7 +66,8 @@ class PreparedData:
 
     manifest: DataManifest
     source: ShardSource
-    """Any source of the manifest's files (a folder here; downloaded objects on the recorder side)."""
+    """Any source of the manifest's files (a folder here; downloaded objects on the recorder
+    side)."""
 
     def tokenizer(self) -> Tokenizer:
         """The corpus's tokenizer, its ``tokenizer.json`` (if any) read from ``source`` and
@@ -89,7 +90,9 @@ def prepare_data(config: DataConfig, directory: Path) -> PreparedData:
     shard_dir = directory / "shards"
     manifest_path = directory / "corpora" / f"{key}.json"
     if manifest_path.is_file():
-        manifest = DataManifest.from_payload(json.loads(manifest_path.read_text()), where=str(manifest_path))
+        manifest = DataManifest.from_payload(
+            json.loads(manifest_path.read_text()), where=str(manifest_path)
+        )
         if all((shard_dir / shard_file_name(d)).is_file() for d in manifest.object_digests):
             return PreparedData(manifest, DirectoryShardSource(shard_dir))
     tokenizer = _tokenizer(config, sources, shard_dir)
@@ -104,12 +107,18 @@ def prepare_data(config: DataConfig, directory: Path) -> PreparedData:
 def _choose_sources(config: DataConfig) -> tuple[list[Source], dict[str, Any]]:
     if config.paths:
         paths = [Path(p).expanduser() for p in config.paths]
-        return file_sources(paths, license=config.license), {"kind": "files", "text_field": config.text_field}
+        return file_sources(paths, license=config.license), {
+            "kind": "files",
+            "text_field": config.text_field,
+        }
     corpus: dict[str, Any] = {
         "kind": "python-stdlib",
         "python": python_identity(),
         "license": STDLIB_LICENSE,
-        "selection": f"top-level *.py of the stdlib folder, sorted by name, while the total stays <= {config.stdlib_max_bytes} bytes",
+        "selection": (
+            "top-level *.py of the stdlib folder, sorted by name, "
+            f"while the total stays <= {config.stdlib_max_bytes} bytes"
+        ),
     }
     return stdlib_sources(config.stdlib_max_bytes), corpus
 
@@ -117,7 +126,10 @@ def _choose_sources(config: DataConfig) -> tuple[list[Source], dict[str, Any]]:
 def _tokenizer_recipe(config: DataConfig) -> dict[str, Any]:
     """What decides the tokenizer, known before anything is built."""
     if config.tokenizer is not None:
-        return {"kind": "huggingface-tokenizers", "sha256": file_digest(Path(config.tokenizer).expanduser())[0]}
+        return {
+            "kind": "huggingface-tokenizers",
+            "sha256": file_digest(Path(config.tokenizer).expanduser())[0],
+        }
     if config.tokenizer_vocab_size is not None:
         return {
             "kind": "byte-level-bpe",
@@ -137,9 +149,13 @@ def _tokenizer(config: DataConfig, sources: Sequence[Source], shard_dir: Path) -
     if config.tokenizer_vocab_size is None:
         return ByteTokenizer()
     texts = (piece.text for piece in _pieces(sources, config, cut_text=True))
-    trained = train_byte_level_bpe(texts, vocab_size=config.tokenizer_vocab_size, max_bytes=config.tokenizer_train_bytes)
+    trained = train_byte_level_bpe(
+        texts, vocab_size=config.tokenizer_vocab_size, max_bytes=config.tokenizer_train_bytes
+    )
     write_content(trained.tokenizer_json, _mkdir(shard_dir))
-    return HuggingFaceTokenizer(trained.tokenizer_json, kind="byte-level-bpe", training=trained.training)
+    return HuggingFaceTokenizer(
+        trained.tokenizer_json, kind="byte-level-bpe", training=trained.training
+    )
 
 
 def _build(
@@ -151,12 +167,15 @@ def _build(
 ) -> DataManifest:
     dtype = token_dtype(tokenizer.vocab_size)
     writer = ShardWriter(shard_tokens=config.shard_tokens, dtype=dtype, directory=shard_dir)
-    for tokens in _token_stream(_pieces(sources, config, cut_text=tokenizer.exact_in_pieces), tokenizer):
+    for tokens in _token_stream(
+        _pieces(sources, config, cut_text=tokenizer.exact_in_pieces), tokenizer
+    ):
         writer.add(tokens)
     shards = writer.shards
     if len(shards) < 2:
         raise DataError(
-            f"expected a corpus of at least 2 shards of {config.shard_tokens} tokens, got {len(shards)}"
+            "expected a corpus of at least 2 shards of "
+            f"{config.shard_tokens} tokens, got {len(shards)}"
             " (add data or lower DataConfig.shard_tokens)"
         )
     return DataManifest(
@@ -191,7 +210,9 @@ def _token_stream(stream: Iterator[Piece], tokenizer: Tokenizer) -> Iterator[np.
     yield from _encoded(batch, tokenizer, end_of_text)
 
 
-def _encoded(batch: list[Piece], tokenizer: Tokenizer, end_of_text: np.ndarray) -> Iterator[np.ndarray]:
+def _encoded(
+    batch: list[Piece], tokenizer: Tokenizer, end_of_text: np.ndarray
+) -> Iterator[np.ndarray]:
     if not batch:
         return
     for piece, tokens in zip(batch, tokenizer.encode_batch([p.text for p in batch]), strict=True):

@@ -40,12 +40,15 @@ class DataConfig:
     shard_tokens: int = 32_768
     """Tokens per shard; the tail of the stream that does not fill a shard is dropped."""
     eval_shards: int = 2
-    """Shards held out for evaluation (evenly spaced through the stream); no cluster trains on them."""
+    """Shards held out for evaluation (evenly spaced through the stream); no cluster trains on
+    them."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "paths", tuple(self.paths))
         if self.stdlib_max_bytes < 1024:
-            raise ConfigError(f"DataConfig.stdlib_max_bytes must be >= 1024, got {self.stdlib_max_bytes}")
+            raise ConfigError(
+                f"DataConfig.stdlib_max_bytes must be >= 1024, got {self.stdlib_max_bytes}"
+            )
         if self.shard_tokens < 2:
             raise ConfigError(f"DataConfig.shard_tokens must be >= 2, got {self.shard_tokens}")
         if self.eval_shards < 1:
@@ -53,11 +56,14 @@ class DataConfig:
         if not self.license:
             raise ConfigError("DataConfig.license must be an SPDX identifier or 'unknown', got ''")
         if not self.text_field:
-            raise ConfigError("DataConfig.text_field must name a JSON field or Parquet column, got ''")
+            raise ConfigError(
+                "DataConfig.text_field must name a JSON field or Parquet column, got ''"
+            )
         if self.tokenizer_vocab_size is not None:
             if self.tokenizer is not None:
                 raise ConfigError(
-                    "DataConfig.tokenizer_vocab_size must be None when DataConfig.tokenizer names a "
+                    "DataConfig.tokenizer_vocab_size must be "
+                    "None when DataConfig.tokenizer names a "
                     f"file (use the file, or train a BPE), got {self.tokenizer_vocab_size}"
                 )
             if not MIN_BPE_VOCAB <= self.tokenizer_vocab_size <= 2**31:
@@ -66,7 +72,9 @@ class DataConfig:
                     f"got {self.tokenizer_vocab_size}"
                 )
         if self.tokenizer_train_bytes < 1:
-            raise ConfigError(f"DataConfig.tokenizer_train_bytes must be >= 1, got {self.tokenizer_train_bytes}")
+            raise ConfigError(
+                f"DataConfig.tokenizer_train_bytes must be >= 1, got {self.tokenizer_train_bytes}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

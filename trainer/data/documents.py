@@ -99,21 +99,26 @@ def _json_lines(source: Source, field: str, *, compressed: bool) -> Iterator[Pie
             try:
                 record = json.loads(line.decode("utf-8", errors="replace"))
             except json.JSONDecodeError as exc:
-                raise DataError(f"expected JSON on line {number} of {source.uri}, got: {exc}") from exc
+                raise DataError(
+                    f"expected JSON on line {number} of {source.uri}, got: {exc}"
+                ) from exc
             if not isinstance(record, dict):
                 raise DataError(
-                    f"expected a JSON object on line {number} of {source.uri}, got {_json_type(record)}"
+                    f"expected a JSON object on line {number} "
+                    f"of {source.uri}, got {_json_type(record)}"
                 )
             if field not in record:
                 keys = ", ".join(repr(k) for k in list(record)[:8]) or "none"
                 raise DataError(
-                    f"expected a {field!r} field on line {number} of {source.uri}, the object has {keys}"
+                    f"expected a {field!r} field on line {number} "
+                    f"of {source.uri}, the object has {keys}"
                     " (--text-field names the field)"
                 )
             text = record[field]
             if not isinstance(text, str):
                 raise DataError(
-                    f"expected a string in {field!r} on line {number} of {source.uri}, got {_json_type(text)}"
+                    f"expected a string in {field!r} on line "
+                    f"{number} of {source.uri}, got {_json_type(text)}"
                 )
             yield Piece(text, True)
 
@@ -127,7 +132,9 @@ def _numbered_lines(stream: Iterable[bytes], source: Source) -> Iterator[tuple[i
             yield number, line
     except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
         _check_digest(source, file_digest(source.path)[0])  # a file that changed says so first
-        raise DataError(f"expected a readable gzip file at {source.uri}, got {exc!r} after line {number}") from exc
+        raise DataError(
+            f"expected a readable gzip file at {source.uri}, got {exc!r} after line {number}"
+        ) from exc
 
 
 def _parquet(source: Source, field: str) -> Iterator[Piece]:
@@ -144,17 +151,25 @@ def _parquet(source: Source, field: str) -> Iterator[Piece]:
     if schema.get_field_index(field) < 0:
         columns = ", ".join(repr(name) for name in schema.names[:8]) or "none"
         raise DataError(
-            f"expected a column {field!r} in {source.uri}, it has {columns} (--text-field names the column)"
+            f"expected a column {field!r} in {source.uri}, "
+            f"it has {columns} (--text-field names the column)"
         )
     column_type = schema.field(field).type
     if pa.types.is_dictionary(column_type):
         column_type = column_type.value_type
-    if not (pa.types.is_string(column_type) or pa.types.is_large_string(column_type)
-            or pa.types.is_string_view(column_type)):
-        raise DataError(f"expected strings in column {field!r} of {source.uri}, got type {column_type}")
+    if not (
+        pa.types.is_string(column_type)
+        or pa.types.is_large_string(column_type)
+        or pa.types.is_string_view(column_type)
+    ):
+        raise DataError(
+            f"expected strings in column {field!r} of {source.uri}, got type {column_type}"
+        )
     row = 0
     try:
-        for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[field], use_threads=False):
+        for batch in parquet.iter_batches(
+            batch_size=PARQUET_BATCH_ROWS, columns=[field], use_threads=False
+        ):
             values = batch.column(0)
             if values.null_count:
                 first = row + values.is_null().to_pylist().index(True)
@@ -166,7 +181,9 @@ def _parquet(source: Source, field: str) -> Iterator[Piece]:
                 yield Piece(text, True)
             row += batch.num_rows
     except (pa.ArrowException, OSError) as exc:
-        raise DataError(f"expected a readable Parquet file at {source.uri}, got {exc} after row {row}") from exc
+        raise DataError(
+            f"expected a readable Parquet file at {source.uri}, got {exc} after row {row}"
+        ) from exc
 
 
 class _HashingReader(io.RawIOBase):
@@ -200,11 +217,19 @@ def _verified(source: Source) -> Iterator[BinaryIO]:
 
 def _check_digest(source: Source, digest: str) -> None:
     if digest != source.sha256:
-        raise DataError(f"expected {source.uri} to have sha256 {source.sha256}, got {digest} (it changed)")
+        raise DataError(
+            f"expected {source.uri} to have sha256 {source.sha256}, got {digest} (it changed)"
+        )
 
 
 def _json_type(value: object) -> str:
     if value is None:
         return "null"
-    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array",
-            dict: "an object"}.get(type(value), type(value).__name__)
+    return {
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "an array",
+        dict: "an object",
+    }.get(type(value), type(value).__name__)

@@ -18,7 +18,8 @@ def held_out_indices(n_shards: int, n_eval: int) -> list[int]:
     the whole stream rather than its last files)."""
     if not 1 <= n_eval < n_shards:
         raise DataError(
-            f"expected fewer held-out shards than shards ({n_shards}) and at least one, got {n_eval}"
+            "expected fewer held-out shards than shards "
+            f"({n_shards}) and at least one, got {n_eval}"
             " (use a larger corpus, smaller shard_tokens or fewer eval_shards)"
         )
     return sorted({int((k + 0.5) * n_shards / n_eval) for k in range(n_eval)})

@@ -49,7 +49,8 @@ class BatchReader:
                 f"windows from the held-out shards, got a request for {count}"
             )
         return [
-            self._batch([self.rule.eval_window(b * size + j) for j in range(size)]) for b in range(count)
+            self._batch([self.rule.eval_window(b * size + j) for j in range(size)])
+            for b in range(count)
         ]
 
     def _batch(self, windows: list[tuple[int, int]]) -> Batch:
@@ -57,7 +58,10 @@ class BatchReader:
         if isinstance(self.source, WindowSource):  # only the windows a step reads were fetched
             source = self.source
             dtype = self.manifest.dtype
-            rows = [source.window(self._by_index[shard], dtype, start, length) for shard, start in windows]
+            rows = [
+                source.window(self._by_index[shard], dtype, start, length)
+                for shard, start in windows
+            ]
         else:
             rows = [self._shard(shard)[start : start + length] for shard, start in windows]
         tokens = torch.from_numpy(np.stack(rows).astype(np.int64))  # (B, T + 1)
@@ -70,6 +74,8 @@ class BatchReader:
         info = self._by_index[index]
         tokens = decode_shard(self.source.read(info.sha256), info=info, dtype=self.manifest.dtype)
         self._cache[index] = tokens
-        while sum(t.nbytes for t in self._cache.values()) > self._cache_bytes and len(self._cache) > 1:
+        while (
+            sum(t.nbytes for t in self._cache.values()) > self._cache_bytes and len(self._cache) > 1
+        ):
             self._cache.popitem(last=False)
         return tokens

@@ -65,7 +65,10 @@ class ShardWriter:
     def add(self, tokens: np.ndarray | Sequence[int]) -> None:
         values = np.asarray(tokens)
         if values.size and (values.min() < 0 or values.max() > np.iinfo(self._buffer.dtype).max):
-            raise DataError(f"expected token ids that fit {self._buffer.dtype}, got {values.min()}..{values.max()}")
+            raise DataError(
+                f"expected token ids that fit {self._buffer.dtype}, "
+                f"got {values.min()}..{values.max()}"
+            )
         start = 0
         while start < values.size:
             take = min(self.shard_tokens - self._filled, values.size - start)
@@ -75,16 +78,26 @@ class ShardWriter:
             if self._filled == self.shard_tokens:
                 data = self._buffer.tobytes()
                 digest = write_content(data, self.directory)
-                # The chunk index lets a re-executor fetch and verify single windows (records/data_manifest.py).
+                # The chunk index lets a re-executor fetch and verify single windows
+                # (records/data_manifest.py).
                 chunks = write_content(chunk_index(data, CHUNK_BYTES), self.directory)
                 self.shards.append(
-                    ShardInfo(index=len(self.shards), sha256=digest, tokens=self.shard_tokens, chunks=chunks)
+                    ShardInfo(
+                        index=len(self.shards),
+                        sha256=digest,
+                        tokens=self.shard_tokens,
+                        chunks=chunks,
+                    )
                 )
                 self._filled = 0
 
 
 def write_shards(
-    documents: Iterable[np.ndarray | Sequence[int]], *, shard_tokens: int, dtype: TokenDtype, directory: Path
+    documents: Iterable[np.ndarray | Sequence[int]],
+    *,
+    shard_tokens: int,
+    dtype: TokenDtype,
+    directory: Path,
 ) -> tuple[list[ShardInfo], int]:
     """Concatenate the documents' tokens, cut the stream into full shards of ``shard_tokens``
     and write them to ``directory``. Returns the shards and the number of tail tokens dropped
@@ -114,7 +127,9 @@ def decode_shard(data: bytes, *, info: ShardInfo, dtype: TokenDtype) -> np.ndarr
         raise DataError(f"expected shard {info.index} to have sha256 {info.sha256}, got {digest}")
     values = np.frombuffer(data, dtype=_NUMPY_DTYPES[dtype])
     if values.size != info.tokens:
-        raise DataError(f"expected shard {info.index} to hold {info.tokens} tokens, got {values.size}")
+        raise DataError(
+            f"expected shard {info.index} to hold {info.tokens} tokens, got {values.size}"
+        )
     return values
 
 

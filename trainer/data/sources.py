@@ -56,7 +56,9 @@ class Source:
 
     def record(self) -> RecordedSource:
         """What the data manifest records of this source (everything but the local path)."""
-        return RecordedSource(uri=self.uri, sha256=self.sha256, bytes=self.bytes, license=self.license)
+        return RecordedSource(
+            uri=self.uri, sha256=self.sha256, bytes=self.bytes, license=self.license
+        )
 
 
 def file_format(path: Path) -> FileFormat | None:
@@ -75,7 +77,10 @@ def file_format(path: Path) -> FileFormat | None:
 
 def python_identity() -> dict[str, str]:
     """The interpreter whose stdlib forms the default corpus."""
-    return {"implementation": platform.python_implementation().lower(), "version": platform.python_version()}
+    return {
+        "implementation": platform.python_implementation().lower(),
+        "version": platform.python_version(),
+    }
 
 
 def stdlib_sources(max_bytes: int) -> list[Source]:
@@ -89,7 +94,8 @@ def stdlib_sources(max_bytes: int) -> list[Source]:
     for path in sorted(root.glob("*.py"), key=lambda p: p.name):
         size = path.stat().st_size
         if total + size > max_bytes:
-            break  # the rule is a prefix of the sorted list, so every machine stops at the same file
+            # the rule is a prefix of the sorted list, so every machine stops at the same file
+            break
         total += size
         sources.append(_source(path, f"{STDLIB_URI_SCHEME}:{version}/{path.name}", STDLIB_LICENSE))
     if not sources:
@@ -109,7 +115,13 @@ def file_sources(paths: Sequence[Path], *, license: str) -> list[Source]:
                 if path.is_file() and file_format(path) is not None:
                     files.append((f"file:{given.name}/{path.relative_to(given).as_posix()}", path))
         elif given.is_file():
-            if file_format(given) is None and given.suffix.lower() in (".gz", ".bz2", ".xz", ".zst", ".zip"):
+            if file_format(given) is None and given.suffix.lower() in (
+                ".gz",
+                ".bz2",
+                ".xz",
+                ".zst",
+                ".zip",
+            ):
                 raise DataError(
                     f"expected text, .jsonl, .jsonl.gz or .parquet at {given}, got a compressed "
                     f"{given.suffix} file (only JSON Lines may be gzip-compressed)"
@@ -119,7 +131,8 @@ def file_sources(paths: Sequence[Path], *, license: str) -> list[Source]:
             raise DataError(f"expected a data file or folder at {given}, found nothing there")
     if not files:
         raise DataError(
-            f"expected text, .jsonl, .jsonl.gz or .parquet files under {', '.join(map(str, paths))}, found none"
+            "expected text, .jsonl, .jsonl.gz or .parquet files "
+            f"under {', '.join(map(str, paths))}, found none"
         )
     return [_source(path, uri, license) for uri, path in files]
 

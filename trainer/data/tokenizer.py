@@ -93,7 +93,9 @@ class ByteTokenizer:
     def hf_files(self, *, model_max_length: int | None = None) -> dict[str, bytes]:
         return {
             "tokenizer.json": byte_tokenizer_json(),
-            "tokenizer_config.json": _tokenizer_config(eos_token=None, model_max_length=model_max_length),
+            "tokenizer_config.json": _tokenizer_config(
+                eos_token=None, model_max_length=model_max_length
+            ),
         }
 
 
@@ -115,11 +117,15 @@ class HuggingFaceTokenizer:
         try:
             self._tokenizer = _Tokenizer.from_str(raw.decode("utf-8"))
         except Exception as exc:  # tokenizers raises plain Exception on a malformed file
-            raise DataError(f"expected a Hugging Face tokenizers JSON in {where}, got: {exc}") from exc
+            raise DataError(
+                f"expected a Hugging Face tokenizers JSON in {where}, got: {exc}"
+            ) from exc
         self._raw = raw
         token = self._tokenizer.token_to_id(end_of_text_token)
         if token is None:
-            raise DataError(f"expected the end-of-text token {end_of_text_token!r} in {where}, it is not there")
+            raise DataError(
+                f"expected the end-of-text token {end_of_text_token!r} in {where}, it is not there"
+            )
         self.vocab_size = int(self._tokenizer.get_vocab_size(with_added_tokens=True))
         self.end_of_text = int(token)
         # Only our own trainer's pre-tokenizer is known to split at the pieces' cut points.
@@ -156,7 +162,9 @@ class HuggingFaceTokenizer:
         eos = self._identity.end_of_text_token
         return {
             "tokenizer.json": self._raw,
-            "tokenizer_config.json": _tokenizer_config(eos_token=eos, model_max_length=model_max_length),
+            "tokenizer_config.json": _tokenizer_config(
+                eos_token=eos, model_max_length=model_max_length
+            ),
         }
 
 
@@ -176,7 +184,9 @@ def corpus_tokenizer(identity: TokenizerIdentity, source: ShardSource) -> Tokeni
     raw = source.read(identity.sha256)
     digest = hashlib.sha256(raw).hexdigest()
     if digest != identity.sha256:
-        raise DataError(f"expected the corpus's tokenizer.json to have sha256 {identity.sha256}, got {digest}")
+        raise DataError(
+            f"expected the corpus's tokenizer.json to have sha256 {identity.sha256}, got {digest}"
+        )
     tokenizer = HuggingFaceTokenizer(
         raw,
         kind=identity.kind,
@@ -185,7 +195,10 @@ def corpus_tokenizer(identity: TokenizerIdentity, source: ShardSource) -> Tokeni
         where=f"tokenizer {identity.sha256[:12]}",
     )
     if tokenizer.identity != identity:
-        raise DataError(f"expected tokenizer {identity.to_payload()}, the file gives {tokenizer.identity.to_payload()}")
+        raise DataError(
+            f"expected tokenizer {identity.to_payload()}, "
+            f"the file gives {tokenizer.identity.to_payload()}"
+        )
     return tokenizer
 
 
@@ -194,7 +207,11 @@ def byte_to_unicode() -> dict[int, str]:
     ``encoder.py`` ``bytes_to_unicode``), which the ``tokenizers`` ByteLevel pre-tokenizer and
     decoder use: printable Latin-1 bytes stand for themselves, the other 68 bytes map to
     U+0100 onwards in byte order."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     table: dict[int, str] = {}
     shifted = 0
     for byte in range(256):

@@ -62,9 +62,16 @@ def build_outer_algorithm(
     codec: Codec
     if config.compressed:
         device = named_params[0][1].device if named_params else torch.device("cpu")
-        codec = LowRankCodec(config, shapes=shapes, seed=seed, lag=2 if config.overlapped else 1, device=device)
+        codec = LowRankCodec(
+            config, shapes=shapes, seed=seed, lag=2 if config.overlapped else 1, device=device
+        )
     else:
         codec = DenseCodec(shapes)
     return OuterLoop(
-        config, named_params=named_params, codec=codec, cluster=cluster, n_clusters=n_clusters, judge=judge
+        config,
+        named_params=named_params,
+        codec=codec,
+        cluster=cluster,
+        n_clusters=n_clusters,
+        judge=judge,
     )

@@ -37,10 +37,16 @@ def next_inner_steps(
 ) -> int:
     """H for the next round given the last exchange's duration and the compute time per step."""
     if not 1 <= min_steps <= max_steps:
-        raise ConfigError(f"expected 1 <= min_steps <= max_steps, got min_steps={min_steps}, max_steps={max_steps}")
+        raise ConfigError(
+            "expected 1 <= min_steps <= max_steps, got "
+            f"min_steps={min_steps}, max_steps={max_steps}"
+        )
     if current < 1:
         raise ConfigError(f"expected current inner steps >= 1, got {current}")
-    for name, value in (("comm_seconds", comm_seconds), ("compute_seconds_per_step", compute_seconds_per_step)):
+    for name, value in (
+        ("comm_seconds", comm_seconds),
+        ("compute_seconds_per_step", compute_seconds_per_step),
+    ):
         if not math.isfinite(value) or value < 0:
             raise ConfigError(f"expected {name} to be a finite number >= 0, got {value}")
     if compute_seconds_per_step == 0.0:

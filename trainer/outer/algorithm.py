@@ -69,7 +69,9 @@ class OuterLoop:
         judge: Judge | None = None,
     ) -> None:
         if not 0 <= cluster < n_clusters:
-            raise OuterStateError(f"expected 0 <= cluster < n_clusters ({n_clusters}), got {cluster}")
+            raise OuterStateError(
+                f"expected 0 <= cluster < n_clusters ({n_clusters}), got {cluster}"
+            )
         self.config = config
         self.overlapped = config.overlapped
         self.cluster = cluster
@@ -115,7 +117,9 @@ class OuterLoop:
         # Δ = start − θ_local (DiLoCo Algorithm 1 with start = θ_global), fp32 whatever the
         # local dtype.
         reference = self._reference if self._reference is not None else self.outer.params
-        pseudo_gradient = [r - p.detach().to(torch.float32) for r, p in zip(reference, local, strict=True)]
+        pseudo_gradient = [
+            r - p.detach().to(torch.float32) for r, p in zip(reference, local, strict=True)
+        ]
         payload = self.codec.encode(round, pseudo_gradient)
         self._pending[round] = payload
         self._next_round = round + 1
@@ -150,16 +154,27 @@ class OuterLoop:
         members = list(range(self.n_clusters)) if clusters is None else list(clusters)
         if len(gathered) != len(members):
             raise PayloadError(f"expected {len(members)} gathered payloads, got {len(gathered)}")
-        if not members or members != sorted(set(members)) or members[0] < 0 or members[-1] >= self.n_clusters:
-            raise PayloadError(f"expected distinct clusters below {self.n_clusters} in ascending order, got {members}")
+        if (
+            not members
+            or members != sorted(set(members))
+            or members[0] < 0
+            or members[-1] >= self.n_clusters
+        ):
+            raise PayloadError(
+                "expected distinct clusters below "
+                f"{self.n_clusters} in ascending order, got {members}"
+            )
         payload_bytes = self.codec.payload_length(round)
         for payload in gathered:
             check_payload(payload, payload_bytes)
         # This cluster's own payload of the round is the one it sent -- or, for a cluster that
         # joined with a peer's state after the round was contributed, the peer's (``_pending``).
-        if self.cluster in members and not torch.equal(gathered[members.index(self.cluster)].cpu(), self._pending[round].cpu()):
+        if self.cluster in members and not torch.equal(
+            gathered[members.index(self.cluster)].cpu(), self._pending[round].cpu()
+        ):
             raise PayloadError(
-                f"expected cluster {self.cluster}'s gathered payload to be this cluster's own for round {round}"
+                f"expected cluster {self.cluster}'s gathered "
+                f"payload to be this cluster's own for round {round}"
             )
         examination = self.examine(round, gathered, members)
         verdicts: list[ClusterVerdict] = []
@@ -254,7 +269,9 @@ class OuterLoop:
         stats: dict[str, float] = {"included_clusters": float(len(included))}
         mean_coordinates = _rank_ordered_mean(included) if included else None
         mean = self.codec.expand(round, mean_coordinates) if mean_coordinates is not None else None
-        own = self.codec.expand(round, self.codec.coordinates(round, self._own_payload(examination)))
+        own = self.codec.expand(
+            round, self.codec.coordinates(round, self._own_payload(examination))
+        )
         self._last_contributors = len(included)
 
         # 2. The outer step on the global parameters.
@@ -401,15 +418,22 @@ class OuterLoop:
         if not self.overlapped or not self._pending or proxy == "none":
             return [p.clone() for p in self.outer.params]
         fresh_round = min(self._pending)
-        fresh = self.codec.expand(fresh_round, self.codec.coordinates(fresh_round, self._pending[fresh_round]))
+        fresh = self.codec.expand(
+            fresh_round, self.codec.coordinates(fresh_round, self._pending[fresh_round])
+        )
         if proxy == "eager" and mean is not None:
             # mean_t with this cluster's Δ_t swapped for its Δ_{t+1}
-            stand_in = [m + (f - o) / self._last_contributors for m, f, o in zip(mean, fresh, own, strict=True)]
+            stand_in = [
+                m + (f - o) / self._last_contributors
+                for m, f, o in zip(mean, fresh, own, strict=True)
+            ]
         elif proxy == "anchored" and self._contributed_reference is not None:
             # Δ_{t+1} minus half of how far this cluster's round t+1 started from θ_{t+1}
             stand_in = [
                 f - ANCHOR * (r - g)
-                for f, r, g in zip(fresh, self._contributed_reference, self.outer.params, strict=True)
+                for f, r, g in zip(
+                    fresh, self._contributed_reference, self.outer.params, strict=True
+                )
             ]
         else:
             stand_in = fresh
@@ -420,7 +444,9 @@ class OuterLoop:
             raise PayloadError(f"expected {len(self.shapes)} local parameters, got {len(local)}")
         for name, shape, tensor in zip(self.names, self.shapes, local, strict=True):
             if tensor.shape != shape:
-                raise PayloadError(f"expected {name} of shape {tuple(shape)}, got {tuple(tensor.shape)}")
+                raise PayloadError(
+                    f"expected {name} of shape {tuple(shape)}, got {tuple(tensor.shape)}"
+                )
 
 
 def _optional_tensors(
@@ -429,7 +455,9 @@ def _optional_tensors(
     tensors = [state.get(f"{label}.{name}") for name in names]
     present = [t.clone() for t in tensors if t is not None]
     if present and len(present) != len(names):
-        raise OuterStateError(f"expected every {label}.* tensor or none, got {len(present)} of {len(names)}")
+        raise OuterStateError(
+            f"expected every {label}.* tensor or none, got {len(present)} of {len(names)}"
+        )
     return present or None
 
 
@@ -470,10 +498,15 @@ def _rank_ordered_mean(contributions: Sequence[Sequence[torch.Tensor]]) -> list[
 
 
 def _dot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
-    return math.fsum(float(torch.dot(x.reshape(-1).double(), y.reshape(-1).double())) for x, y in zip(a, b, strict=True))
+    return math.fsum(
+        float(torch.dot(x.reshape(-1).double(), y.reshape(-1).double()))
+        for x, y in zip(a, b, strict=True)
+    )
 
 
 def _norm(tensors: Sequence[torch.Tensor]) -> float:
-    return math.sqrt(max(_dot(tensors, tensors), 0.0)) if all(
-        bool(torch.isfinite(t).all()) for t in tensors
-    ) else math.nan
+    return (
+        math.sqrt(max(_dot(tensors, tensors), 0.0))
+        if all(bool(torch.isfinite(t).all()) for t in tensors)
+        else math.nan
+    )

@@ -28,6 +28,7 @@ if sys.byteorder != "little":  # pragma: no cover - no such torch platform today
 class Codec(Protocol):
     bits: int
     """Bits per transmitted element (32 = fp32, 16 = bf16, 8 / 4 = block-quantised)."""
+
     @property
     def last_stats(self) -> Mapping[str, float]:
         """Numbers about the last ``finish_round`` worth reporting (next rank, energy spread)."""
@@ -73,11 +74,9 @@ class Codec(Protocol):
         contribution was excluded): adapt what later rounds use."""
         ...
 
-    def state_dict(self, prefix: str) -> dict[str, torch.Tensor]:
-        ...
+    def state_dict(self, prefix: str) -> dict[str, torch.Tensor]: ...
 
-    def load_state_dict(self, state: Mapping[str, torch.Tensor], prefix: str) -> None:
-        ...
+    def load_state_dict(self, state: Mapping[str, torch.Tensor], prefix: str) -> None: ...
 
 
 class DenseCodec:
@@ -107,7 +106,10 @@ class DenseCodec:
     def coordinates(self, round: int, payload: torch.Tensor) -> list[torch.Tensor]:
         check_payload(payload, self.payload_length(round))
         values = payload.view(torch.float32)
-        return [v.view(shape) for v, shape in zip(torch.split(values, self.numels), self.shapes, strict=True)]
+        return [
+            v.view(shape)
+            for v, shape in zip(torch.split(values, self.numels), self.shapes, strict=True)
+        ]
 
     def expand(self, round: int, coordinates: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         return list(coordinates)

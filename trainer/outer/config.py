@@ -155,42 +155,66 @@ class OuterConfig:
         if self.kind not in ("diloco", "dilocox"):
             raise ConfigError(f"OuterConfig.kind must be 'diloco' or 'dilocox', got {self.kind!r}")
         _require(self, "outer_lr", math.isfinite(self.lr) and self.lr > 0, "> 0")
-        _require(self, "delay_proxy", self.delay_proxy in ("none", "own", "eager", "anchored"),
-                 "'none', 'own', 'eager' or 'anchored'")
-        _require(self, "error_feedback", self.error_feedback in ("local", "buffer", "none"),
-                 "'local', 'buffer' or 'none'")
+        _require(
+            self,
+            "delay_proxy",
+            self.delay_proxy in ("none", "own", "eager", "anchored"),
+            "'none', 'own', 'eager' or 'anchored'",
+        )
+        _require(
+            self,
+            "error_feedback",
+            self.error_feedback in ("local", "buffer", "none"),
+            "'local', 'buffer' or 'none'",
+        )
         _require(self, "outer_momentum", 0.0 <= self.momentum < 1.0, "in [0, 1)")
         _require(self, "rank", self.rank >= 1, ">= 1")
         _require(self, "bits", self.bits in (2, 4, 8, 16, 32), "one of 2, 4, 8, 16, 32")
         _require(self, "dense_bits", self.dense_bits in (8, 16), "8 or 16")
-        _require(self, "quant_block", self.quant_block >= 2 and self.quant_block % 2 == 0,
-                 "an even number >= 2")
+        _require(
+            self,
+            "quant_block",
+            self.quant_block >= 2 and self.quant_block % 2 == 0,
+            "an even number >= 2",
+        )
         _require(self, "min_compress_dim", self.min_compress_dim >= 1, ">= 1")
         _require(self, "min_rank", self.min_rank >= 1, ">= 1")
         _require(self, "max_rank", self.max_rank >= self.min_rank, f">= min_rank ({self.min_rank})")
-        _require(self, "rank", self.min_rank <= self.rank <= self.max_rank,
-                 f"between min_rank ({self.min_rank}) and max_rank ({self.max_rank})")
+        _require(
+            self,
+            "rank",
+            self.min_rank <= self.rank <= self.max_rank,
+            f"between min_rank ({self.min_rank}) and max_rank ({self.max_rank})",
+        )
         _require(self, "rank_energy", 0.0 < self.rank_energy <= 1.0, "in (0, 1]")
         _require(self, "stall_rounds", self.stall_rounds >= 1, ">= 1")
         _require(self, "stall_tolerance", self.stall_tolerance >= 0.0, ">= 0")
         _require(self, "anomaly_norm_ratio", self.anomaly_norm_ratio > 1.0, "> 1")
-        _require(self, "anomaly_min_norm_ratio", 0.0 <= self.anomaly_min_norm_ratio < 1.0,
-                 "in [0, 1)")
+        _require(
+            self, "anomaly_min_norm_ratio", 0.0 <= self.anomaly_min_norm_ratio < 1.0, "in [0, 1)"
+        )
         _require(self, "anomaly_min_cosine", -1.0 <= self.anomaly_min_cosine < 1.0, "in [-1, 1)")
         _require(self, "anomaly_cosine_ratio", 0.0 <= self.anomaly_cosine_ratio < 1.0, "in [0, 1)")
         _require(self, "anomaly_history", self.anomaly_history >= 1, ">= 1")
-        _require(self, "anomaly_exclude_min_clusters", self.anomaly_exclude_min_clusters >= 2,
-                 ">= 2")
-        _require(self, "anomaly_held_out_ratio", 0.0 <= self.anomaly_held_out_ratio < 1.0,
-                 "in [0, 1)")
+        _require(
+            self, "anomaly_exclude_min_clusters", self.anomaly_exclude_min_clusters >= 2, ">= 2"
+        )
+        _require(
+            self, "anomaly_held_out_ratio", 0.0 <= self.anomaly_held_out_ratio < 1.0, "in [0, 1)"
+        )
         _require(self, "anomaly_held_out_margin", self.anomaly_held_out_margin >= 0.0, ">= 0")
-        _require(self, "anomaly_own_data_ratio", 0.0 <= self.anomaly_own_data_ratio < 1.0,
-                 "in [0, 1)")
+        _require(
+            self, "anomaly_own_data_ratio", 0.0 <= self.anomaly_own_data_ratio < 1.0, "in [0, 1)"
+        )
         _require(self, "anomaly_probe_batches", self.anomaly_probe_batches >= 1, ">= 1")
         _require(self, "anomaly_own_batches", self.anomaly_own_batches >= 1, ">= 1")
         _require(self, "min_inner_steps", self.min_inner_steps >= 1, ">= 1")
-        _require(self, "max_inner_steps", self.max_inner_steps >= self.min_inner_steps,
-                 f">= min_inner_steps ({self.min_inner_steps})")
+        _require(
+            self,
+            "max_inner_steps",
+            self.max_inner_steps >= self.min_inner_steps,
+            f">= min_inner_steps ({self.min_inner_steps})",
+        )
 
     @property
     def lr(self) -> float:
@@ -221,7 +245,9 @@ class OuterConfig:
     def with_rank(self, rank: int) -> OuterConfig:
         """This configuration at a fixed ``rank``, the adaptive-rank bounds widened to admit it
         (a rank asked for outright, by a command-line option, is not refused by the bounds)."""
-        return replace(self, rank=rank, min_rank=min(rank, self.min_rank), max_rank=max(rank, self.max_rank))
+        return replace(
+            self, rank=rank, min_rank=min(rank, self.min_rank), max_rank=max(rank, self.max_rank)
+        )
 
     def __eq__(self, other: object) -> bool:
         # Two configs are equal when they run the same algorithm: an unset outer lr equals the

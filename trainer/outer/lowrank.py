@@ -47,7 +47,10 @@ def random_basis(rows: int, rank: int, generator: torch.Generator) -> torch.Tens
 
 
 def projection_spectrum(
-    left: torch.Tensor | None, right: torch.Tensor | None, A: torch.Tensor | None, B: torch.Tensor | None
+    left: torch.Tensor | None,
+    right: torch.Tensor | None,
+    A: torch.Tensor | None,
+    B: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Singular triplets of ``M̂ = A·Vᵀ + U·B`` (the averaged projection) without forming it:
     returns the energies ``σ_j²`` (descending), the left and the right singular vectors."""
@@ -77,7 +80,9 @@ def next_basis(
     top = float(energies[0]) if energies.numel() else 0.0
     alive = energies[:keep] > 1e-12 * top if top > 0 else torch.zeros(keep, dtype=torch.bool)
     chosen = torch.randn(k, rank, generator=generator, dtype=torch.float64)
-    chosen[:, :keep] = torch.where(alive[None, :], directions[:, :keep].to(torch.float64), chosen[:, :keep])
+    chosen[:, :keep] = torch.where(
+        alive[None, :], directions[:, :keep].to(torch.float64), chosen[:, :keep]
+    )
     return _orthonormal(chosen).to(torch.float32)
 
 
@@ -89,7 +94,9 @@ def choose_rank(energies: torch.Tensor, *, fraction: float, lower: int, upper: i
     if total <= 0.0:
         return lower
     cumulative = torch.cumsum(per_direction, dim=0) / total
-    needed = int(torch.searchsorted(cumulative, torch.tensor(fraction, dtype=torch.float64)).item()) + 1
+    needed = (
+        int(torch.searchsorted(cumulative, torch.tensor(fraction, dtype=torch.float64)).item()) + 1
+    )
     return max(lower, min(upper, needed))
 
 

@@ -90,7 +90,9 @@ class LowRankCodec:
         self._stalled = 0
         self._floor = config.min_rank  # raised when a stall gives rank back
         # Rounds before the first refresh use seeded random bases (one-sided: the right side).
-        self._plans: dict[int, _RoundPlan] = {r: self._random_plan(r, config.rank) for r in range(lag)}
+        self._plans: dict[int, _RoundPlan] = {
+            r: self._random_plan(r, config.rank) for r in range(lag)
+        }
         self.last_stats: dict[str, float] = {}
         self.encode_stats: dict[str, float] = {}
 
@@ -117,10 +119,18 @@ class LowRankCodec:
                 decoded = self._decode_dense(whole, i)
             else:
                 A, B = _project(target, bases)
-                data = [self._encode_values(A.t()) if A is not None else None,
-                        self._encode_values(B) if B is not None else None]
+                data = [
+                    self._encode_values(A.t()) if A is not None else None,
+                    self._encode_values(B) if B is not None else None,
+                ]
                 segments.extend(d for d in data if d is not None)
-                decoded = self._expand_one(self._decode_coordinates(torch.cat([d for d in data if d is not None]), i, plan), i, plan)
+                decoded = self._expand_one(
+                    self._decode_coordinates(
+                        torch.cat([d for d in data if d is not None]), i, plan
+                    ),
+                    i,
+                    plan,
+                )
             residual = target - decoded
             target_sq += float(target.double().pow(2).sum())
             residual_sq += float(residual.double().pow(2).sum())
@@ -159,7 +169,15 @@ class LowRankCodec:
                 out.append(d)
                 continue
             A, B = _project(d.to(torch.float32), bases)
-            out.append(torch.cat([t.reshape(-1) for t in ((A.t() if A is not None else None), B) if t is not None]))
+            out.append(
+                torch.cat(
+                    [
+                        t.reshape(-1)
+                        for t in ((A.t() if A is not None else None), B)
+                        if t is not None
+                    ]
+                )
+            )
         return out
 
     def finish_round(
@@ -193,10 +211,16 @@ class LowRankCodec:
             # Two-sided: both bases advance. One-sided: the other side takes over.
             want_left = self.config.two_sided or bases[0] is None
             want_right = self.config.two_sided or bases[1] is None
-            new_bases.append((
-                next_basis(left_dirs, energy, r, generator).to(self.device) if want_left else None,
-                next_basis(right_dirs, energy, r, generator).to(self.device) if want_right else None,
-            ))
+            new_bases.append(
+                (
+                    next_basis(left_dirs, energy, r, generator).to(self.device)
+                    if want_left
+                    else None,
+                    next_basis(right_dirs, energy, r, generator).to(self.device)
+                    if want_right
+                    else None,
+                )
+            )
         self._plans[target] = _RoundPlan(rank=rank, bases=tuple(new_bases))
         total = float(energies.sum())
         self.last_stats = {
@@ -227,9 +251,15 @@ class LowRankCodec:
             self._stalled = int(state[f"{prefix}stalled"].item())
             self._floor = int(state[f"{prefix}rank_floor"].item())
         except KeyError as exc:
-            raise OuterStateError(f"expected key {exc.args[0]!r} in the outer state, it is missing") from exc
+            raise OuterStateError(
+                f"expected key {exc.args[0]!r} in the outer state, it is missing"
+            ) from exc
         rounds = sorted(
-            {int(k.split(".")[-2]) for k in state if k.startswith(f"{prefix}plan.") and k.endswith(".rank")}
+            {
+                int(k.split(".")[-2])
+                for k in state
+                if k.startswith(f"{prefix}plan.") and k.endswith(".rank")
+            }
         )
         plans = {}
         for round in rounds:
@@ -238,11 +268,16 @@ class LowRankCodec:
             for i in range(len(self.shapes)):
                 left, right = state.get(f"{key}.left.{i}"), state.get(f"{key}.right.{i}")
                 if self.compressed[i] and left is None and right is None:
-                    raise OuterStateError(f"expected a basis {key}.left.{i} or {key}.right.{i}, none found")
+                    raise OuterStateError(
+                        f"expected a basis {key}.left.{i} or {key}.right.{i}, none found"
+                    )
                 bases.append(
-                    (None if left is None else left.to(self.device, copy=True),
-                     None if right is None else right.to(self.device, copy=True))
-                    if self.compressed[i] else None
+                    (
+                        None if left is None else left.to(self.device, copy=True),
+                        None if right is None else right.to(self.device, copy=True),
+                    )
+                    if self.compressed[i]
+                    else None
                 )
             plans[round] = _RoundPlan(rank=int(state[f"{key}.rank"].item()), bases=tuple(bases))
         self._plans = plans
@@ -278,7 +313,10 @@ class LowRankCodec:
         assert bases is not None
         n, m = self.shapes[index]
         left, right = bases
-        return (n * right.shape[1] if right is not None else 0, m * left.shape[1] if left is not None else 0)
+        return (
+            n * right.shape[1] if right is not None else 0,
+            m * left.shape[1] if left is not None else 0,
+        )
 
     def _segment_lengths(self, plan: _RoundPlan) -> list[int]:
         lengths = []
@@ -309,7 +347,9 @@ class LowRankCodec:
 
     def _decode_dense(self, data: torch.Tensor, index: int) -> torch.Tensor:
         shape = self.shapes[index]
-        return decode(data, shape.numel(), bits=self.config.dense_bits, block=self.config.quant_block).view(shape)
+        return decode(
+            data, shape.numel(), bits=self.config.dense_bits, block=self.config.quant_block
+        ).view(shape)
 
     def _decode_coordinates(self, data: torch.Tensor, index: int, plan: _RoundPlan) -> torch.Tensor:
         """Payload segment of one matrix -> its coordinates, ``A`` column-major then ``B``."""
@@ -321,7 +361,9 @@ class LowRankCodec:
                 offset += size
         return torch.cat(parts)
 
-    def _split(self, coordinates: torch.Tensor, index: int, plan: _RoundPlan) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    def _split(
+        self, coordinates: torch.Tensor, index: int, plan: _RoundPlan
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Coordinates -> (A ``n×r``, B ``r×m``)."""
         n, m = self.shapes[index]
         a_numel, b_numel = self._part_sizes(index, plan)

@@ -43,7 +43,9 @@ class OuterNesterov:
     def step(self, pseudo_gradient: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Apply one outer step; returns the update ``lr·u`` that was subtracted (for stats)."""
         updates = []
-        for param, buf, grad in zip(self.params, self.momentum_buffers, pseudo_gradient, strict=True):
+        for param, buf, grad in zip(
+            self.params, self.momentum_buffers, pseudo_gradient, strict=True
+        ):
             buf.mul_(self.momentum).add_(grad)
             direction = grad.add(buf, alpha=self.momentum) if self.nesterov else buf.clone()
             direction.mul_(self.lr)
@@ -54,7 +56,9 @@ class OuterNesterov:
     def lookahead(self, pseudo_gradient: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Where ``step(pseudo_gradient)`` would put the parameters, leaving the state alone."""
         out = []
-        for param, buf, grad in zip(self.params, self.momentum_buffers, pseudo_gradient, strict=True):
+        for param, buf, grad in zip(
+            self.params, self.momentum_buffers, pseudo_gradient, strict=True
+        ):
             virtual = buf.mul(self.momentum).add_(grad)
             direction = grad.add(virtual, alpha=self.momentum) if self.nesterov else virtual
             out.append(param.sub(direction, alpha=self.lr))
@@ -69,7 +73,10 @@ class OuterNesterov:
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor], prefix: str) -> None:
         for name, param, buf in zip(self.names, self.params, self.momentum_buffers, strict=True):
-            for key, target in ((f"{prefix}global.{name}", param), (f"{prefix}momentum.{name}", buf)):
+            for key, target in (
+                (f"{prefix}global.{name}", param),
+                (f"{prefix}momentum.{name}", buf),
+            ):
                 if key not in state:
                     raise OuterStateError(f"expected key {key!r} in the outer state, it is missing")
                 source = state[key]

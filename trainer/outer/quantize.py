@@ -103,7 +103,9 @@ def quantize(values: torch.Tensor, *, bits: int, block: int) -> torch.Tensor:
         scale = _round_up_bf16(absmax / L)
         safe = torch.where(scale > 0, scale.to(torch.float32), torch.ones_like(absmax))
         codes = torch.round(grid / safe[:, None]).clamp_(-L, L).to(torch.int8)  # (blocks, block)
-    code_bytes = codes.view(torch.uint8).reshape(-1) if bits == 8 else pack_codes(codes.reshape(-1), bits)
+    code_bytes = (
+        codes.view(torch.uint8).reshape(-1) if bits == 8 else pack_codes(codes.reshape(-1), bits)
+    )
     return torch.cat([code_bytes, scale.view(torch.uint8)])
 
 
@@ -111,7 +113,9 @@ def dequantize(data: torch.Tensor, numel: int, *, bits: int, block: int) -> torc
     """Inverse of :func:`quantize`: ``numel`` fp32 values (flat) from the byte layout above."""
     expected = quantized_length(numel, bits=bits, block=block)
     if data.dtype != torch.uint8 or data.numel() != expected:
-        raise PayloadError(f"expected {expected} quantised bytes, got {data.numel()} of {data.dtype}")
+        raise PayloadError(
+            f"expected {expected} quantised bytes, got {data.numel()} of {data.dtype}"
+        )
     blocks = math.ceil(numel / block)
     code_bytes = blocks * block * bits // 8
     raw, scale_bytes = data[:code_bytes], data[code_bytes:]
@@ -127,7 +131,9 @@ def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
     each, the first in the lowest bits; the count must fill whole bytes."""
     per_byte = _per_byte(bits)
     if codes.numel() % per_byte:
-        raise PayloadError(f"expected a multiple of {per_byte} int{bits} codes, got {codes.numel()}")
+        raise PayloadError(
+            f"expected a multiple of {per_byte} int{bits} codes, got {codes.numel()}"
+        )
     fields = (codes.to(torch.int16) + 2 ** (bits - 1)).to(torch.uint8).view(-1, per_byte)
     packed = torch.zeros(fields.shape[0], dtype=torch.uint8, device=codes.device)
     for j in range(per_byte):

@@ -7,10 +7,10 @@ its exchanges without re-running any inner step:
 1. each stage's outer algorithm is rebuilt from the state saved after the previous step (the
    initial weights of the seed before step 0);
 2. for every round the step applied, in order: each stage examines the payloads of the clusters
-   that contributed to the round (the quorum its step recorded -- the rules and the majority
-   count only those), the stages' statistics are combined in stage order (as the pipeline's stages combine them), every
-   contribution is scored with the whole model in this process (``FullModelProbe``: the same
-   micro-batches and operations as the pipeline), and the verdicts follow from the same rules;
+   that contributed to the round (the quorum its step recorded -- the rules and the majority count
+   only those), the stages' statistics are combined in stage order (as the pipeline's stages combine
+   them), every contribution is scored with the whole model in this process (``FullModelProbe``: the
+   same micro-batches and operations as the pipeline), and the verdicts follow from the same rules;
 3. each stage then commits the round with the verdicts the *record* claims (so the state follows
    what the run did even where a recomputation under tolerance would decide differently), and
    the global parameters after the step come out for comparison with its checkpoint.

@@ -29,9 +29,9 @@ them. The rules, per cluster ``i``
 5. ``replayed``: a stage's payload is byte-identical to a payload of one of the last
    ``history`` rounds (same stage, any cluster): a replay, or zeros sent again.
 6. ``held_out`` (contribution scores, contribution_score.py): applied alone, Δ_i lowers the
-   held-out probe loss by ``g_i``; flagged when ``g_i < held_out_ratio · G`` and
-   ``G − g_i > held_out_margin``, ``G`` the median gain of the other clusters that failed none
-   of rules 1-5, when ``G > 0`` (the margin keeps the noise of late, small gains from flagging). A poisoned
+   held-out probe loss by ``g_i``; flagged when ``g_i < held_out_ratio · G`` and ``G − g_i >
+   held_out_margin``, ``G`` the median gain of the other clusters that failed none of rules 1-5,
+   when ``G > 0`` (the margin keeps the noise of late, small gains from flagging). A poisoned
    contribution raises the loss (``g_i < 0``); a lazy one gains much less.
 7. ``own_data`` (when ``own_data_check`` is on; off by default): the gain on the cluster's own
    windows minus the gain on held-out windows, ``v_i``: an honest cluster should improve its
@@ -317,9 +317,7 @@ def decide(
     n = len(measures)
     members = list(range(n)) if clusters is None else list(clusters)
     if len(members) != n or members != sorted(set(members)):
-        raise OuterStateError(
-            f"expected {n} distinct clusters in ascending order, got {members}"
-        )
+        raise OuterStateError(f"expected {n} distinct clusters in ascending order, got {members}")
     failures: list[dict[str, str]] = [{} for _ in range(n)]
     finite = [m.norm is not None for m in measures]
     for i, m in enumerate(measures):
@@ -424,9 +422,11 @@ def _break_tie(
         high, low = (0, 1) if a >= b else (1, 0)
         p_high, p_low = max(a, b), min(a, b)
         if p_high > rule.min_cosine and p_low < TIE_BREAK * p_high:
-            return [
-                low
-            ], f" (and {p_low:.3f} with the previous mean, cluster {clusters[high]} has {p_high:.3f})"
+            return (
+                [low],
+                f" (and {p_low:.3f} with the previous mean, "
+                f"cluster {clusters[high]} has {p_high:.3f})",
+            )
     return [0, 1], " (ambiguous: two clusters, the previous mean does not tell which)"
 
 

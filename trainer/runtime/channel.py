@@ -136,7 +136,9 @@ class Heartbeat:
         self._key = channel.prefix + alive_key(cluster)
         self._stop = threading.Event()
         self._store.add(self._key, 1)
-        self._thread = threading.Thread(target=self._run, name=f"veritrain-heartbeat-{cluster}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"veritrain-heartbeat-{cluster}", daemon=True
+        )
         self._thread.start()
 
     def _run(self) -> None:
@@ -199,6 +201,7 @@ def _connect(address: ChannelAddress, timeout: timedelta) -> Any:
         )
     except RuntimeError as exc:
         raise ChannelError(
-            f"cannot reach the run channel at {address.host}:{address.port} (the lighthouse's port + "
+            "cannot reach the run channel at "
+            f"{address.host}:{address.port} (the lighthouse's port + "
             f"{CHANNEL_PORT_OFFSET}): {exc}"
         ) from None

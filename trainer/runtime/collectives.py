@@ -13,7 +13,9 @@ import torch
 import torch.distributed as dist
 
 
-def gather_floats(values: Sequence[float], group: dist.ProcessGroup, device: torch.device) -> list[list[float]]:
+def gather_floats(
+    values: Sequence[float], group: dist.ProcessGroup, device: torch.device
+) -> list[list[float]]:
     """Every rank's ``values`` (same length everywhere), in group-rank order, as float64."""
     mine = torch.tensor(list(values), dtype=torch.float64, device=device)
     out = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
@@ -29,7 +31,9 @@ def ordered_sum(values: Sequence[float]) -> float:
     return total
 
 
-def broadcast_tensors(tensors: Sequence[torch.Tensor], *, source: int, group: dist.ProcessGroup) -> None:
+def broadcast_tensors(
+    tensors: Sequence[torch.Tensor], *, source: int, group: dist.ProcessGroup
+) -> None:
     """Overwrite ``tensors`` on every rank of ``group`` with global rank ``source``'s values."""
     for tensor in tensors:
         dist.broadcast(tensor.data, src=source, group=group)

@@ -26,13 +26,19 @@ import torch.distributed as dist
 from trainer.errors import ConfigError
 
 
-def replica_rows(inputs: torch.Tensor, targets: torch.Tensor, *, replica: int, replicas: int) -> tuple[torch.Tensor, torch.Tensor]:
+def replica_rows(
+    inputs: torch.Tensor, targets: torch.Tensor, *, replica: int, replicas: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Replica ``replica``'s contiguous share of a batch's rows (the batch divides evenly)."""
     rows = inputs.shape[0]
     if rows % replicas:
-        raise ConfigError(f"expected a batch of a multiple of {replicas} rows for {replicas} replicas, got {rows}")
+        raise ConfigError(
+            f"expected a batch of a multiple of {replicas} rows for {replicas} replicas, got {rows}"
+        )
     share = rows // replicas
-    return inputs[replica * share : (replica + 1) * share], targets[replica * share : (replica + 1) * share]
+    return inputs[replica * share : (replica + 1) * share], targets[
+        replica * share : (replica + 1) * share
+    ]
 
 
 def average_gradients(params: Sequence[torch.Tensor], group: dist.ProcessGroup) -> int:

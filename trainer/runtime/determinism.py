@@ -46,7 +46,8 @@ def make_deterministic(seed: int, rank: int, device: torch.device, *, threads: i
                 torch.set_num_interop_threads(1)
             except RuntimeError as exc:  # only settable before any inter-op work in this process
                 raise ConfigError(
-                    "expected to set 1 inter-op thread before any parallel work; start training in a "
+                    "expected to set 1 inter-op thread before "
+                    "any parallel work; start training in a "
                     f"fresh process (torch says: {exc})"
                 ) from exc
     torch.use_deterministic_algorithms(True)

@@ -203,7 +203,11 @@ class PendingExchange:
             try:
                 delivered = bool(self.work.wait()) is not False
             except RuntimeError as exc:  # a member died or the link broke mid-exchange
-                log.warning("round %d: the exchange failed (%s); fetching the missing payloads", self.round, exc)
+                log.warning(
+                    "round %d: the exchange failed (%s); fetching the missing payloads",
+                    self.round,
+                    exc,
+                )
                 delivered = False
         if self.shard is not None:
             delivered = self._reassemble(delivered)
@@ -238,19 +242,25 @@ class PendingExchange:
             mine = torch.stack([t.cpu() for t in self.gathered])
         parts = [torch.empty_like(mine) for _ in range(self.shard.count)]
         dist.all_gather(parts, mine, group=self.shard.group)
-        self.gathered = [join_slices([part[m] for part in parts], self.length) for m in range(len(self.members))]
+        self.gathered = [
+            join_slices([part[m] for part in parts], self.length) for m in range(len(self.members))
+        ]
         return True
 
     def _fetched(self, cluster: int, digest: str) -> torch.Tensor:
         data = self.fetch(digest) if self.fetch is not None else None
         if data is None:
             raise WorkerError(
-                f"round {self.round}: cluster {cluster}'s payload {digest[:16]}… did not come through the "
-                "exchange and is kept nowhere to fetch it from (only a recorder with an object store keeps payloads)"
+                f"round {self.round}: cluster {cluster}'s "
+                f"payload {digest[:16]}… did not come through the "
+                "exchange and is kept nowhere to fetch it from (only "
+                "a recorder with an object store keeps payloads)"
             )
         payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         if _digest(payload) != digest or payload.numel() != self.length:
-            raise WorkerError(f"round {self.round}: fetched payload {digest[:16]}… does not hash to its digest")
+            raise WorkerError(
+                f"round {self.round}: fetched payload {digest[:16]}… does not hash to its digest"
+            )
         return payload
 
     @property
@@ -300,11 +310,20 @@ def start_exchange(
     sends zeros) over the quorum's ``group`` -- with ``shard``, of this replica's slice of it."""
     lengths = {h.length for h in headers.values()}
     if len(lengths) != 1:
-        raise WorkerError(f"round {round}: expected one payload length from every contributor, got {sorted(lengths)}")
+        raise WorkerError(
+            f"round {round}: expected one payload length "
+            f"from every contributor, got {sorted(lengths)}"
+        )
     length = lengths.pop()
-    tensor = payload.cpu().contiguous() if payload is not None else torch.zeros(length, dtype=torch.uint8)
+    tensor = (
+        payload.cpu().contiguous()
+        if payload is not None
+        else torch.zeros(length, dtype=torch.uint8)
+    )
     if tensor.numel() != length:
-        raise WorkerError(f"round {round}: expected a payload of {length} bytes, got {tensor.numel()}")
+        raise WorkerError(
+            f"round {round}: expected a payload of {length} bytes, got {tensor.numel()}"
+        )
     if shard is not None:
         tensor = payload_slice(tensor, shard.index, shard.count)
     gathered = [torch.empty_like(tensor) for _ in members]
@@ -312,7 +331,9 @@ def start_exchange(
     try:
         work = dist.all_gather(gathered, tensor, group=group, async_op=True)
     except RuntimeError as exc:  # the group broke before the exchange could start
-        log.warning("round %d: the exchange could not start (%s); fetching the payloads", round, exc)
+        log.warning(
+            "round %d: the exchange could not start (%s); fetching the payloads", round, exc
+        )
         work = None
         gathered = []
     pending = PendingExchange(

@@ -102,7 +102,9 @@ def sum_of_squares(tensors: Iterable[torch.Tensor]) -> float:
     return float(square_sum(tensors, torch.device("cpu")))
 
 
-def clip_to_norm(grads: Sequence[torch.Tensor], norm: float | torch.Tensor, max_norm: float) -> None:
+def clip_to_norm(
+    grads: Sequence[torch.Tensor], norm: float | torch.Tensor, max_norm: float
+) -> None:
     """Scale ``grads`` in place so that their global L2 norm ``norm`` is at most ``max_norm``
     (0 disables clipping). A tensor ``norm`` stays on its device: every gradient is multiplied
     by the factor, 1 when no clipping is due (x * 1 is x, bit for bit), so no branch needs
@@ -147,7 +149,12 @@ class InnerOptimizer:
                 p.grad = torch.zeros_like(p)
 
     def step(
-        self, inner_step: int, *, allreduce: dist.ProcessGroup | None, clusters: int, lr_scale: float = 1.0
+        self,
+        inner_step: int,
+        *,
+        allreduce: dist.ProcessGroup | None,
+        clusters: int,
+        lr_scale: float = 1.0,
     ) -> InnerStepStats:
         """Steps 1-4 of the module docstring. ``allreduce`` is the outer group for the AllReduce
         baseline (None otherwise); ``lr_scale`` multiplies the schedule's rate (1 but in a
@@ -156,7 +163,9 @@ class InnerOptimizer:
         if self.embedding is not None:
             tied = self.module.tied_weight().grad
             assert tied is not None  # zero_grad gave every parameter a gradient buffer
-            dist.all_reduce(tied, group=self.embedding)  # a + b == b + a: both copies get the same bits
+            dist.all_reduce(
+                tied, group=self.embedding
+            )  # a + b == b + a: both copies get the same bits
         comm_seconds = 0.0
         if allreduce is not None:
             before = time.perf_counter()
@@ -184,7 +193,8 @@ class InnerOptimizer:
         # The tied matrix is counted once, on stage 0 (zero_grad gave every parameter a .grad).
         squares = square_sum(
             (
-                p.grad for name, p in self.named
+                p.grad
+                for name, p in self.named
                 if p.grad is not None and not (name == TIED_HEAD and self.module.holds_tied_copy)
             ),
             self.device,
@@ -197,7 +207,8 @@ class InnerOptimizer:
         return total.sqrt()
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        """AdamW state by parameter name: ``<name>.exp_avg``, ``<name>.exp_avg_sq``, ``<name>.step``."""
+        """AdamW state by parameter name: ``<name>.exp_avg``, ``<name>.exp_avg_sq``,
+        ``<name>.step``."""
         state: dict[str, torch.Tensor] = {}
         for name, p in self.named:
             for key, value in self.optimizer.state.get(p, {}).items():
@@ -211,11 +222,15 @@ class InnerOptimizer:
             if not any(present):
                 continue  # no step taken yet when this state was saved
             if not all(present):
-                raise CheckpointError(f"expected AdamW state {keys} for {name}, got only some of them")
-            # Moments follow the parameter's dtype: a state saved at one precision resumes at another
-            # (an fp64 re-execution of an fp32 run); the step counter stays a CPU scalar.
+                raise CheckpointError(
+                    f"expected AdamW state {keys} for {name}, got only some of them"
+                )
+            # Moments follow the parameter's dtype: a state saved at one precision resumes at
+            # another (an fp64 re-execution of an fp32 run); the step counter stays a CPU scalar.
             self.optimizer.state[p] = {
-                k: state[f"{name}.{k}"].clone().to(p.device, p.dtype) if k != "step" else state[f"{name}.{k}"].clone()
+                k: state[f"{name}.{k}"].clone().to(p.device, p.dtype)
+                if k != "step"
+                else state[f"{name}.{k}"].clone()
                 for k in keys
             }
 

@@ -66,8 +66,10 @@ def torchrun_rank(stages: int, data_parallel: int = 1) -> tuple[int, int]:
     given = int(os.environ["WORLD_SIZE"])
     if given != stages * data_parallel:
         raise ConfigError(
-            f"expected WORLD_SIZE = stages x data_parallel = {stages * data_parallel} (each torchrun launch is "
-            f"one cluster), got {given} (set --nnodes * --nproc-per-node to the processes of one cluster)"
+            "expected WORLD_SIZE = stages x data_parallel = "
+            f"{stages * data_parallel} (each torchrun launch is "
+            f"one cluster), got {given} (set --nnodes * "
+            "--nproc-per-node to the processes of one cluster)"
         )
     return int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))
 
@@ -76,7 +78,12 @@ def torchrun_links(cluster: int, lighthouse: str | None) -> Links:
     """Links of a torchrun launch: the cluster's store is torchrun's own."""
     host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     if lighthouse is None:
-        return Links(stores={cluster: (host, port)}, channel=ChannelAddress(host, port), lighthouse=None, advertise_host=host)
+        return Links(
+            stores={cluster: (host, port)},
+            channel=ChannelAddress(host, port),
+            lighthouse=None,
+            advertise_host=host,
+        )
     return Links(
         stores={cluster: (host, port)},
         channel=ChannelAddress.of_lighthouse(lighthouse),
@@ -86,15 +93,22 @@ def torchrun_links(cluster: int, lighthouse: str | None) -> Links:
 
 
 @contextlib.contextmanager
-def one_host(clusters: Sequence[int], stages: int, *, settings: LighthouseSettings | None) -> Iterator[Links]:
+def one_host(
+    clusters: Sequence[int], stages: int, *, settings: LighthouseSettings | None
+) -> Iterator[Links]:
     """Stores for ``clusters`` on 127.0.0.1, the channel and, with ``settings``, a lighthouse."""
     del stages
     stores = {c: _store(LOOPBACK) for c in clusters}
-    lighthouse = Lighthouse(host=LOOPBACK, port=0, advertise=LOOPBACK, settings=settings) if settings else None
+    lighthouse = (
+        Lighthouse(host=LOOPBACK, port=0, advertise=LOOPBACK, settings=settings)
+        if settings
+        else None
+    )
     channel_store = None if lighthouse is not None else _free_channel()
     try:
         channel = (
-            ChannelAddress.of_lighthouse(lighthouse.url) if lighthouse is not None
+            ChannelAddress.of_lighthouse(lighthouse.url)
+            if lighthouse is not None
             else ChannelAddress(LOOPBACK, channel_store.port)  # type: ignore[union-attr]
         )
         yield Links(
@@ -110,7 +124,9 @@ def one_host(clusters: Sequence[int], stages: int, *, settings: LighthouseSettin
 
 
 @contextlib.contextmanager
-def one_cluster(cluster: int, *, lighthouse: str, advertise_host: str | None = None) -> Iterator[Links]:
+def one_cluster(
+    cluster: int, *, lighthouse: str, advertise_host: str | None = None
+) -> Iterator[Links]:
     """Cluster ``cluster``'s store on every interface, advertised where the lighthouse sees
     this host, for a launch that runs only this cluster."""
     host = advertise_host or route_to(lighthouse)
@@ -134,7 +150,9 @@ def init_cluster_world(backend: str, rank: int, size: int, store: tuple[str, int
     """Join this process's cluster world as ``rank`` of ``size`` (S * D processes; ``store``
     None: torchrun's ``env://``)."""
     if store is None:
-        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=size, timeout=TIMEOUT)
+        dist.init_process_group(
+            backend, init_method="env://", rank=rank, world_size=size, timeout=TIMEOUT
+        )
         return
     host, port = store
     # TCPStore is public API; torch's stubs just do not re-export it from torch.distributed.
@@ -166,7 +184,9 @@ def spawn(entry: Callable[[int, Spec, Any], None], spec: Spec, processes: int) -
         last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise WorkerError(f"training process {exc.error_index} failed: {last}") from exc
     except ProcessExitedException as exc:
-        raise WorkerError(f"training process {exc.error_index} exited with code {exc.exit_code}") from exc
+        raise WorkerError(
+            f"training process {exc.error_index} exited with code {exc.exit_code}"
+        ) from exc
     return None if results.empty() else results.get()
 
 
@@ -192,7 +212,9 @@ def interface_of(address: str) -> str | None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         for _, name in socket.if_nameindex():
             try:
-                raw = fcntl.ioctl(probe.fileno(), siocgifaddr, struct.pack("256s", name.encode()[:15]))
+                raw = fcntl.ioctl(
+                    probe.fileno(), siocgifaddr, struct.pack("256s", name.encode()[:15])
+                )
             except OSError:
                 continue
             if socket.inet_ntoa(raw[20:24]) == address:
@@ -209,7 +231,11 @@ def _free_channel() -> Any:
 
 
 def _in_launch_environment(
-    index: int, entry: Callable[[int, Spec, Any], None], environment: dict[str, str], spec: Spec, results: Any
+    index: int,
+    entry: Callable[[int, Spec, Any], None],
+    environment: dict[str, str],
+    spec: Spec,
+    results: Any,
 ) -> None:
     """Run ``entry`` with the launcher's environment of *this* launch. A forkserver forks
     processes from the environment it was started with (at the first launch), so settings

@@ -43,10 +43,14 @@ class LighthouseSettings:
 
     def __post_init__(self) -> None:
         if self.min_clusters < 1:
-            raise ConfigError(f"LighthouseSettings.min_clusters must be >= 1, got {self.min_clusters}")
+            raise ConfigError(
+                f"LighthouseSettings.min_clusters must be >= 1, got {self.min_clusters}"
+            )
         for name in ("heartbeat_timeout", "join_timeout", "quorum_tick", "exchange_timeout"):
             if not getattr(self, name) > 0:
-                raise ConfigError(f"LighthouseSettings.{name} must be > 0 seconds, got {getattr(self, name)}")
+                raise ConfigError(
+                    f"LighthouseSettings.{name} must be > 0 seconds, got {getattr(self, name)}"
+                )
 
     def to_message(self) -> dict[str, float]:
         return {
@@ -79,14 +83,18 @@ class LighthouseSettings:
 class Lighthouse:
     """A running lighthouse and channel; ``close`` stops both."""
 
-    def __init__(self, *, host: str, port: int, advertise: str, settings: LighthouseSettings) -> None:
+    def __init__(
+        self, *, host: str, port: int, advertise: str, settings: LighthouseSettings
+    ) -> None:
         os.environ.setdefault("RUST_LOG", "warn")
         from torchft._torchft import LighthouseServer
 
         self.settings = settings
         self.advertise = advertise
         attempts = 1 if port else 20
-        for _ in range(attempts):  # port 0: the OS picks one, and the channel needs the next one free
+        for _ in range(
+            attempts
+        ):  # port 0: the OS picks one, and the channel needs the next one free
             self._server = LighthouseServer(
                 bind=f"{_bind_host(host)}:{port}",
                 min_replicas=settings.min_clusters,
@@ -102,7 +110,8 @@ class Lighthouse:
                 self._server.shutdown()
                 if port:
                     raise WorkerError(
-                        f"cannot serve the run channel on port {port + CHANNEL_PORT_OFFSET} (the lighthouse's + "
+                        "cannot serve the run channel on port "
+                        f"{port + CHANNEL_PORT_OFFSET} (the lighthouse's + "
                         f"{CHANNEL_PORT_OFFSET}): {exc}"
                     ) from None
         else:

@@ -151,7 +151,10 @@ class TorchftMembership:
         self.manager.start_quorum(allow_heal=False)
         self.manager.wait_quorum()
         if self.manager.errored() is not None:
-            raise WorkerError(f"round {round}: torchft could not set up the quorum's process group: {self.manager.errored()}")
+            raise WorkerError(
+                f"round {round}: torchft could not set up the "
+                f"quorum's process group: {self.manager.errored()}"
+            )
         members = self.group.members
         latest = {m: self.channel.get(latest_key(m, self.stage)) for m in members}
         current = max((r for r in latest.values() if isinstance(r, int)), default=round)
@@ -164,11 +167,18 @@ class TorchftMembership:
         return RoundQuorum(id=self.group.quorum_id, round=current, members=members, headers=headers)
 
     def exchange(
-        self, quorum: RoundQuorum, payload: torch.Tensor | None, *, signals: RoundSignals, fetch: PayloadFetch | None
+        self,
+        quorum: RoundQuorum,
+        payload: torch.Tensor | None,
+        *,
+        signals: RoundSignals,
+        fetch: PayloadFetch | None,
     ) -> PendingExchange:
         if not quorum.headers:  # nobody contributed to this round: nothing to send
             self._commit(True)
-            return completed_exchange(round=quorum.round, signals=signals, digests={}, length=0, payloads={}, fetch=fetch)
+            return completed_exchange(
+                round=quorum.round, signals=signals, digests={}, length=0, payloads={}, fetch=fetch
+            )
         return start_exchange(
             payload,
             round=quorum.round,
@@ -203,11 +213,18 @@ class LoneMembership:
 
     def quorum(self, round: int) -> RoundQuorum:
         message = self.channel.get(header_key(round, self.cluster, self.stage))
-        headers = {self.cluster: ContributionHeader.from_message(message)} if message is not None else {}
+        headers = (
+            {self.cluster: ContributionHeader.from_message(message)} if message is not None else {}
+        )
         return RoundQuorum(id=0, round=round, members=(self.cluster,), headers=headers)
 
     def exchange(
-        self, quorum: RoundQuorum, payload: torch.Tensor | None, *, signals: RoundSignals, fetch: PayloadFetch | None
+        self,
+        quorum: RoundQuorum,
+        payload: torch.Tensor | None,
+        *,
+        signals: RoundSignals,
+        fetch: PayloadFetch | None,
     ) -> PendingExchange:
         header = quorum.headers.get(self.cluster)
         return completed_exchange(
@@ -270,5 +287,12 @@ class _QuorumGroup(ProcessGroupGloo):  # type: ignore[misc]
         self.members = tuple(sorted(r // self._stages for r in global_ranks))
         self.quorum_id = -1 if quorum_id is None else quorum_id
         super().configure(
-            store_addr, replica_id, rank, world_size, quorum_id, group_rank, group_world_size, list(global_ranks)
+            store_addr,
+            replica_id,
+            rank,
+            world_size,
+            quorum_id,
+            group_rank,
+            group_world_size,
+            list(global_ranks),
         )

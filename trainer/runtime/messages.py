@@ -71,7 +71,9 @@ def evidence_from(message: Mapping[str, Any]) -> ClusterEvidence:
     return ClusterEvidence(
         cluster=int(message["cluster"]),
         stage=int(message["stage"]),
-        contribution=StageContribution.read(Fields(contribution, where=where)) if contribution else None,
+        contribution=StageContribution.read(Fields(contribution, where=where))
+        if contribution
+        else None,
         quote=QuoteRef.read(Fields(quote, where=where)) if quote else None,
     )
 
@@ -124,7 +126,10 @@ def _update_message(update: OuterUpdate) -> dict[str, Any]:
         "round": update.round,
         "clusters": list(update.clusters),
         "contribution_digests": list(update.contribution_digests),
-        "anomalies": [{"cluster": a.cluster, "reason": a.reason, "excluded": a.excluded} for a in update.anomalies],
+        "anomalies": [
+            {"cluster": a.cluster, "reason": a.reason, "excluded": a.excluded}
+            for a in update.anomalies
+        ],
         "payload_bytes": update.payload_bytes,
         "rank": update.rank,
         "bits": update.bits,
@@ -139,7 +144,9 @@ def _update_from(message: Mapping[str, Any]) -> OuterUpdate:
         clusters=[int(c) for c in message["clusters"]],
         contribution_digests=[str(d) for d in message["contribution_digests"]],
         anomalies=[
-            Anomaly(cluster=int(a["cluster"]), reason=str(a["reason"]), excluded=bool(a["excluded"]))
+            Anomaly(
+                cluster=int(a["cluster"]), reason=str(a["reason"]), excluded=bool(a["excluded"])
+            )
             for a in message["anomalies"]
         ],
         payload_bytes=int(message["payload_bytes"]),

@@ -49,7 +49,12 @@ class Membership(Protocol):
     def quorum(self, round: int) -> RoundQuorum: ...
 
     def exchange(
-        self, quorum: RoundQuorum, payload: torch.Tensor | None, *, signals: RoundSignals, fetch: PayloadFetch | None
+        self,
+        quorum: RoundQuorum,
+        payload: torch.Tensor | None,
+        *,
+        signals: RoundSignals,
+        fetch: PayloadFetch | None,
     ) -> PendingExchange: ...
 
 
@@ -116,7 +121,9 @@ class OuterSync:
             result.listened = self.listen(quorum)
             return result
         signals = RoundSignals(mean_train_loss=mean_train_loss(quorum.headers))
-        launched = self.membership.exchange(quorum, result.contribution.payload, signals=signals, fetch=self.fetch)
+        launched = self.membership.exchange(
+            quorum, result.contribution.payload, signals=signals, fetch=self.fetch
+        )
         if self.outer.overlapped:
             self.pending = launched
             if step == self.last_step:  # nothing computes after the last round: finish it now
@@ -132,7 +139,11 @@ class OuterSync:
 
     def listen(self, quorum: RoundQuorum) -> PendingExchange:
         """Take part in ``quorum``'s exchange without contributing (this cluster is behind)."""
-        signals = RoundSignals(mean_train_loss=mean_train_loss(quorum.headers)) if quorum.headers else _NO_SIGNALS
+        signals = (
+            RoundSignals(mean_train_loss=mean_train_loss(quorum.headers))
+            if quorum.headers
+            else _NO_SIGNALS
+        )
         listened = self.membership.exchange(quorum, None, signals=signals, fetch=self.fetch)
         listened.wait()
         return listened
@@ -146,10 +157,14 @@ class OuterSync:
     ) -> None:
         """Resume with round ``round`` still to apply: its payloads come from the saved state
         (``payloads``, by cluster) or are fetched by their ``digests``."""
-        own = getattr(self.outer, "pending_contribution", None)  # trainer/outer's algorithms have it
+        own = getattr(
+            self.outer, "pending_contribution", None
+        )  # trainer/outer's algorithms have it
         contribution: Contribution | None = own() if callable(own) else None
         if contribution is None:
-            raise CheckpointError(f"expected the pending payload of round {round} in the outer state, it is missing")
+            raise CheckpointError(
+                f"expected the pending payload of round {round} in the outer state, it is missing"
+            )
         self.pending = completed_exchange(
             round=round,
             signals=RoundSignals(mean_train_loss=mean_train_loss),
@@ -164,7 +179,11 @@ class OuterSync:
         clusters = sorted(payloads)
         with torch.no_grad():
             update = self.outer.apply(
-                exchange.round, [payloads[c] for c in clusters], self.local, exchange.signals, clusters
+                exchange.round,
+                [payloads[c] for c in clusters],
+                self.local,
+                exchange.signals,
+                clusters,
             )
         self.after_apply()
         return update

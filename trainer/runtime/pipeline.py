@@ -55,7 +55,9 @@ class PipelineRunner:
         batch's mean loss on the last stage, None elsewhere."""
         losses: list[torch.Tensor] = []
         with autocast(self.precision, self.device):
-            self._schedule.step(*self._inputs(inputs), **self._targets(targets, losses), return_outputs=False)
+            self._schedule.step(
+                *self._inputs(inputs), **self._targets(targets, losses), return_outputs=False
+            )
         return self._mean(losses)
 
     def evaluate(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float | None:
@@ -64,7 +66,9 @@ class PipelineRunner:
         with torch.no_grad(), autocast(self.precision, self.device):
             for inputs, targets in batches:
                 losses: list[torch.Tensor] = []
-                self._schedule.eval(*self._inputs(inputs), **self._targets(targets, losses), return_outputs=False)
+                self._schedule.eval(
+                    *self._inputs(inputs), **self._targets(targets, losses), return_outputs=False
+                )
                 mean = self._mean(losses)
                 if mean is not None:
                     means.append(mean)

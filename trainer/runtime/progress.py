@@ -66,7 +66,10 @@ class ConsoleProgress:
 def step_line(record: OuterStepRecord, outer_steps: int) -> str:
     """``step 3/8  loss 2.1034  eval 2.2011 (ppl 9.04)  H 20  rank 8  sent 1.2 MB  4.1 s (...)``"""
     m = record.metrics
-    parts = [f"step {record.step}/{outer_steps - 1}", f"loss {m.get('train_loss', float('nan')):.4f}"]
+    parts = [
+        f"step {record.step}/{outer_steps - 1}",
+        f"loss {m.get('train_loss', float('nan')):.4f}",
+    ]
     if "eval_loss" in m:
         parts.append(f"eval {m['eval_loss']:.4f} (ppl {m['perplexity']:.2f})")
     parts.append(f"H {record.inner_steps}")
@@ -75,11 +78,16 @@ def step_line(record: OuterStepRecord, outer_steps: int) -> str:
     parts.append(f"sent {_bytes(m.get('bytes_sent', 0.0))}")
     quorum = record.quorum
     if quorum.joined or quorum.left:
-        changes = [f"{what} {','.join(map(str, clusters))}" for what, clusters in (("joined", quorum.joined), ("left", quorum.left)) if clusters]
+        changes = [
+            f"{what} {','.join(map(str, clusters))}"
+            for what, clusters in (("joined", quorum.joined), ("left", quorum.left))
+            if clusters
+        ]
         parts.append(f"clusters {','.join(map(str, quorum.clusters))} ({'; '.join(changes)})")
     parts.append(
         f"{m.get('wall_seconds', 0.0):.1f} s (compute {m.get('compute_seconds', 0.0):.1f} s, "
-        f"comm {m.get('comm_seconds', 0.0):.2f} s, exposed {m.get('exposed_comm_seconds', 0.0):.2f} s)"
+        f"comm {m.get('comm_seconds', 0.0):.2f} s, exposed "
+        f"{m.get('exposed_comm_seconds', 0.0):.2f} s)"
     )
     if record.anomalies:
         parts.append("FLAGGED clusters " + ",".join(str(c) for c in record.flagged_clusters))

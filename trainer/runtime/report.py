@@ -78,7 +78,11 @@ def build_record(
     replica 0 measured and reported it)."""
     clusters = list(quorum.clusters)
     numbers = [headers[(c, 0)].numbers for c in clusters if (c, 0) in headers]
-    evals = [r.eval_loss for r in sorted(reports, key=lambda r: (r.cluster, r.stage)) if r.eval_loss is not None]
+    evals = [
+        r.eval_loss
+        for r in sorted(reports, key=lambda r: (r.cluster, r.stage))
+        if r.eval_loss is not None
+    ]
     step_tokens = len(clusters) * inner_steps * rule.sequences_per_step * rule.context
     sent = _bytes_sent(method, headers, reports)
     metrics: dict[str, float] = {
@@ -129,7 +133,9 @@ def build_record(
         files=dict(sorted(files.items())),
         quorum=quorum,
         commitments=[
-            r.commitments for r in sorted(reports, key=lambda r: (r.cluster, r.stage)) if r.commitments is not None
+            r.commitments
+            for r in sorted(reports, key=lambda r: (r.cluster, r.stage))
+            if r.commitments is not None
         ],
     )
 
@@ -142,7 +148,9 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def _bytes_sent(
-    method: str, headers: Mapping[tuple[int, int], ContributionHeader], reports: Sequence[RankReport]
+    method: str,
+    headers: Mapping[tuple[int, int], ContributionHeader],
+    reports: Sequence[RankReport],
 ) -> dict[int, int]:
     """What each cluster put on the wire between clusters, summed over its stages: its payloads
     (from the headers: known for every contributor), or, for the AllReduce baseline, the
@@ -157,7 +165,9 @@ def _bytes_sent(
     return sent
 
 
-def _per_cluster_norm(headers: Mapping[tuple[int, int], ContributionHeader], key: str) -> dict[int, float]:
+def _per_cluster_norm(
+    headers: Mapping[tuple[int, int], ContributionHeader], key: str
+) -> dict[int, float]:
     squares: dict[int, float] = {}
     for (cluster, _), header in sorted(headers.items()):
         if key in header.stats:
@@ -201,12 +211,16 @@ def _applied_rounds(reports: Sequence[RankReport]) -> list[AppliedRound]:
                     (
                         ContributionDigest(cluster=cluster, stage=stage, digest=digest)
                         for stage, update in stage_updates
-                        for cluster, digest in zip(update.clusters, update.contribution_digests, strict=True)
+                        for cluster, digest in zip(
+                            update.clusters, update.contribution_digests, strict=True
+                        )
                     ),
                     key=lambda c: (c.cluster, c.stage),
                 ),
                 anomalies=[
-                    AnomalyFlag(round=round_, cluster=v.cluster, reason=v.reason, excluded=v.excluded)
+                    AnomalyFlag(
+                        round=round_, cluster=v.cluster, reason=v.reason, excluded=v.excluded
+                    )
                     for v in verdicts
                     if v.flags
                 ],

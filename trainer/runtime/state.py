@@ -68,15 +68,18 @@ class Cursor:
             )
             return cls(**values)
         except (TypeError, ValueError) as exc:
-            raise CheckpointError(f"expected a complete cursor in {TRAINER_STATE}, got {dict(data)}: {exc}") from exc
+            raise CheckpointError(
+                f"expected a complete cursor in {TRAINER_STATE}, got {dict(data)}: {exc}"
+            ) from exc
 
     def pending_digests_of(self, stage: int) -> dict[int, str]:
         """The pending round's payload digest of every contributor, for one stage."""
         return {c: d for c, s, d in self.pending_digests if s == stage}
 
 
-def trainer_state_document(cursor: Cursor, *, step: int, config_digest: str, method: str,
-                           clusters: int, stages: int) -> dict[str, Any]:
+def trainer_state_document(
+    cursor: Cursor, *, step: int, config_digest: str, method: str, clusters: int, stages: int
+) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "step": step,
@@ -90,11 +93,14 @@ def trainer_state_document(cursor: Cursor, *, step: int, config_digest: str, met
 def read_cursor(files: CheckpointFiles, *, config_digest: str) -> Cursor:
     document = files.json_file(TRAINER_STATE)
     if document.get("format") != FORMAT:
-        raise CheckpointError(f"expected {TRAINER_STATE} of format {FORMAT}, got {document.get('format')!r}")
+        raise CheckpointError(
+            f"expected {TRAINER_STATE} of format {FORMAT}, got {document.get('format')!r}"
+        )
     if document.get("config_digest") != config_digest:
         raise CheckpointError(
             f"expected a state saved with configuration {config_digest[:12]}, got one saved with "
-            f"{str(document.get('config_digest'))[:12]} (resume and re-execution need the same configuration)"
+            f"{str(document.get('config_digest'))[:12]} (resume "
+            "and re-execution need the same configuration)"
         )
     return Cursor.from_dict(document["cursor"])
 
@@ -156,10 +162,13 @@ def restore_stage(
             if name == TIED_HEAD and module.holds_tied_copy and name not in weights:
                 continue
             if name not in weights:
-                raise CheckpointError(f"expected parameter {name} in the saved state of stage {stage}, it is missing")
+                raise CheckpointError(
+                    f"expected parameter {name} in the saved state of stage {stage}, it is missing"
+                )
             if weights[name].shape != p.shape:
                 raise CheckpointError(
-                    f"expected {name} of shape {tuple(p.shape)}, got {tuple(weights[name].shape)} (another model?)"
+                    f"expected {name} of shape {tuple(p.shape)}, got "
+                    f"{tuple(weights[name].shape)} (another model?)"
                 )
             p.copy_(weights[name])
     inner.load_state_tensors(inner_state)
@@ -178,27 +187,41 @@ the round still in flight, taken from every contributor's saved outer state (``s
 def state_owner(names: Collection[str], *, cluster: int, stages: int) -> int:
     """Whose files a process of ``cluster`` starts from, given a checkpoint's file names: its
     own cluster's when every stage of them is there, else the donor's (the module docstring)."""
+
     def complete(c: int) -> bool:
         return all(inner_file(c, s) in names for s in range(stages))
 
     if complete(cluster):
         return cluster
-    saved = sorted({int(name[len(INNER_PREFIX) :][:5]) for name in names if name.startswith(INNER_PREFIX)})
+    saved = sorted(
+        {int(name[len(INNER_PREFIX) :][:5]) for name in names if name.startswith(INNER_PREFIX)}
+    )
     donors = [c for c in saved if complete(c)]
     if not donors:
-        raise CheckpointError(f"expected the inner state of at least one cluster in the checkpoint, got {sorted(names)}")
+        raise CheckpointError(
+            "expected the inner state of at least one "
+            f"cluster in the checkpoint, got {sorted(names)}"
+        )
     return donors[0]
 
 
 def share_owner(files: CheckpointFiles, *, stage: int) -> int:
     """The cluster whose state a process's share (``process_subset``) holds."""
-    owners = [int(n[len(INNER_PREFIX) :][:5]) for n in files.tensors if n.startswith(INNER_PREFIX) and n.endswith(f"stage{stage:05d}.safetensors")]
+    owners = [
+        int(n[len(INNER_PREFIX) :][:5])
+        for n in files.tensors
+        if n.startswith(INNER_PREFIX) and n.endswith(f"stage{stage:05d}.safetensors")
+    ]
     if len(owners) != 1:
-        raise CheckpointError(f"expected the inner state of one cluster for stage {stage}, got {files.names()}")
+        raise CheckpointError(
+            f"expected the inner state of one cluster for stage {stage}, got {files.names()}"
+        )
     return owners[0]
 
 
-def process_subset(files: CheckpointFiles, *, cluster: int, stage: int, stages: int) -> CheckpointFiles:
+def process_subset(
+    files: CheckpointFiles, *, cluster: int, stage: int, stages: int
+) -> CheckpointFiles:
     """The files one process needs to resume (so each spawned process gets only its share):
     its stage's model file, its own (or its donor's) inner and outer state, and the payloads
     of the round still in flight."""

@@ -1,14 +1,14 @@
 """Who runs where: clusters x pipeline stages x data-parallel replicas, and the process groups
 inside a cluster.
 
-DESIGN.md §6: each cluster is its own ``torch.distributed`` world of S * D processes; the
-process of stage s in replica d has cluster rank ``d * S + s``. Each replica's S processes form
-a *pipeline group* (activations and gradients flow stage to stage; with D = 1 it is the whole
-world); with tied embeddings and S > 1, a replica's stage 0 and stage S-1 also form an
-*embedding group* to keep their two copies of the matrix equal. With D > 1 the D replicas of a
-stage form its *data group*: they average gradients every inner step (data_parallel.py). Nothing in a cluster's world
-reaches another cluster: the outer exchange runs over torchft's process group of each round's
-quorum, one per stage (membership.py).
+DESIGN.md §6: each cluster is its own ``torch.distributed`` world of S * D processes; the process of
+stage s in replica d has cluster rank ``d * S + s``. Each replica's S processes form a *pipeline
+group* (activations and gradients flow stage to stage; with D = 1 it is the whole world); with tied
+embeddings and S > 1, a replica's stage 0 and stage S-1 also form an *embedding group* to keep their
+two copies of the matrix equal. With D > 1 the D replicas of a stage form its *data group*: they
+average gradients every inner step (data_parallel.py). Nothing in a cluster's world reaches another
+cluster: the outer exchange runs over torchft's process group of each round's quorum, one per stage
+(membership.py).
 
 A launch on one host starts several clusters at once: ``present`` names them, and the
 launch's processes are numbered ``(slot * D + replica) * S + stage`` over them (``place``). A
@@ -48,11 +48,18 @@ class Topology:
         if not self.present or list(self.present) != sorted(set(self.present)):
             raise ConfigError(f"expected present clusters in ascending order, got {self.present}")
         if self.present[0] < 0 or self.present[-1] >= self.clusters:
-            raise ConfigError(f"expected present clusters below {self.clusters}, got {self.present}")
+            raise ConfigError(
+                f"expected present clusters below {self.clusters}, got {self.present}"
+            )
 
     @classmethod
     def full(cls, clusters: int, stages: int, data_parallel: int = 1) -> Topology:
-        return cls(clusters=clusters, stages=stages, present=tuple(range(clusters)), data_parallel=data_parallel)
+        return cls(
+            clusters=clusters,
+            stages=stages,
+            present=tuple(range(clusters)),
+            data_parallel=data_parallel,
+        )
 
     @property
     def per_cluster(self) -> int:

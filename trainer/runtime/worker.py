@@ -163,7 +163,9 @@ class WorkerSpec:
 
 def spawned_entry(index: int, spec: WorkerSpec, results: Any) -> None:
     """Entry point of a spawned process; the coordinator puts the run summary in ``results``."""
-    summary = run_process(index, spec, local_rank=index, store=spec.links.stores[spec.topology.place(index)[0]])
+    summary = run_process(
+        index, spec, local_rank=index, store=spec.links.stores[spec.topology.place(index)[0]]
+    )
     if summary is not None:
         results.put(summary)
 
@@ -179,7 +181,12 @@ def run_process(
     topology = spec.topology
     cluster, stage, replica = topology.place_replica(index)
     device = pick_device(spec.config.device, local_rank)
-    make_deterministic(spec.config.seed, topology.global_rank(cluster, stage, replica), device, threads=spec.config.threads)
+    make_deterministic(
+        spec.config.seed,
+        topology.global_rank(cluster, stage, replica),
+        device,
+        threads=spec.config.threads,
+    )
     backend = "nccl" if device.type == "cuda" else "gloo"
     init_cluster_world(backend, topology.cluster_rank(stage, replica), topology.per_cluster, store)
     try:
@@ -200,7 +207,11 @@ class _Process:
         """A data-parallel replica other than the first: it trains its rows of every batch and
         takes the outer step's result from replica 0, which alone exchanges, records and saves
         (data_parallel.py)."""
-        self.coordinating = self.stage == 0 and not self.follower and (self.cluster == 0 or spec.mode == "contribute")
+        self.coordinating = (
+            self.stage == 0
+            and not self.follower
+            and (self.cluster == 0 or spec.mode == "contribute")
+        )
         """Cluster 0's stage 0 records the run (one cluster re-executed alone: its stage 0)."""
         self.info = ProcessInfo(
             rank=self.topology.global_rank(self.cluster, self.stage, self.replica),
@@ -213,7 +224,11 @@ class _Process:
         self._check_same_data()
         tied = config.model.tie_word_embeddings
         self.groups = create_groups(
-            self.stages, self.stage, tied_embeddings=tied, data_parallel=self.replicas, replica=self.replica
+            self.stages,
+            self.stage,
+            tied_embeddings=tied,
+            data_parallel=self.replicas,
+            replica=self.replica,
         )
         self.module = build_stage(
             config.model,
@@ -221,9 +236,7 @@ class _Process:
             n_stages=self.stages,
             seed=config.seed,
             activation_checkpointing=config.activation_checkpointing,
-        ).to(
-            device, dtype=parameter_dtype(config.precision)
-        )
+        ).to(device, dtype=parameter_dtype(config.precision))
         self.runner = PipelineRunner(
             self.module,
             stage=self.stage,
@@ -245,7 +258,8 @@ class _Process:
         # The last stage's copy of a tied embedding is not the outer algorithm's to update:
         # stage 0 owns the matrix and the copy follows it (see _sync_tied_copy).
         outer_named = [
-            (name, p) for name, p in self.module.named_parameters()
+            (name, p)
+            for name, p in self.module.named_parameters()
             if not (self.module.holds_tied_copy and name == TIED_HEAD)
         ]
         self.outer_names = [name for name, _ in outer_named]
@@ -253,7 +267,9 @@ class _Process:
         # Per-inner-step commitments of the parameters the outer algorithm owns, signed with
         # the contribution (trainer/runtime/commitments.py); AllReduce contributes nothing.
         self.commitments = (
-            StageCommitments(outer_named, run_id=config.run_id, cluster=self.cluster, stage=self.stage)
+            StageCommitments(
+                outer_named, run_id=config.run_id, cluster=self.cluster, stage=self.stage
+            )
             if config.method != "allreduce" and not self.follower
             else None
         )
@@ -285,9 +301,13 @@ class _Process:
         )
         self.recorder = spec.recorder_factory(self.info)
         self.repo_files = repo_json_files(config.model, spec.tokenizer) if self.coordinating else {}
-        self.channel = RunChannel(spec.links.channel, config.run_id, connect_timeout=CONNECT_TIMEOUT)
+        self.channel = RunChannel(
+            spec.links.channel, config.run_id, connect_timeout=CONNECT_TIMEOUT
+        )
         self.settings = self._lighthouse_settings()
-        self.heartbeat = Heartbeat(self.channel, self.cluster) if self.stage == 0 and not self.follower else None
+        self.heartbeat = (
+            Heartbeat(self.channel, self.cluster) if self.stage == 0 and not self.follower else None
+        )
         self.alive = Liveness(self.channel, self.settings.heartbeat, grace=START_TIMEOUT)
         self.membership: TorchftMembership | LoneMembership
         if spec.links.lighthouse is not None and spec.mode != "contribute":
@@ -311,7 +331,9 @@ class _Process:
                 ),
             )
         else:
-            self.membership = LoneMembership(cluster=self.cluster, stage=self.stage, channel=self.channel)
+            self.membership = LoneMembership(
+                cluster=self.cluster, stage=self.stage, channel=self.channel
+            )
         self.sync = (
             OuterSync(
                 self.outer,
@@ -330,8 +352,15 @@ class _Process:
             if self.coordinating and not spec.quiet and spec.mode == "train"
             else SilentProgress()
         )
-        self.talkative = self.stage == 0 and not self.follower and not self.coordinating and spec.mode == "train" and not spec.quiet
-        """Another cluster's stage 0 says what its cluster does (the coordinator prints the steps)."""
+        self.talkative = (
+            self.stage == 0
+            and not self.follower
+            and not self.coordinating
+            and spec.mode == "train"
+            and not spec.quiet
+        )
+        """Another cluster's stage 0 says what its cluster does (the coordinator prints the
+        steps)."""
         self.previous_clusters: tuple[int, ...] = tuple(range(config.clusters))
         """The clusters of the step before (the coordinator's joined/left)."""
         self.last_comm_seconds = 0.0
@@ -370,7 +399,9 @@ class _Process:
         given = self.spec.resume[self.index] if self.spec.resume is not None else None
         resume = load_checkpoint_directory(given) if isinstance(given, Path) else given
         if resume is None:
-            return Cursor(next_step=0, inner_steps_done=0, next_inner_steps=self.config.inner_steps, tokens=0)
+            return Cursor(
+                next_step=0, inner_steps_done=0, next_inner_steps=self.config.inner_steps, tokens=0
+            )
         return self._restore(resume, listened=None)
 
     def _restore(self, files: CheckpointFiles, *, listened: PendingExchange | None) -> Cursor:
@@ -392,7 +423,10 @@ class _Process:
             self.sync.pending = None
             if cursor.pending_round is not None and self.spec.mode != "contribute":
                 if cursor.pending_mean_train_loss is None:
-                    raise CheckpointError(f"expected the signals of pending round {cursor.pending_round}, they are missing")
+                    raise CheckpointError(
+                        "expected the signals of pending round "
+                        f"{cursor.pending_round}, they are missing"
+                    )
                 payloads = pending_payloads(files)
                 if listened is not None and listened.round == cursor.pending_round:
                     payloads.update(listened.wait())
@@ -409,14 +443,24 @@ class _Process:
         """Enrol; the coordinator begins the run, the other clusters follow it (and catch up
         if it is already under way)."""
         assert not self.follower  # the replicas of a cluster enrol once, as replica 0
-        keys = self.recorder.enrol(RunIdentity(run_id=self.config.run_id, config_digest=self.spec.config_digest))
+        keys = self.recorder.enrol(
+            RunIdentity(run_id=self.config.run_id, config_digest=self.spec.config_digest)
+        )
         if self.stage == 0:
             self.channel.put(f"enrol/{self.cluster}", {"keys": keys_message(keys)})
         if self.coordinating:
             fresh = cursor.next_step == 0
-            enrollments = self._enrolments(range(self.config.clusters) if fresh else self.topology.present)
-            self.recorder.begin(replace(self._run_start(cursor, enrollments), enrollments=enrollments))
-            recorded = self.recorder.recorded_checkpoint(cursor.next_step - 1) if cursor.next_step > 0 else None
+            enrollments = self._enrolments(
+                range(self.config.clusters) if fresh else self.topology.present
+            )
+            self.recorder.begin(
+                replace(self._run_start(cursor, enrollments), enrollments=enrollments)
+            )
+            recorded = (
+                self.recorder.recorded_checkpoint(cursor.next_step - 1)
+                if cursor.next_step > 0
+                else None
+            )
             self.channel.put(
                 "begun",
                 {
@@ -427,24 +471,37 @@ class _Process:
                 },
             )
             return cursor
-        begun = self.channel.wait("begun", writer_alive=lambda: self.alive(0), what="the coordinator (cluster 0) to begin")
+        begun = self.channel.wait(
+            "begun", writer_alive=lambda: self.alive(0), what="the coordinator (cluster 0) to begin"
+        )
         if begun["config_digest"] != self.spec.config_digest:
             raise ConfigError(
-                f"cluster 0 trains run {self.config.run_id!r} with configuration {str(begun['config_digest'])[:12]}, this "
-                f"cluster with {self.spec.config_digest[:12]}: start it without a preset or config to take cluster 0's"
+                f"cluster 0 trains run {self.config.run_id!r} with "
+                f"configuration {str(begun['config_digest'])[:12]}, this "
+                f"cluster with {self.spec.config_digest[:12]}: start "
+                "it without a preset or config to take cluster 0's"
             )
         if begun["manifest"] != self.spec.manifest.digest():
             raise DataError(
-                f"expected the corpus cluster 0 trains on (manifest {str(begun['manifest'])[:16]}…), got "
-                f"{self.spec.manifest.digest()[:16]}… (different Python versions or data files on different hosts?)"
+                "expected the corpus cluster 0 trains on "
+                f"(manifest {str(begun['manifest'])[:16]}…), got "
+                f"{self.spec.manifest.digest()[:16]}… (different "
+                "Python versions or data files on different hosts?)"
             )
         if self.channel.get("finished") is not None:
-            raise WorkerError(f"run {self.config.run_id!r} has finished: there is nothing left to join")
+            raise WorkerError(
+                f"run {self.config.run_id!r} has finished: there is nothing left to join"
+            )
         start = int(begun["next_step"])
         if start != cursor.next_step:
             if start == 0:
-                raise CheckpointError(f"cluster 0 starts run {self.config.run_id!r} afresh, but this cluster was given a saved state")
-            cursor = self._load_recorded(checkpoint_from(begun["checkpoint"], step=start - 1), start - 1, listened=None)
+                raise CheckpointError(
+                    f"cluster 0 starts run {self.config.run_id!r} "
+                    "afresh, but this cluster was given a saved state"
+                )
+            cursor = self._load_recorded(
+                checkpoint_from(begun["checkpoint"], step=start - 1), start - 1, listened=None
+            )
         progress = self.channel.get("progress")
         if isinstance(progress, int) and progress >= cursor.next_step:
             # The run is already past this cluster's next round: listen to the next one, then
@@ -469,7 +526,8 @@ class _Process:
                 missing = sorted(set(clusters) - set(got))
                 raise WorkerError(
                     f"cluster(s) {missing} did not enrol within {START_TIMEOUT}: start them "
-                    "(veritrain train --cluster J --lighthouse URL) so that the genesis can name their keys"
+                    "(veritrain train --cluster J --lighthouse "
+                    "URL) so that the genesis can name their keys"
                 )
             time.sleep(0.05)
 
@@ -478,36 +536,59 @@ class _Process:
         after it (docs/trainer.md, "Clusters come and go")."""
         if self.cluster == 0:
             raise WorkerError(
-                f"cluster 0 (the coordinator) fell behind the quorum of round {quorum.round}: it cannot record "
+                "cluster 0 (the coordinator) fell behind the "
+                f"quorum of round {quorum.round}: it cannot record "
                 "steps it did not take part in; restart the run from its last recorded step"
             )
-        self._say(f"the run is at round {quorum.round}: listening to it, then loading the state recorded after it")
+        self._say(
+            f"the run is at round {quorum.round}: listening "
+            "to it, then loading the state recorded after it"
+        )
         message = self.channel.wait(
             f"recorded/{quorum.round}",
             writer_alive=lambda: self.alive(0),
             what=f"the coordinator to record step {quorum.round}",
         )
-        return self._load_recorded(checkpoint_from(message["checkpoint"], step=quorum.round), quorum.round, listened=listened)
+        return self._load_recorded(
+            checkpoint_from(message["checkpoint"], step=quorum.round),
+            quorum.round,
+            listened=listened,
+        )
 
-    def _load_recorded(self, checkpoint: CheckpointRef | None, step: int, *, listened: PendingExchange | None) -> Cursor:
+    def _load_recorded(
+        self, checkpoint: CheckpointRef | None, step: int, *, listened: PendingExchange | None
+    ) -> Cursor:
         """Start over from the state recorded after ``step`` (own files, or the donor's)."""
 
         def names(available: Sequence[str]) -> list[str]:
             owner = state_owner(available, cluster=self.cluster, stages=self.stages)
-            wanted = {TRAINER_STATE, model_file(self.stage, self.stages), inner_file(owner, self.stage), outer_file(owner, self.stage)}
+            wanted = {
+                TRAINER_STATE,
+                model_file(self.stage, self.stages),
+                inner_file(owner, self.stage),
+                outer_file(owner, self.stage),
+            }
             return [n for n in available if n in wanted]
 
         files = self.recorder.load_checkpoint(checkpoint, names) if checkpoint is not None else None
         if files is None:
             raise WorkerError(
-                f"cluster {self.cluster} cannot load the state recorded after step {step}: joining a run under way "
-                "needs a recorder that keeps checkpoints every cluster can fetch (the ledger recorder)"
+                f"cluster {self.cluster} cannot load the state "
+                f"recorded after step {step}: joining a run under way "
+                "needs a recorder that keeps checkpoints "
+                "every cluster can fetch (the ledger recorder)"
             )
         cursor = self._restore(files, listened=listened)
         if cursor.next_step != step + 1:
-            raise CheckpointError(f"expected the state recorded after step {step}, got the state after step {cursor.next_step - 1}")
+            raise CheckpointError(
+                f"expected the state recorded after step {step}, "
+                f"got the state after step {cursor.next_step - 1}"
+            )
         owner = share_owner(files, stage=self.stage)
-        self._say(f"loaded the state recorded after step {step} (cluster {owner}'s); contributing from step {step + 1}")
+        self._say(
+            f"loaded the state recorded after step {step} (cluster "
+            f"{owner}'s); contributing from step {step + 1}"
+        )
         return cursor
 
     # ------------------------------------------------------------------------------------
@@ -515,7 +596,9 @@ class _Process:
         started = time.perf_counter()
         H = cursor.next_inner_steps
         forgery = self.spec.forgery
-        poison = self.config.poison_for_testing or (forgery.poison() if forgery is not None else None)
+        poison = self.config.poison_for_testing or (
+            forgery.poison() if forgery is not None else None
+        )
         if self.commitments is not None:
             self.commitments.begin(step)
         poisoned = poison is not None and poison.step == step and poison.cluster == self.cluster
@@ -548,24 +631,32 @@ class _Process:
             if exchanged.listened is not None and exchanged.quorum is not None:
                 if self.groups.data is not None:
                     raise WorkerError(
-                        f"cluster {self.cluster} fell behind round {exchanged.quorum.round}: catching up is not "
-                        "implemented with data_parallel > 1; restart the run from its last recorded step"
+                        f"cluster {self.cluster} fell behind round "
+                        f"{exchanged.quorum.round}: catching up is not "
+                        "implemented with data_parallel > 1; "
+                        "restart the run from its last recorded step"
                     )
                 return self._catch_up(exchanged.quorum, exchanged.listened), {}
             if self.follower:
-                return self._follow(step, H, started, inner_comm, inner_bytes, compute_seconds, exchanged)
+                return self._follow(
+                    step, H, started, inner_comm, inner_bytes, compute_seconds, exchanged
+                )
             if exchanged.quorum is not None:
                 self._announce(step)
         else:
             post_header(self.channel, self._header(step, None, None, numbers))
         quorum = exchanged.quorum if exchanged is not None else members
         contributors = (
-            quorum.contributors if exchanged is not None and quorum is not None
-            else quorum.members if quorum is not None else (self.cluster,)
+            quorum.contributors
+            if exchanged is not None and quorum is not None
+            else quorum.members
+            if quorum is not None
+            else (self.cluster,)
         )
         if self.spec.mode != "contribute" and 0 not in contributors:
             raise WorkerError(
-                f"cluster 0 (the coordinator) did not take part in round {step}: the run cannot record without it; "
+                "cluster 0 (the coordinator) did not take part in "
+                f"round {step}: the run cannot record without it; "
                 "restart the run from its last recorded step"
             )
 
@@ -601,14 +692,18 @@ class _Process:
             bytes_sent=inner_bytes + (self._exchange_bytes(exchanged) if exchanged else 0),
         )
         quorum_id = quorum.id if quorum is not None else 0
-        return cursor, self._finish(step, H, cursor, report, quorum_id, tuple(contributors), started)
+        return cursor, self._finish(
+            step, H, cursor, report, quorum_id, tuple(contributors), started
+        )
 
     def _lead(self, cursor: Cursor) -> None:
         """Replica 0 after its outer step: the other replicas of its stage take its parameters
         and cursor (their inner steps left them equal to replica 0's, the outer step did not)."""
         assert self.groups.data is not None
         broadcast_from_first(list(self.module.parameters()), self.groups.data)
-        dist.broadcast_object_list([cursor], src=dist.get_global_rank(self.groups.data, 0), group=self.groups.data)
+        dist.broadcast_object_list(
+            [cursor], src=dist.get_global_rank(self.groups.data, 0), group=self.groups.data
+        )
 
     def _exchange_bytes(self, exchanged: StepExchange) -> int:
         """Bytes this process put on the wire between clusters in the round: its stage's
@@ -616,7 +711,9 @@ class _Process:
         length = int(exchanged.contribution.payload.numel())
         return length if self.replicas == 1 else shard_length(length, self.replicas)
 
-    def _follow_commit(self, step: int, contribution: Contribution, numbers: ClusterNumbers) -> ContributionHeader:
+    def _follow_commit(
+        self, step: int, contribution: Contribution, numbers: ClusterNumbers
+    ) -> ContributionHeader:
         """A replica other than 0 computed the same contribution as replica 0, which alone
         keeps, signs and posts it; wait until it has (``_commit``)."""
         if self.groups.data is not None and self.spec.mode != "contribute":
@@ -639,7 +736,9 @@ class _Process:
         assert self.groups.data is not None
         broadcast_from_first(list(self.module.parameters()), self.groups.data)
         got: list[Any] = [None]
-        dist.broadcast_object_list(got, src=dist.get_global_rank(self.groups.data, 0), group=self.groups.data)
+        dist.broadcast_object_list(
+            got, src=dist.get_global_rank(self.groups.data, 0), group=self.groups.data
+        )
         cursor: Cursor = got[0]
         report = RankReport(
             commitments=None,
@@ -662,10 +761,13 @@ class _Process:
         if self.groups.data is None:
             return
         got: list[Any] = [cursor.next_step]
-        dist.broadcast_object_list(got, src=dist.get_global_rank(self.groups.data, 0), group=self.groups.data)
+        dist.broadcast_object_list(
+            got, src=dist.get_global_rank(self.groups.data, 0), group=self.groups.data
+        )
         if got[0] != cursor.next_step:
             raise WorkerError(
-                f"cluster {self.cluster} replica {self.replica} starts at step {cursor.next_step}, replica 0 at step "
+                f"cluster {self.cluster} replica {self.replica} "
+                f"starts at step {cursor.next_step}, replica 0 at step "
                 f"{got[0]}: joining a run under way is not implemented with data_parallel > 1"
             )
 
@@ -686,10 +788,14 @@ class _Process:
         forgery = self.spec.forgery
         for i in range(first, first + H):
             if forgery is None or not forgery.skips(self.cluster, step, i - first):
-                window = i if forgery is None else forgery.window_step(self.cluster, step, i - first, i)
+                window = (
+                    i if forgery is None else forgery.window_step(self.cluster, step, i - first, i)
+                )
                 inputs, targets = self.reader.train_batch(self.cluster, window)
                 if self.groups.data is not None:
-                    inputs, targets = replica_rows(inputs, targets, replica=self.replica, replicas=self.replicas)
+                    inputs, targets = replica_rows(
+                        inputs, targets, replica=self.replica, replicas=self.replicas
+                    )
                 self.inner.zero_grad()
                 loss = self.runner.train_step(inputs, targets)
                 if self.groups.data is not None:
@@ -706,9 +812,16 @@ class _Process:
         assert last is not None  # H >= 1
         return losses, last, time.perf_counter() - started - comm, comm, sent
 
-    def _cluster_numbers(self, losses: list[float], last: InnerStepStats, compute_per_step: float) -> ClusterNumbers:
+    def _cluster_numbers(
+        self, losses: list[float], last: InnerStepStats, compute_per_step: float
+    ) -> ClusterNumbers:
         """The round's numbers of this cluster, the same on each of its processes."""
-        mine = [sum(losses) / len(losses) if losses else math.nan, last.grad_norm, compute_per_step, self.last_comm_seconds]
+        mine = [
+            sum(losses) / len(losses) if losses else math.nan,
+            last.grad_norm,
+            compute_per_step,
+            self.last_comm_seconds,
+        ]
         everyone = gather_floats(mine, _world(), self.device)
         # Each replica's last stage measures the loss of its rows (cluster rank d * S + S - 1).
         last_stages = [everyone[d * self.stages + self.stages - 1][0] for d in range(self.replicas)]
@@ -720,11 +833,15 @@ class _Process:
             comm_seconds=max(v[3] for v in everyone),
         )
 
-    def _commit(self, step: int, contribution: Contribution, numbers: ClusterNumbers) -> ContributionHeader:
+    def _commit(
+        self, step: int, contribution: Contribution, numbers: ClusterNumbers
+    ) -> ContributionHeader:
         """Keep and sign this process's payload, then post its header (membership.py)."""
         signed: StageContribution | None = None
         if self.spec.mode != "contribute":
-            own = ContributionDigest(cluster=self.cluster, stage=self.stage, digest=contribution.digest)
+            own = ContributionDigest(
+                cluster=self.cluster, stage=self.stage, digest=contribution.digest
+            )
             # The signature covers the inner steps' commitments too (records/commitments.py):
             # they are complete once the contribution is computed.
             commitments = self.commitments.take() if self.commitments is not None else None
@@ -737,7 +854,11 @@ class _Process:
         return header
 
     def _header(
-        self, step: int, contribution: Contribution | None, signed: StageContribution | None, numbers: ClusterNumbers
+        self,
+        step: int,
+        contribution: Contribution | None,
+        signed: StageContribution | None,
+        numbers: ClusterNumbers,
     ) -> ContributionHeader:
         return ContributionHeader(
             round=step,
@@ -756,7 +877,8 @@ class _Process:
         return kept if kept is not None else self.recorder.fetch_contribution(digest)
 
     def _pending_digests(self, pending: PendingExchange | None) -> tuple[tuple[int, int, str], ...]:
-        """(cluster, stage, digest) of the round in flight, every stage (the coordinator saves them)."""
+        """(cluster, stage, digest) of the round in flight, every stage (the coordinator saves
+        them)."""
         if pending is None:
             return ()
         digests = []
@@ -764,7 +886,10 @@ class _Process:
             for stage in range(self.stages):
                 message = self.channel.get(header_key(pending.round, cluster, stage))
                 if message is None:
-                    raise WorkerError(f"round {pending.round}: no header of cluster {cluster} stage {stage} on the channel")
+                    raise WorkerError(
+                        f"round {pending.round}: no header of cluster "
+                        f"{cluster} stage {stage} on the channel"
+                    )
                 digests.append((cluster, stage, ContributionHeader.from_message(message).digest))
         return tuple(digests)
 
@@ -781,7 +906,12 @@ class _Process:
 
     def _next_inner_steps(self, H: int, quorum: RoundQuorum | None) -> int:
         outer = self.config.outer
-        if self.outer is None or not outer.adaptive_inner_steps or self.spec.mode == "contribute" or quorum is None:
+        if (
+            self.outer is None
+            or not outer.adaptive_inner_steps
+            or self.spec.mode == "contribute"
+            or quorum is None
+        ):
             return H
         # Every cluster must pick the same H: decide from the slowest contributor's timings,
         # which every member read from the same headers.
@@ -804,7 +934,9 @@ class _Process:
     def _evaluate(self) -> float | None:
         """Held-out loss of θ (cluster 0's pipeline). In blocking mode the local parameters
         already are θ; under the delay θ is swapped in for the evaluation and swapped back."""
-        global_params = self._global_parameters() if self.outer is not None and self.outer.overlapped else None
+        global_params = (
+            self._global_parameters() if self.outer is not None and self.outer.overlapped else None
+        )
         if global_params is None:
             return self.runner.evaluate(self.eval_batches)
         saved = [p.detach().clone() for p in self.module.parameters()]
@@ -827,7 +959,9 @@ class _Process:
             stage=self.stage,
             stages=self.stages,
             save_local=self.outer is not None and self.outer.overlapped,
-            weights=dict(zip(self.outer_names, global_params, strict=True)) if global_params is not None else None,
+            weights=dict(zip(self.outer_names, global_params, strict=True))
+            if global_params is not None
+            else None,
         )
         applied_payloads = getattr(self.outer, "applied_payloads", None)  # trainer/outer's have it
         if self.cluster == 0 and callable(applied_payloads) and applied_payloads():
@@ -867,10 +1001,15 @@ class _Process:
         mine = [r for r in gathered[: self.stages] if r is not None]
         if not self.coordinating:
             self._answer(step, mine)
-            self._say(f"step {step}/{self.config.outer_steps - 1} contributed (quorum {quorum_id}: clusters {','.join(map(str, contributors))})")
+            self._say(
+                f"step {step}/{self.config.outer_steps - 1} contributed (quorum "
+                f"{quorum_id}: clusters {','.join(map(str, contributors))})"
+            )
             return {}
         others = [c for c in contributors if c != self.cluster]
-        arrived = self.channel.wait_all({c: f"step/{step}/reports/{c}" for c in others}, alive=self.alive)
+        arrived = self.channel.wait_all(
+            {c: f"step/{step}/reports/{c}" for c in others}, alive=self.alive
+        )
         reports = mine + [report_from(m) for c in sorted(arrived) for m in arrived[c]]
         headers = self._round_headers(step, contributors)
         record = build_record(
@@ -893,7 +1032,10 @@ class _Process:
                 cluster=c,
                 stage=s,
                 contribution=StageContribution(
-                    stage=s, digest=h.digest, signature_object=h.signature_object, commitments=h.commitments_object
+                    stage=s,
+                    digest=h.digest,
+                    signature_object=h.signature_object,
+                    commitments=h.commitments_object,
                 ),
                 quote=None,
             )
@@ -903,13 +1045,20 @@ class _Process:
         own = self.recorder.attest(request, None) if request is not None else None
         if own is not None:
             evidence.append(own)
-        answered = self.channel.wait_all({c: f"step/{step}/evidence/{c}" for c in arrived}, alive=self.alive)
+        answered = self.channel.wait_all(
+            {c: f"step/{step}/evidence/{c}" for c in arrived}, alive=self.alive
+        )
         evidence += [evidence_from(m) for c in sorted(answered) for m in answered[c]]
-        record = replace(record, evidence=tuple(evidence), gone=tuple(c for c in others if c not in answered))
+        record = replace(
+            record, evidence=tuple(evidence), gone=tuple(c for c in others if c not in answered)
+        )
         self.recorder.record_outer_step(record)
         self.previous_clusters = contributors
         if self.spec.mode == "train":
-            self.channel.put(f"recorded/{step}", {"checkpoint": checkpoint_message(self.recorder.recorded_checkpoint(step))})
+            self.channel.put(
+                f"recorded/{step}",
+                {"checkpoint": checkpoint_message(self.recorder.recorded_checkpoint(step))},
+            )
         self.progress.finish_step(record)
         return dict(record.metrics)
 
@@ -919,15 +1068,23 @@ class _Process:
 
     def _answer(self, step: int, reports: list[RankReport]) -> None:
         """A cluster other than the coordinator's: post its reports, then quote for the step."""
-        self.channel.put(f"step/{step}/reports/{self.cluster}", [report_message(r) for r in reports])
+        self.channel.put(
+            f"step/{step}/reports/{self.cluster}", [report_message(r) for r in reports]
+        )
         message = self.channel.wait(
-            f"step/{step}/request", writer_alive=lambda: self.alive(0), what=f"the coordinator's request for step {step}"
+            f"step/{step}/request",
+            writer_alive=lambda: self.alive(0),
+            what=f"the coordinator's request for step {step}",
         )
         request = request_from(message)
         evidence = self.recorder.attest(request, None) if request is not None else None
-        self.channel.put(f"step/{step}/evidence/{self.cluster}", [evidence_message(evidence)] if evidence else [])
+        self.channel.put(
+            f"step/{step}/evidence/{self.cluster}", [evidence_message(evidence)] if evidence else []
+        )
 
-    def _round_headers(self, step: int, contributors: Sequence[int]) -> dict[tuple[int, int], ContributionHeader]:
+    def _round_headers(
+        self, step: int, contributors: Sequence[int]
+    ) -> dict[tuple[int, int], ContributionHeader]:
         """Every stage's header of every contributor of round ``step``."""
         keys = {}
         for cluster in contributors:
@@ -935,7 +1092,8 @@ class _Process:
                 keys[cluster * self.stages + stage] = header_key(step, cluster, stage)
         got = self.channel.wait_all(keys, alive=lambda slot: self.alive(slot // self.stages))
         return {
-            divmod(slot, self.stages): ContributionHeader.from_message(message) for slot, message in sorted(got.items())
+            divmod(slot, self.stages): ContributionHeader.from_message(message)
+            for slot, message in sorted(got.items())
         }
 
     def _run_start(self, cursor: Cursor, enrollments: Sequence[ClusterKeys]) -> RunStart:
@@ -968,7 +1126,10 @@ class _Process:
             return LighthouseSettings()
         message = self.channel.global_message(SETTINGS_KEY)
         if message is None:
-            raise ChannelError("the lighthouse published no settings on its channel (is it a veritrain lighthouse?)")
+            raise ChannelError(
+                "the lighthouse published no settings on "
+                "its channel (is it a veritrain lighthouse?)"
+            )
         return LighthouseSettings.from_message(message)
 
     def _check_same_data(self) -> None:
@@ -978,7 +1139,8 @@ class _Process:
         dist.all_gather_object(digests, self.spec.manifest.digest())
         if len(set(digests)) != 1:
             raise DataError(
-                f"expected every process to build the same corpus, got manifest digests {sorted(set(map(str, digests)))}"
+                "expected every process to build the same corpus, "
+                f"got manifest digests {sorted(set(map(str, digests)))}"
                 " (different Python versions or data files on different hosts?)"
             )
 

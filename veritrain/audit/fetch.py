@@ -111,7 +111,8 @@ def state_names(
     """The state files a re-execution reads (model shards decided later for ``--cluster``)."""
     names = set(manifest.digests)
     if cluster is not None and inner_file(cluster, 0) not in names:
-        cluster = None  # it joined at this step: it starts from a donor's state (trainer/runtime/state.py)
+        # it joined at this step: it starts from a donor's state (trainer/runtime/state.py)
+        cluster = None
     wanted = {TRAINER_STATE}
     for c in range(clusters) if cluster is None else (cluster,):
         wanted |= {inner_file(c, s) for s in range(stages)} | {

@@ -18,8 +18,9 @@ Support modules:
   ``rank_main`` (one process per rank on the link), ``metrics_recorder``;
 * results: ``comm_results`` (the comm JSON from measurements, pure), ``plots``, ``stats``;
 * ledger and storage: ``synthetic_run``, ``server`` (``veritrain serve`` in a process),
-  ``memory_probe`` (a transfer or a corpus build and its peak memory in a fresh process), ``scratch``;
+  ``memory_probe`` (a transfer or a corpus build and its peak memory in a fresh process),
+  ``scratch``;
 * data: ``synthetic_corpus`` (the corpus it builds).
 
 The line rates, memory plans and the link derivation come from ``trainer/planner.py``.
-"""
+"""  # noqa: E501

@@ -69,10 +69,22 @@ class Schedule:
     timeout_s: float
 
 
-QUICK = Schedule(outer_steps=8, inner_steps=25, link_outer_steps=4, link_diloco_outer_steps=2,
-                 link_allreduce_inner_steps=3, timeout_s=600)
-FULL = Schedule(outer_steps=40, inner_steps=25, link_outer_steps=8, link_diloco_outer_steps=3,
-                link_allreduce_inner_steps=5, timeout_s=3600)
+QUICK = Schedule(
+    outer_steps=8,
+    inner_steps=25,
+    link_outer_steps=4,
+    link_diloco_outer_steps=2,
+    link_allreduce_inner_steps=3,
+    timeout_s=600,
+)
+FULL = Schedule(
+    outer_steps=40,
+    inner_steps=25,
+    link_outer_steps=8,
+    link_diloco_outer_steps=3,
+    link_allreduce_inner_steps=5,
+    timeout_s=3600,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,7 +123,9 @@ class CommBenchConfig:
 
     def __post_init__(self) -> None:
         if self.clusters < 2:
-            raise BenchError(f"expected at least 2 clusters to compare communication, got {self.clusters}")
+            raise BenchError(
+                f"expected at least 2 clusters to compare communication, got {self.clusters}"
+            )
         if self.bandwidth_mbit is not None and not self.bandwidth_mbit > 0:
             raise BenchError(f"expected a bandwidth > 0 Mbit/s, got {self.bandwidth_mbit}")
 
@@ -126,15 +140,23 @@ class CommBenchResult:
     def lines(self) -> list[str]:
         d, methods = self.data, self.data["methods"]
         derivation = d["link_derivation"]
-        measured = f", measured {d['link_measured_mbit']:.3g} Mbit/s" if d["link_measured_mbit"] else ""
+        measured = (
+            f", measured {d['link_measured_mbit']:.3g} Mbit/s" if d["link_measured_mbit"] else ""
+        )
         modified = d.get("trainer_outer_modified") or []
         dirty = f" (modified: {', '.join(modified)})" if modified else ""
-        out = [f"comm: {d['clusters']} clusters x {d['stages']} stages, {d['parameters']:,} parameters, "
-               f"commit {d['commit']}{dirty}",
-               f"link: {d['link_mbit']:.3g} Mbit/s ({d['shaping']}{measured})"]
+        out = [
+            f"comm: {d['clusters']} clusters x {d['stages']} "
+            f"stages, {d['parameters']:,} parameters, "
+            f"commit {d['commit']}{dirty}",
+            f"link: {d['link_mbit']:.3g} Mbit/s ({d['shaping']}{measured})",
+        ]
         out += [f"  {line}" for line in derivation.get("explanation", [])]
-        out.append(f"  {'method':26} {'final loss':>10} {'bytes/token':>12} {'tokens/s':>10} {'speedup':>8} "
-                   f"{'exposed s/step':>14} {'utilisation':>11}")
+        out.append(
+            f"  {'method':26} {'final loss':>10} "
+            f"{'bytes/token':>12} {'tokens/s':>10} {'speedup':>8} "
+            f"{'exposed s/step':>14} {'utilisation':>11}"
+        )
         for name in ("allreduce", "diloco", "dilocox", "dilocox-blocking"):
             m = methods.get(name)
             if m is None:
@@ -143,21 +165,31 @@ class CommBenchResult:
             per_token = f"{m['bytes_per_token']:.4g}" if "bytes_per_token" in m else "-"
             out.append(
                 f"  {name:26} {loss:>10} {per_token:>12} {m.get('tokens_per_s', 0):>10,.0f} "
-                f"{m.get('speedup_over_allreduce', 0):>8.1f} {m.get('exposed_comm_s_per_outer_step', 0):>14.3f} "
+                f"{m.get('speedup_over_allreduce', 0):>8.1f} "
+                f"{m.get('exposed_comm_s_per_outer_step', 0):>14.3f} "
                 f"{m.get('compute_utilisation', 0):>11.1%}"
             )
         for name, target in d["targets"].items():
             relation = "<=" if name == "loss_gap" else ">="
-            out.append(f"  {name:24} {target['value']:10.4g}   target {relation} {target['target']:g}: "
-                       f"{'met' if target['met'] else 'MISSED'}")
+            out.append(
+                f"  {name:24} {target['value']:10.4g}   target {relation} {target['target']:g}: "
+                f"{'met' if target['met'] else 'MISSED'}"
+            )
         return out
 
 
-def run_comm_bench(config: CommBenchConfig, *, say: Callable[[str], None] = lambda _: None) -> CommBenchResult:
+def run_comm_bench(
+    config: CommBenchConfig, *, say: Callable[[str], None] = lambda _: None
+) -> CommBenchResult:
     schedule = config.schedule
     preset = run_preset(config.preset)
-    base = replace(preset, clusters=config.clusters, outer_steps=schedule.outer_steps,
-                   inner_steps=schedule.inner_steps, seed=config.seed)
+    base = replace(
+        preset,
+        clusters=config.clusters,
+        outer_steps=schedule.outer_steps,
+        inner_steps=schedule.inner_steps,
+        seed=config.seed,
+    )
     if config.rank is not None:
         base = replace(base, outer=base.outer.with_rank(config.rank))
     if config.bits is not None:
@@ -169,8 +201,13 @@ def run_comm_bench(config: CommBenchConfig, *, say: Callable[[str], None] = lamb
     parameters = base.model.parameter_count()
     with scratch_dir(config.workdir, prefix="veritrain-bench-comm-") as workdir:
         started = time.monotonic()
-        say(f"convergence at equal tokens ({base.clusters} clusters x {base.stages} stages, {config.preset})")
-        convergence = run_convergence(base, ("allreduce", "diloco", "dilocox"), data_dir=data_dir, workdir=workdir, say=say)
+        say(
+            f"convergence at equal tokens ({base.clusters} "
+            f"clusters x {base.stages} stages, {config.preset})"
+        )
+        convergence = run_convergence(
+            base, ("allreduce", "diloco", "dilocox"), data_dir=data_dir, workdir=workdir, say=say
+        )
         derivation = _link_derivation(config, base, convergence["allreduce"])
         rate = float(derivation["link_mbit"])
         shaping = _choose_shaping(config)
@@ -179,53 +216,81 @@ def run_comm_bench(config: CommBenchConfig, *, say: Callable[[str], None] = lamb
             if measured is not None:
                 say(f"  preflight: the link carries {measured:.3g} Mbit/s")
             link_runs = run_on_link(
-                _link_runs(base, schedule), setup, data_dir=data_dir, workdir=workdir / "link", timeout_s=schedule.timeout_s
+                _link_runs(base, schedule),
+                setup,
+                data_dir=data_dir,
+                workdir=workdir / "link",
+                timeout_s=schedule.timeout_s,
             )
         data = assemble(
             convergence=convergence,
             link_runs=link_runs,
             parameters=parameters,
             clusters=base.clusters,
-            link=LinkReport(shaping=shaping, link_mbit=rate, measured_mbit=measured, delay_ms=config.delay_ms,
-                            derivation=derivation),
+            link=LinkReport(
+                shaping=shaping,
+                link_mbit=rate,
+                measured_mbit=measured,
+                delay_ms=config.delay_ms,
+                derivation=derivation,
+            ),
         )
-        data.update({
-            "stages": base.stages,
-            "preset": config.preset,
-            "schedule": {"outer_steps": schedule.outer_steps, "inner_steps": schedule.inner_steps,
-                         "link_outer_steps": schedule.link_outer_steps,
-                         "link_diloco_outer_steps": schedule.link_diloco_outer_steps,
-                         "link_allreduce_inner_steps": schedule.link_allreduce_inner_steps},
-            "dilocox_outer_config": method_config(base, "dilocox").outer.to_dict(),
-            **_code_state(),
-            "seconds": time.monotonic() - started,
-        })
+        data.update(
+            {
+                "stages": base.stages,
+                "preset": config.preset,
+                "schedule": {
+                    "outer_steps": schedule.outer_steps,
+                    "inner_steps": schedule.inner_steps,
+                    "link_outer_steps": schedule.link_outer_steps,
+                    "link_diloco_outer_steps": schedule.link_diloco_outer_steps,
+                    "link_allreduce_inner_steps": schedule.link_allreduce_inner_steps,
+                },
+                "dilocox_outer_config": method_config(base, "dilocox").outer.to_dict(),
+                **_code_state(),
+                "seconds": time.monotonic() - started,
+            }
+        )
         if config.plots is not None:
             data["plots"] = [str(p) for p in _plots(data, config.plots)]
     return CommBenchResult(data)
 
 
-def _link_derivation(config: CommBenchConfig, base: TrainConfig, allreduce: list[StepMetrics]) -> dict[str, Any]:
+def _link_derivation(
+    config: CommBenchConfig, base: TrainConfig, allreduce: list[StepMetrics]
+) -> dict[str, Any]:
     """The paper setting's communication share (planner), and the link that gives our
     AllReduce run the same share."""
-    paper = plan(MODEL_PRESETS[PAPER_MODEL], placement=PAPER_PLACEMENT, link_mbit=PAPER_LINK_MBIT).comm
+    paper = plan(
+        MODEL_PRESETS[PAPER_MODEL], placement=PAPER_PLACEMENT, link_mbit=PAPER_LINK_MBIT
+    ).comm
     fraction = paper.allreduce_comm_fraction
     bytes_per_step = allreduce_bytes_per_outer_step(
         parameters=base.model.parameter_count(), n_clusters=base.clusters, inner_steps=1
     )
     compute = compute_per_inner_step(allreduce)
-    derived = bandwidth_for_comm_fraction(bytes_per_step=bytes_per_step, compute_seconds_per_step=compute, fraction=fraction)
+    derived = bandwidth_for_comm_fraction(
+        bytes_per_step=bytes_per_step, compute_seconds_per_step=compute, fraction=fraction
+    )
     link = config.bandwidth_mbit or derived
     explanation = [
         f"paper setting ({PAPER_MODEL}, C={PAPER_PLACEMENT.clusters} S={PAPER_PLACEMENT.stages} "
         f"D={PAPER_PLACEMENT.data_parallel}, {PAPER_LINK_MBIT:g} Mbit/s): AllReduce sends "
         f"{paper.allreduce_bytes_per_inner_step / 1e9:,.1f} GB per inner step = "
-        f"{paper.allreduce_comm_seconds_per_inner_step:,.0f} s, computes {paper.compute_seconds_per_inner_step:.1f} s "
-        f"({paper.tokens_per_inner_step:,} tokens per cluster at the planner's MFU) -> communicating "
-        f"{fraction:.2%} of the time (the paper's reported {PAPER_SPEEDUP:g}x would imply >= {1 - 1 / PAPER_SPEEDUP:.2%})",
-        f"here: AllReduce sends {bytes_per_step / 1e6:.3f} MB per inner step and computes {compute * 1000:.1f} ms "
+        f"{paper.allreduce_comm_seconds_per_inner_step:,.0f} s, "
+        f"computes {paper.compute_seconds_per_inner_step:.1f} s "
+        f"({paper.tokens_per_inner_step:,} tokens per "
+        "cluster at the planner's MFU) -> communicating "
+        f"{fraction:.2%} of the time (the paper's reported "
+        f"{PAPER_SPEEDUP:g}x would imply >= {1 - 1 / PAPER_SPEEDUP:.2%})",
+        f"here: AllReduce sends {bytes_per_step / 1e6:.3f} MB "
+        f"per inner step and computes {compute * 1000:.1f} ms "
         f"-> {derived:.3g} Mbit/s gives the same share"
-        + ("" if config.bandwidth_mbit is None else f"; --bandwidth {config.bandwidth_mbit:g} used instead"),
+        + (
+            ""
+            if config.bandwidth_mbit is None
+            else f"; --bandwidth {config.bandwidth_mbit:g} used instead"
+        ),
     ]
     return {
         "link_mbit": link,
@@ -247,7 +312,10 @@ def _choose_shaping(config: CommBenchConfig) -> Shaping:
         return "software"
     if reason is None:
         if config.delay_ms > 0 and not netem_available():
-            raise BenchError("expected the netem qdisc for --delay-ms, this kernel has none (CONFIG_NET_SCH_NETEM)")
+            raise BenchError(
+                "expected the netem qdisc for --delay-ms, "
+                "this kernel has none (CONFIG_NET_SCH_NETEM)"
+            )
         return "netns-tc"
     if config.shaping == "netns-tc":
         raise BenchError(f"expected to create network namespaces for netns-tc shaping: {reason}")
@@ -257,15 +325,23 @@ def _choose_shaping(config: CommBenchConfig) -> Shaping:
 
 
 @contextmanager
-def _link(shaping: Shaping, clusters: int, rate: float, delay_ms: float, workdir: Path) -> Iterator[tuple[LinkSetup, float | None]]:
+def _link(
+    shaping: Shaping, clusters: int, rate: float, delay_ms: float, workdir: Path
+) -> Iterator[tuple[LinkSetup, float | None]]:
     if shaping == "software":
         folder = workdir / "software-link"
         folder.mkdir(parents=True, exist_ok=True)
-        yield LinkSetup(shaping="software", rate_mbit=rate, delay_ms=0.0, software_folder=folder), None
+        yield (
+            LinkSetup(shaping="software", rate_mbit=rate, delay_ms=0.0, software_folder=folder),
+            None,
+        )
         return
     with emulated_link(clusters, rate_mbit=rate, delay_ms=delay_ms) as netns:
         measured = measure_link(netns, seconds=2.0)
-        yield LinkSetup(shaping="netns-tc", rate_mbit=rate, delay_ms=delay_ms, netns=netns), measured
+        yield (
+            LinkSetup(shaping="netns-tc", rate_mbit=rate, delay_ms=delay_ms, netns=netns),
+            measured,
+        )
 
 
 def measure_link(netns: NetnsLink, *, seconds: float) -> float:
@@ -276,15 +352,31 @@ def measure_link(netns: NetnsLink, *, seconds: float) -> float:
     probe = [sys.executable, "-m", "veritrain.bench.link_probe"]
     listening = subprocess.Popen(
         ["ip", "netns", "exec", receiver.namespace, *probe, "receive", receiver.address, port],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert listening.stdout is not None  # stdout=PIPE
         if listening.stdout.readline().strip() != "listening":
-            raise BenchError("expected the link probe to listen in cluster 0's namespace, it did not")
+            raise BenchError(
+                "expected the link probe to listen in cluster 0's namespace, it did not"
+            )
         nbytes = int(netns.rate_mbit * 1e6 / 8 * seconds)
-        subprocess.run(["ip", "netns", "exec", sender.namespace, *probe, "send", receiver.address, port, str(nbytes)],
-                       check=True, timeout=seconds * 10 + 30)
+        subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                sender.namespace,
+                *probe,
+                "send",
+                receiver.address,
+                port,
+                str(nbytes),
+            ],
+            check=True,
+            timeout=seconds * 10 + 30,
+        )
         measured: float = json.loads(listening.stdout.readline())["mbit_per_s"]
         return measured
     finally:
@@ -294,18 +386,31 @@ def measure_link(netns: NetnsLink, *, seconds: float) -> float:
 
 
 def _link_runs(base: TrainConfig, schedule: Schedule) -> list[LinkRun]:
-    def config(method: Literal["allreduce", "diloco", "dilocox"], outer_steps: int, inner_steps: int) -> TrainConfig:
+    def config(
+        method: Literal["allreduce", "diloco", "dilocox"], outer_steps: int, inner_steps: int
+    ) -> TrainConfig:
         # One held-out batch per outer step: every method still evaluates, as in training, but
         # the throughput measures training more than evaluation.
-        return replace(method_config(base, method), outer_steps=outer_steps, inner_steps=inner_steps, eval_batches=1)
+        return replace(
+            method_config(base, method),
+            outer_steps=outer_steps,
+            inner_steps=inner_steps,
+            eval_batches=1,
+        )
 
     dilocox = config("dilocox", schedule.link_outer_steps, schedule.inner_steps)
     return [
         LinkRun("allreduce", config("allreduce", 1, schedule.link_allreduce_inner_steps)),
         LinkRun("diloco", config("diloco", schedule.link_diloco_outer_steps, schedule.inner_steps)),
         LinkRun("dilocox", dilocox),
-        LinkRun("dilocox-blocking", replace(dilocox, run_id="bench-dilocox-blocking",
-                                            outer=replace(dilocox.outer, overlap=False))),
+        LinkRun(
+            "dilocox-blocking",
+            replace(
+                dilocox,
+                run_id="bench-dilocox-blocking",
+                outer=replace(dilocox.outer, overlap=False),
+            ),
+        ),
     ]
 
 
@@ -321,9 +426,18 @@ def _code_state() -> dict[str, Any]:
     here = Path(__file__).resolve().parent
 
     def git(*args: str) -> str:
-        completed = subprocess.run(["git", *args], capture_output=True, text=True, check=False, cwd=here)
+        completed = subprocess.run(
+            ["git", *args], capture_output=True, text=True, check=False, cwd=here
+        )
         return completed.stdout.strip()
 
-    changed = [line[3:] for line in git("status", "--porcelain", "--", "../../trainer/outer",
-                                        "../../trainer/presets.py").splitlines()]
-    return {"commit": git("rev-parse", "--short", "HEAD") or "unknown", "trainer_outer_modified": changed}
+    changed = [
+        line[3:]
+        for line in git(
+            "status", "--porcelain", "--", "../../trainer/outer", "../../trainer/presets.py"
+        ).splitlines()
+    ]
+    return {
+        "commit": git("rev-parse", "--short", "HEAD") or "unknown",
+        "trainer_outer_modified": changed,
+    }

@@ -46,9 +46,14 @@ def bytes_sent(steps: Sequence[StepMetrics], *, parameters: int, clusters: int) 
     total = 0.0
     for step in steps:
         if step.method == "allreduce":
-            total += allreduce_bytes_per_outer_step(parameters=parameters, n_clusters=clusters, inner_steps=step.inner_steps)
+            total += allreduce_bytes_per_outer_step(
+                parameters=parameters, n_clusters=clusters, inner_steps=step.inner_steps
+            )
         else:
-            total += sum(allgather_bytes_per_outer_step(payload_bytes=p, n_clusters=clusters) for p in step.payload_bytes)
+            total += sum(
+                allgather_bytes_per_outer_step(payload_bytes=p, n_clusters=clusters)
+                for p in step.payload_bytes
+            )
     return total
 
 
@@ -85,7 +90,11 @@ def compute_per_inner_step(steps: Sequence[StepMetrics]) -> float:
 
 def compute_utilisation(link_steps: Sequence[StepMetrics], compute_per_step: float) -> float:
     window = steady(link_steps)
-    return compute_per_step * sum(s.inner_steps for s in window) / sum(s.metrics["wall_seconds"] for s in window)
+    return (
+        compute_per_step
+        * sum(s.inner_steps for s in window)
+        / sum(s.metrics["wall_seconds"] for s in window)
+    )
 
 
 def assemble(
@@ -111,33 +120,50 @@ def assemble(
             "tokens": tokens(steps),
             "bytes_sent": sent,
             "bytes_per_token": sent / tokens(steps),
-            "curve": [{"step": s.step, "tokens": s.metrics["tokens"], "eval_loss": s.metrics.get("eval_loss"),
-                       "train_loss": s.metrics.get("train_loss")} for s in steps],
+            "curve": [
+                {
+                    "step": s.step,
+                    "tokens": s.metrics["tokens"],
+                    "eval_loss": s.metrics.get("eval_loss"),
+                    "train_loss": s.metrics.get("train_loss"),
+                }
+                for s in steps
+            ],
             "compute_seconds_per_inner_step": compute_per_inner_step(steps),
         }
     for name, steps in link_runs.items():
         entry = methods.setdefault(name, {})
-        reference = methods.get(name.removesuffix("-blocking"), {}).get("compute_seconds_per_inner_step")
-        entry.update({
-            "tokens_per_s": tokens_per_second(steps),
-            "exposed_comm_s_per_outer_step": exposed_per_outer_step(steps),
-            "comm_s_per_outer_step": sum(s.metrics["comm_seconds"] for s in steady(steps)) / len(steady(steps)),
-            "link_outer_steps": len(steps),
-            "link_inner_steps": steps[0].inner_steps if steps else 0,
-        })
+        reference = methods.get(name.removesuffix("-blocking"), {}).get(
+            "compute_seconds_per_inner_step"
+        )
+        entry.update(
+            {
+                "tokens_per_s": tokens_per_second(steps),
+                "exposed_comm_s_per_outer_step": exposed_per_outer_step(steps),
+                "comm_s_per_outer_step": sum(s.metrics["comm_seconds"] for s in steady(steps))
+                / len(steady(steps)),
+                "link_outer_steps": len(steps),
+                "link_inner_steps": steps[0].inner_steps if steps else 0,
+            }
+        )
         if reference is not None:
             entry["compute_utilisation"] = compute_utilisation(steps, reference)
     allreduce, dilocox = methods["allreduce"], methods["dilocox"]
     blocking_exposed = methods["dilocox-blocking"]["exposed_comm_s_per_outer_step"]
     for name in methods:
         if "tokens_per_s" in methods[name]:
-            methods[name]["speedup_over_allreduce"] = methods[name]["tokens_per_s"] / allreduce["tokens_per_s"]
+            methods[name]["speedup_over_allreduce"] = (
+                methods[name]["tokens_per_s"] / allreduce["tokens_per_s"]
+            )
     result: dict[str, Any] = {
         "bytes_ratio": allreduce["bytes_sent"] / dilocox["bytes_sent"],
-        "loss_gap": (dilocox["final_eval_loss"] - allreduce["final_eval_loss"]) / allreduce["final_eval_loss"],
+        "loss_gap": (dilocox["final_eval_loss"] - allreduce["final_eval_loss"])
+        / allreduce["final_eval_loss"],
         "speedup": dilocox["tokens_per_s"] / allreduce["tokens_per_s"],
         "exposed_comm_reduction": (
-            1.0 - dilocox["exposed_comm_s_per_outer_step"] / blocking_exposed if blocking_exposed > 0 else 0.0
+            1.0 - dilocox["exposed_comm_s_per_outer_step"] / blocking_exposed
+            if blocking_exposed > 0
+            else 0.0
         ),
         "shaping": link.shaping,
         "link_mbit": link.link_mbit,
@@ -156,5 +182,9 @@ def targets_met(result: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     met = {}
     for name, target in TARGETS.items():
         value = float(result[name])
-        met[name] = {"target": target, "value": value, "met": value <= target if name == "loss_gap" else value >= target}
+        met[name] = {
+            "target": target,
+            "value": value,
+            "met": value <= target if name == "loss_gap" else value >= target,
+        }
     return met

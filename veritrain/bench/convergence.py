@@ -42,6 +42,9 @@ def run_convergence(
         train(config, MetricsRecorderFactory(path), data_dir=data_dir, quiet=True)
         steps = read_steps(path)
         if len(steps) != config.outer_steps:
-            raise BenchError(f"expected {config.outer_steps} recorded steps from the {method} run, got {len(steps)}")
+            raise BenchError(
+                f"expected {config.outer_steps} recorded "
+                f"steps from the {method} run, got {len(steps)}"
+            )
         traces[method] = steps
     return traces

@@ -17,7 +17,7 @@ is the build process's peak RSS, and its growth over the same process after impo
 target (DESIGN issue #14): a 1 GB corpus builds with a peak RSS well under 1 GB -- here, under
 half the corpus's text bytes, judged only for corpora of 256 MiB or more (below that the
 interpreter and its libraries, about 100 MB, dominate).
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -93,9 +93,12 @@ class BuildMeasurement:
         return self.peak_rss_bytes - self.baseline_rss_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        return {**{k: v for k, v in asdict(self).items() if k not in ("name", "text_bytes")},
-                "tokens_per_second": self.tokens_per_second, "bytes_per_second": self.bytes_per_second,
-                "peak_growth_bytes": self.peak_growth_bytes}
+        return {
+            **{k: v for k, v in asdict(self).items() if k not in ("name", "text_bytes")},
+            "tokens_per_second": self.tokens_per_second,
+            "bytes_per_second": self.bytes_per_second,
+            "peak_growth_bytes": self.peak_growth_bytes,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,8 +130,11 @@ class DataBenchResult:
         given = self.build("given_tokenizer")
         return {
             "corpus_bytes": self.corpus.text_bytes,
-            "corpus": {**self.corpus.to_dict(), "formats": sorted({p.name.split(".", 1)[1] for p in self.corpus.files}),
-                       "seconds_to_write": self.corpus_seconds},
+            "corpus": {
+                **self.corpus.to_dict(),
+                "formats": sorted({p.name.split(".", 1)[1] for p in self.corpus.files}),
+                "seconds_to_write": self.corpus_seconds,
+            },
             "tokens_per_second": given.tokens_per_second,
             "bytes_per_second": given.bytes_per_second,
             "peak_rss_bytes": self.peak_rss_bytes,
@@ -147,45 +153,73 @@ class DataBenchResult:
 
     def lines(self) -> list[str]:
         out = [
-            f"data, {self.corpus.text_bytes / MB:,.0f} MB of text in {len(self.corpus.files)} files "
-            f"({self.corpus.file_bytes / MB:,.0f} MB on disk, {self.corpus.documents:,} documents); "
+            f"data, {self.corpus.text_bytes / MB:,.0f} MB "
+            f"of text in {len(self.corpus.files)} files "
+            f"({self.corpus.file_bytes / MB:,.0f} MB on "
+            f"disk, {self.corpus.documents:,} documents); "
             f"BPE vocabulary {self.tokenizer['vocab_size']:,}",
-            f"  {'build':16} {'seconds':>8} {'tokens':>13} {'tokens/s':>10} {'MB/s':>6} {'peak RSS MB':>12} {'growth MB':>10}",
+            f"  {'build':16} {'seconds':>8} {'tokens':>13} {'tokens/s':>10} "
+            f"{'MB/s':>6} {'peak RSS MB':>12} {'growth MB':>10}",
         ]
         for b in self.builds:
             out.append(
                 f"  {b.name:16} {b.seconds:8.1f} {b.tokens:13,} {b.tokens_per_second:10,.0f} "
-                f"{b.bytes_per_second / MB:6.2f} {b.peak_rss_bytes / MB:12.0f} {b.peak_growth_bytes / MB:10.0f}"
+                f"{b.bytes_per_second / MB:6.2f} {b.peak_rss_bytes / MB:12.0f} "
+                f"{b.peak_growth_bytes / MB:10.0f}"
             )
-        out.append(f"  given tokenizer gives the trained build's shards: {'yes' if self.given_matches_trained else 'NO'}")
+        out.append(
+            "  given tokenizer gives the trained build's shards: "
+            f"{'yes' if self.given_matches_trained else 'NO'}"
+        )
         target = TARGET_FRACTION * self.corpus.text_bytes / MB
         if self.target_judged:
-            out.append(f"  peak RSS {self.peak_rss_bytes / MB:,.0f} MB < {target:,.0f} MB (half the corpus): "
-                       f"{'met' if self.target_met else 'MISSED'}")
+            out.append(
+                f"  peak RSS {self.peak_rss_bytes / MB:,.0f} "
+                f"MB < {target:,.0f} MB (half the corpus): "
+                f"{'met' if self.target_met else 'MISSED'}"
+            )
         else:
-            out.append("  peak RSS target: not judged below 256 MiB of text (the interpreter dominates)")
+            out.append(
+                "  peak RSS target: not judged below 256 MiB of text (the interpreter dominates)"
+            )
         return out
 
 
-def run_data_bench(config: DataBenchConfig, *, say: Callable[[str], None] = lambda _: None) -> DataBenchResult:
+def run_data_bench(
+    config: DataBenchConfig, *, say: Callable[[str], None] = lambda _: None
+) -> DataBenchResult:
     with scratch_dir(config.workdir, prefix="veritrain-bench-data-") as workdir:
         say(f"writing a synthetic corpus of {config.corpus_bytes / MB:,.0f} MB of text")
         started = time.perf_counter()
         corpus = write_corpus(workdir / "corpus", text_bytes=config.corpus_bytes, seed=config.seed)
         corpus_seconds = time.perf_counter() - started
-        common = {"paths": [str(corpus.folder)], "license": "CC0-1.0", "shard_tokens": config.tokens_per_shard,
-                  "eval_shards": 1}
+        common = {
+            "paths": [str(corpus.folder)],
+            "license": "CC0-1.0",
+            "shard_tokens": config.tokens_per_shard,
+            "eval_shards": 1,
+        }
         say(f"building with a BPE of {config.vocab_size:,} tokens trained at build time")
         trained, trained_manifest = _build(
-            "trained_bpe", workdir, corpus,
-            {**common, "tokenizer_vocab_size": config.vocab_size, "tokenizer_train_bytes": config.tokenizer_train_bytes},
+            "trained_bpe",
+            workdir,
+            corpus,
+            {
+                **common,
+                "tokenizer_vocab_size": config.vocab_size,
+                "tokenizer_train_bytes": config.tokenizer_train_bytes,
+            },
         )
         identity = trained_manifest.tokenizer
         assert identity.sha256 is not None  # a trained BPE has a tokenizer.json
         given_file = workdir / "tokenizer.json"
-        given_file.write_bytes((workdir / "trained_bpe" / "shards" / shard_file_name(identity.sha256)).read_bytes())
+        given_file.write_bytes(
+            (workdir / "trained_bpe" / "shards" / shard_file_name(identity.sha256)).read_bytes()
+        )
         say("building with that tokenizer given as a file")
-        given, given_manifest = _build("given_tokenizer", workdir, corpus, {**common, "tokenizer": str(given_file)})
+        given, given_manifest = _build(
+            "given_tokenizer", workdir, corpus, {**common, "tokenizer": str(given_file)}
+        )
         say("building with byte-level tokens")
         byte_level, _ = _build("bytes", workdir, corpus, common)
     return DataBenchResult(
@@ -193,17 +227,25 @@ def run_data_bench(config: DataBenchConfig, *, say: Callable[[str], None] = lamb
         corpus_seconds=corpus_seconds,
         shard_tokens=config.tokens_per_shard,
         builds=[trained, given, byte_level],
-        tokenizer={"vocab_size": identity.vocab_size, "sha256": identity.sha256, **dict(identity.training or {})},
+        tokenizer={
+            "vocab_size": identity.vocab_size,
+            "sha256": identity.sha256,
+            **dict(identity.training or {}),
+        },
         given_matches_trained=list(given_manifest.shards) == list(trained_manifest.shards),
     )
 
 
-def _build(name: str, workdir: Path, corpus: SyntheticCorpus, settings: dict[str, Any]) -> tuple[BuildMeasurement, DataManifest]:
+def _build(
+    name: str, workdir: Path, corpus: SyntheticCorpus, settings: dict[str, Any]
+) -> tuple[BuildMeasurement, DataManifest]:
     config_path = workdir / f"{name}.config.json"
     config_path.write_text(json.dumps(settings))
     result_path = workdir / f"{name}.manifest.json"
     measured = probe("data-build", str(config_path), str(workdir / name), str(result_path))
-    manifest = DataManifest.from_payload(json.loads(result_path.read_text()), where=str(result_path))
+    manifest = DataManifest.from_payload(
+        json.loads(result_path.read_text()), where=str(result_path)
+    )
     measurement = BuildMeasurement(
         name=name,
         seconds=measured.seconds,

@@ -48,11 +48,16 @@ class Connection:
         return self
 
     async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
     ) -> None:
         if self._writer is not None:
             self._writer.close()
-            with contextlib.suppress(ConnectionError):  # the server closed first: nothing to release
+            with contextlib.suppress(
+                ConnectionError
+            ):  # the server closed first: nothing to release
                 await self._writer.wait_closed()
 
     async def get(self, path: str, params: dict[str, object] | None = None) -> Response:
@@ -60,18 +65,26 @@ class Connection:
             raise BenchError("the connection is not open (use `async with Connection(...)`)")
         target = f"{path}?{urlencode(params)}" if params else path
         try:
-            self._writer.write(f"GET {target} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n\r\n".encode("ascii"))
+            self._writer.write(
+                f"GET {target} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n\r\n".encode("ascii")
+            )
             await self._writer.drain()
             head = await self._reader.readuntil(b"\r\n\r\n")
         except (asyncio.IncompleteReadError, ConnectionError) as error:
-            raise BenchError(f"the server closed the connection before answering GET {target}") from error
+            raise BenchError(
+                f"the server closed the connection before answering GET {target}"
+            ) from error
         except asyncio.LimitOverrunError as error:
-            raise BenchError(f"GET {target}: response headers over the stream's 64 KiB limit") from error
+            raise BenchError(
+                f"GET {target}: response headers over the stream's 64 KiB limit"
+            ) from error
         status, length = _parse_head(head, target)
         try:
             body = await self._reader.readexactly(length) if length else b""
         except (asyncio.IncompleteReadError, ConnectionError) as error:
-            raise BenchError(f"GET {target}: the connection closed inside a {length}-byte body") from error
+            raise BenchError(
+                f"GET {target}: the connection closed inside a {length}-byte body"
+            ) from error
         return Response(status=status, body=body)
 
 
@@ -90,7 +103,9 @@ def _parse_head(head: bytes, target: str) -> tuple[int, int]:
                 raise BenchError(f"GET {target}: bad Content-Length {value.strip()!r}")
             length = int(value.strip())
         elif name == "transfer-encoding":
-            raise BenchError(f"GET {target}: Transfer-Encoding {value.strip()!r} is not supported here")
+            raise BenchError(
+                f"GET {target}: Transfer-Encoding {value.strip()!r} is not supported here"
+            )
     if length is None:
         raise BenchError(f"GET {target}: the response has no Content-Length")
     return int(code), length

@@ -72,7 +72,10 @@ class LedgerBenchConfig:
         if self.verify_entries < 3:
             raise BenchError(f"expected at least 3 entries to verify, got {self.verify_entries}")
         if self.clients < 1 or self.requests_per_client < 1:
-            raise BenchError(f"expected >= 1 client and request, got {self.clients} and {self.requests_per_client}")
+            raise BenchError(
+                "expected >= 1 client and request, got "
+                f"{self.clients} and {self.requests_per_client}"
+            )
         if self.server_workers < 1:
             raise BenchError(f"expected >= 1 server worker, got {self.server_workers}")
 
@@ -158,46 +161,70 @@ class LedgerBenchResult:
             "verify": self.verify.to_dict(),
             "inclusion_proof": self.proofs.to_dict(),
             "targets": {
-                "sqlite_appends_per_second": {"target": APPENDS_TARGET, "met": self.sqlite.per_second >= APPENDS_TARGET},
-                "verify_seconds": {"target": VERIFY_TARGET_S, "met": self.verify.seconds < VERIFY_TARGET_S},
-                "proof_p99_ms": {"target": PROOF_P99_TARGET_MS, "met": self.proofs.p99_ms < PROOF_P99_TARGET_MS},
+                "sqlite_appends_per_second": {
+                    "target": APPENDS_TARGET,
+                    "met": self.sqlite.per_second >= APPENDS_TARGET,
+                },
+                "verify_seconds": {
+                    "target": VERIFY_TARGET_S,
+                    "met": self.verify.seconds < VERIFY_TARGET_S,
+                },
+                "proof_p99_ms": {
+                    "target": PROOF_P99_TARGET_MS,
+                    "met": self.proofs.p99_ms < PROOF_P99_TARGET_MS,
+                },
             },
         }
 
     def lines(self) -> list[str]:
         v, p = self.verify, self.proofs
         postgres = (
-            f"{self.postgres.per_second:,.0f} appends/s ({self.postgres.appends:,} in {self.postgres.seconds:.1f} s)"
-            if self.postgres else self.postgres_note
+            f"{self.postgres.per_second:,.0f} appends/s "
+            f"({self.postgres.appends:,} in {self.postgres.seconds:.1f} s)"
+            if self.postgres
+            else self.postgres_note
         )
         phases = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in v.phases.items())
         return [
             "appends (entry + signed tree head + metrics, committed)",
-            f"  SQLite      {self.sqlite.per_second:,.0f} appends/s ({self.sqlite.appends:,} in {self.sqlite.seconds:.1f} s)"
-            f"   target >= {APPENDS_TARGET:.0f}: {verdict(self.sqlite.per_second >= APPENDS_TARGET)}",
+            f"  SQLite      {self.sqlite.per_second:,.0f} appends/s "
+            f"({self.sqlite.appends:,} in {self.sqlite.seconds:.1f} s)"
+            f"   target >= {APPENDS_TARGET:.0f}: "
+            f"{verdict(self.sqlite.per_second >= APPENDS_TARGET)}",
             f"  PostgreSQL  {postgres}",
             f"verify {v.entries:,} entries (checks 1-3 + 9){'' if v.passed else ' -- FAILED'}",
             f"  {v.seconds:.2f} s: {phases}; dominated by {v.dominant}"
             f"   target < {VERIFY_TARGET_S:.0f} s: {verdict(v.seconds < VERIFY_TARGET_S)}",
-            f"inclusion proofs over HTTP, {p.clients} concurrent clients, {len(p.latencies_ms):,} requests"
+            f"inclusion proofs over HTTP, {p.clients} concurrent "
+            f"clients, {len(p.latencies_ms):,} requests"
             f"{f', {p.errors} errors' if p.errors else ''}",
-            f"  p50 {p.p50_ms:.1f} ms, p99 {p.p99_ms:.1f} ms, {rate(len(p.latencies_ms), p.seconds):,.0f} requests/s"
+            f"  p50 {p.p50_ms:.1f} ms, p99 {p.p99_ms:.1f} ms, "
+            f"{rate(len(p.latencies_ms), p.seconds):,.0f} requests/s"
             f" (one client alone: p50 {percentile(p.alone_ms, 50):.1f} ms)"
-            f"   target p99 < {PROOF_P99_TARGET_MS:.0f} ms: {verdict(p.p99_ms < PROOF_P99_TARGET_MS)}",
+            f"   target p99 < {PROOF_P99_TARGET_MS:.0f} "
+            f"ms: {verdict(p.p99_ms < PROOF_P99_TARGET_MS)}",
         ]
 
 
 def postgres_url_from_environment() -> str | None:
-    return os.environ.get("VERITRAIN_BENCH_POSTGRES_URL") or os.environ.get("VERITRAIN_TEST_POSTGRES_URL") or None
+    return (
+        os.environ.get("VERITRAIN_BENCH_POSTGRES_URL")
+        or os.environ.get("VERITRAIN_TEST_POSTGRES_URL")
+        or None
+    )
 
 
-def run_ledger_bench(config: LedgerBenchConfig, *, say: Callable[[str], None] = lambda _: None) -> LedgerBenchResult:
+def run_ledger_bench(
+    config: LedgerBenchConfig, *, say: Callable[[str], None] = lambda _: None
+) -> LedgerBenchResult:
     with scratch_dir(config.workdir, prefix="veritrain-bench-ledger-") as workdir:
         url = f"sqlite:///{workdir / 'ledger.db'}"
         upgrade(url)
         say(f"appending {config.verify_entries:,} entries to a SQLite ledger")
         run = _build(url, config.verify_entries - 2)
-        sqlite = AppendThroughput(backend="sqlite", appends=run.outer_steps, seconds=run.append_seconds)
+        sqlite = AppendThroughput(
+            backend="sqlite", appends=run.outer_steps, seconds=run.append_seconds
+        )
         postgres, note = None, "skipped: no PostgreSQL (set VERITRAIN_BENCH_POSTGRES_URL)"
         if config.postgres_url:
             say(f"appending {config.postgres_appends:,} entries to a PostgreSQL ledger")
@@ -206,7 +233,10 @@ def run_ledger_bench(config: LedgerBenchConfig, *, say: Callable[[str], None] = 
         say(f"verifying the {run.entries:,}-entry run (checks 1-3 and 9)")
         store_url = f"file://{workdir / 'objects'}"
         verify = time_log_verification(url, store_url, run)
-        say(f"inclusion proofs through `veritrain serve --workers {config.server_workers}` with {config.clients} clients")
+        say(
+            "inclusion proofs through `veritrain serve --workers "
+            f"{config.server_workers}` with {config.clients} clients"
+        )
         env = {
             "VERITRAIN_DATABASE_URL": url,
             "VERITRAIN_STORE_URL": store_url,
@@ -215,9 +245,16 @@ def run_ledger_bench(config: LedgerBenchConfig, *, say: Callable[[str], None] = 
         }
         with served(env, log=workdir / "serve.log", workers=config.server_workers) as base:
             proofs = asyncio.run(
-                _proof_latency(base, run, clients=config.clients, requests_per_client=config.requests_per_client)
+                _proof_latency(
+                    base,
+                    run,
+                    clients=config.clients,
+                    requests_per_client=config.requests_per_client,
+                )
             )
-    return LedgerBenchResult(sqlite=sqlite, postgres=postgres, postgres_note=note, verify=verify, proofs=proofs)
+    return LedgerBenchResult(
+        sqlite=sqlite, postgres=postgres, postgres_note=note, verify=verify, proofs=proofs
+    )
 
 
 def time_log_verification(database_url: str, store_url: str, run: SyntheticRun) -> VerifyTiming:
@@ -237,7 +274,9 @@ def time_log_verification(database_url: str, store_url: str, run: SyntheticRun) 
         view = RecordedRun.from_bodies(run.run_id, source.entry_bodies(run.run_id))
         note = source.tree_head(run.run_id)
         lap("fetch and parse")
-        head = check_tree_head(report, view, note, pinned_vkey=run.log_vkey, seen_heads=None, source=source)
+        head = check_tree_head(
+            report, view, note, pinned_vkey=run.log_vkey, seen_heads=None, source=source
+        )
         lap("1 tree head")
         check_chain(report, view, note, head)
         lap("2 chain and root")
@@ -248,7 +287,9 @@ def time_log_verification(database_url: str, store_url: str, run: SyntheticRun) 
     finally:
         source.close()
     checked = [report.results[n] for n in (1, 2, 3, 9)]
-    return VerifyTiming(entries=len(view.entries), phases=phases, passed=all(r.passed for r in checked))
+    return VerifyTiming(
+        entries=len(view.entries), phases=phases, passed=all(r.passed for r in checked)
+    )
 
 
 def _build(url: str, outer_steps: int) -> SyntheticRun:
@@ -264,7 +305,9 @@ def _postgres_appends(server_url: str, appends: int) -> AppendThroughput:
     with _scratch_postgres(server_url) as url:
         upgrade(url)
         run = _build(url, appends)
-    return AppendThroughput(backend="postgresql", appends=run.outer_steps, seconds=run.append_seconds)
+    return AppendThroughput(
+        backend="postgresql", appends=run.outer_steps, seconds=run.append_seconds
+    )
 
 
 @contextlib.contextmanager
@@ -280,14 +323,19 @@ def _scratch_postgres(server_url: str) -> Iterator[str]:
             conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
         yield database_url(server_url).set(database=name).render_as_string(hide_password=False)
     except sa.exc.SQLAlchemyError as exc:
-        raise BenchError(f"expected a PostgreSQL server that lets the bench create a scratch database, got: {exc}") from exc
+        raise BenchError(
+            "expected a PostgreSQL server that lets the "
+            f"bench create a scratch database, got: {exc}"
+        ) from exc
     finally:
         with contextlib.suppress(sa.exc.SQLAlchemyError), admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
 
 
-async def _proof_latency(base: str, run: SyntheticRun, *, clients: int, requests_per_client: int) -> ProofLatency:
+async def _proof_latency(
+    base: str, run: SyntheticRun, *, clients: int, requests_per_client: int
+) -> ProofLatency:
     path = f"/api/v1/runs/{run.run_id}/log/proof/inclusion"
     errors = 0
 
@@ -309,8 +357,13 @@ async def _proof_latency(base: str, run: SyntheticRun, *, clients: int, requests
     latencies: list[float] = []
     started = time.perf_counter()
     await asyncio.gather(*(client(seed, latencies) for seed in range(clients)))
-    return ProofLatency(clients=clients, latencies_ms=latencies, errors=errors, seconds=time.perf_counter() - started,
-                        alone_ms=alone)
+    return ProofLatency(
+        clients=clients,
+        latencies_ms=latencies,
+        errors=errors,
+        seconds=time.perf_counter() - started,
+        alone_ms=alone,
+    )
 
 
 def _is_proof_of(response: Response, index: int, size: int) -> bool:

@@ -32,7 +32,11 @@ def receive(host: str, port: int) -> dict[str, float]:
                 marks.append((time.perf_counter(), total))
     skip = next((m for m in marks if m[1] >= total * 0.1), marks[0])
     seconds = marks[-1][0] - skip[0]
-    return {"bytes": float(total), "seconds": seconds, "mbit_per_s": (total - skip[1]) * 8 / seconds / 1e6}
+    return {
+        "bytes": float(total),
+        "seconds": seconds,
+        "mbit_per_s": (total - skip[1]) * 8 / seconds / 1e6,
+    }
 
 
 def send(host: str, port: int, nbytes: int) -> None:

@@ -54,9 +54,15 @@ def probe(operation: str, *args: str, env: Mapping[str, str] | None = None) -> M
         check=False,
     )
     if completed.returncode != 0:
-        raise BenchError(f"expected probe {operation!r} to succeed, it failed:\n{completed.stderr[-2000:]}")
+        raise BenchError(
+            f"expected probe {operation!r} to succeed, it failed:\n{completed.stderr[-2000:]}"
+        )
     document = json.loads(completed.stdout.strip().splitlines()[-1])
-    return Measurement(seconds=document["seconds"], peak_kib=document["peak_kib"], baseline_kib=document["baseline_kib"])
+    return Measurement(
+        seconds=document["seconds"],
+        peak_kib=document["peak_kib"],
+        baseline_kib=document["baseline_kib"],
+    )
 
 
 def command(argv: Sequence[str]) -> Measurement:
@@ -67,15 +73,25 @@ def command(argv: Sequence[str]) -> Measurement:
     report this interpreter's memory too, since Linux keeps the pre-exec high-water mark.
     Without GNU time the peak is reported as 0 (unknown)."""
     with tempfile.NamedTemporaryFile(prefix="veritrain-time-", suffix=".txt") as report:
-        wrapped = [GNU_TIME, "-f", "%M", "-o", report.name, *argv] if Path(GNU_TIME).is_file() else list(argv)
+        wrapped = (
+            [GNU_TIME, "-f", "%M", "-o", report.name, *argv]
+            if Path(GNU_TIME).is_file()
+            else list(argv)
+        )
         started = time.perf_counter()
-        completed = subprocess.run(wrapped, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+        completed = subprocess.run(
+            wrapped, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False
+        )
         seconds = time.perf_counter() - started
         if completed.returncode != 0:
             error = completed.stderr.decode(errors="replace").strip()
-            raise BenchError(f"expected {argv[0]} to succeed, it exited with {completed.returncode}: {error}")
+            raise BenchError(
+                f"expected {argv[0]} to succeed, it exited with {completed.returncode}: {error}"
+            )
         text = Path(report.name).read_text().strip()
-    return Measurement(seconds=seconds, peak_kib=int(text.splitlines()[-1]) if text else 0, baseline_kib=0)
+    return Measurement(
+        seconds=seconds, peak_kib=int(text.splitlines()[-1]) if text else 0, baseline_kib=0
+    )
 
 
 def peak_rss_kib() -> int:

@@ -32,16 +32,26 @@ class StepMetrics:
 
     def to_json(self) -> str:
         return json.dumps(
-            {"step": self.step, "inner_steps": self.inner_steps, "method": self.method,
-             "metrics": self.metrics, "payload_bytes": self.payload_bytes},
+            {
+                "step": self.step,
+                "inner_steps": self.inner_steps,
+                "method": self.method,
+                "metrics": self.metrics,
+                "payload_bytes": self.payload_bytes,
+            },
             sort_keys=True,
         )
 
     @classmethod
     def from_json(cls, line: str) -> StepMetrics:
         data = json.loads(line)
-        return cls(step=data["step"], inner_steps=data["inner_steps"], method=data["method"],
-                   metrics=dict(data["metrics"]), payload_bytes=list(data["payload_bytes"]))
+        return cls(
+            step=data["step"],
+            inner_steps=data["inner_steps"],
+            method=data["method"],
+            metrics=dict(data["metrics"]),
+            payload_bytes=list(data["payload_bytes"]),
+        )
 
 
 def read_steps(path: Path) -> list[StepMetrics]:

@@ -80,9 +80,39 @@ def netem_available() -> bool:
     probe = f"vtb{os.getpid():x}-netem"
     _run(["ip", "netns", "add", probe])
     try:
-        _run(["ip", "-n", probe, "link", "add", "vtbprobe0", "type", "veth", "peer", "name", "vtbprobe1"])
+        _run(
+            [
+                "ip",
+                "-n",
+                probe,
+                "link",
+                "add",
+                "vtbprobe0",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "vtbprobe1",
+            ]
+        )
         try:
-            _run(["ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "vtbprobe0", "root", "netem", "delay", "1ms"])
+            _run(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    probe,
+                    "tc",
+                    "qdisc",
+                    "add",
+                    "dev",
+                    "vtbprobe0",
+                    "root",
+                    "netem",
+                    "delay",
+                    "1ms",
+                ]
+            )
         except BenchError:
             return False
         return True
@@ -92,15 +122,20 @@ def netem_available() -> bool:
 
 @contextlib.contextmanager
 def emulated_link(clusters: int, *, rate_mbit: float, delay_ms: float = 0.0) -> Iterator[NetnsLink]:
-    """Namespaces for ``clusters`` clusters joined by links of ``rate_mbit`` (see module docstring)."""
+    """Namespaces for ``clusters`` clusters joined by links of ``rate_mbit`` (see module
+    docstring)."""
     if clusters < 2 or clusters > 250:
         raise BenchError(f"expected 2 to 250 clusters for an emulated link, got {clusters}")
     if not rate_mbit > 0 or delay_ms < 0:
-        raise BenchError(f"expected a rate > 0 and a delay >= 0, got {rate_mbit} Mbit/s and {delay_ms} ms")
+        raise BenchError(
+            f"expected a rate > 0 and a delay >= 0, got {rate_mbit} Mbit/s and {delay_ms} ms"
+        )
     tag = f"{os.getpid():x}"[-5:]
     switch = f"vtb{tag}-sw"
     endpoints = tuple(
-        ClusterEndpoint(namespace=f"vtb{tag}-c{j}", interface=f"vtb{tag}c{j}", address=f"{SUBNET}.{j + 1}")
+        ClusterEndpoint(
+            namespace=f"vtb{tag}-c{j}", interface=f"vtb{tag}c{j}", address=f"{SUBNET}.{j + 1}"
+        )
         for j in range(clusters)
     )
     created: list[str] = []
@@ -114,10 +149,36 @@ def emulated_link(clusters: int, *, rate_mbit: float, delay_ms: float = 0.0) -> 
         _run(["ip", "-n", switch, "link", "set", "br0", "up"])
         for j, endpoint in enumerate(endpoints):
             peer = f"vtb{tag}s{j}"
-            _run(["ip", "link", "add", endpoint.interface, "netns", endpoint.namespace,
-                  "type", "veth", "peer", "name", peer, "netns", switch])
+            _run(
+                [
+                    "ip",
+                    "link",
+                    "add",
+                    endpoint.interface,
+                    "netns",
+                    endpoint.namespace,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    peer,
+                    "netns",
+                    switch,
+                ]
+            )
             _run(["ip", "-n", switch, "link", "set", peer, "master", "br0", "up"])
-            _run(["ip", "-n", endpoint.namespace, "addr", "add", f"{endpoint.address}/24", "dev", endpoint.interface])
+            _run(
+                [
+                    "ip",
+                    "-n",
+                    endpoint.namespace,
+                    "addr",
+                    "add",
+                    f"{endpoint.address}/24",
+                    "dev",
+                    endpoint.interface,
+                ]
+            )
             _run(["ip", "-n", endpoint.namespace, "link", "set", endpoint.interface, "up"])
             _run(["ip", "-n", endpoint.namespace, "link", "set", "lo", "up"])
             _shape(endpoint.namespace, endpoint.interface, rate_mbit, delay_ms)
@@ -148,7 +209,10 @@ def _shape(namespace: str, interface: str, rate_mbit: float, delay_ms: float) ->
 def _run(argv: Sequence[str]) -> None:
     completed = subprocess.run(list(argv), capture_output=True, text=True, check=False)
     if completed.returncode != 0:
-        raise BenchError(f"expected `{' '.join(argv)}` to succeed, got: {completed.stderr.strip() or completed.returncode}")
+        raise BenchError(
+            f"expected `{' '.join(argv)}` to succeed, got: "
+            f"{completed.stderr.strip() or completed.returncode}"
+        )
 
 
 def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:

@@ -34,11 +34,21 @@ def main(spec_path: str) -> None:
         url = f"http://{spec['lighthouse_host']}:{run['lighthouse']}"
         served = None
         if cluster == 0 and os.environ["RANK"] == "0":
-            served = Lighthouse(host="0.0.0.0", port=run["lighthouse"], advertise=spec["lighthouse_host"],
-                                settings=LighthouseSettings(min_clusters=config.clusters))
+            served = Lighthouse(
+                host="0.0.0.0",
+                port=run["lighthouse"],
+                advertise=spec["lighthouse_host"],
+                settings=LighthouseSettings(min_clusters=config.clusters),
+            )
         try:
-            train_cluster(config, MetricsRecorderFactory(Path(run["records"])), cluster=cluster, lighthouse=url,
-                          data_dir=Path(spec["data_dir"]), quiet=True)
+            train_cluster(
+                config,
+                MetricsRecorderFactory(Path(run["records"])),
+                cluster=cluster,
+                lighthouse=url,
+                data_dir=Path(spec["data_dir"]),
+                quiet=True,
+            )
         finally:
             if served is not None:
                 served.close()

@@ -41,8 +41,18 @@ def served(settings_env: Mapping[str, str], *, log: Path, workers: int = 1) -> I
     env = {**os.environ, **settings_env}
     with open(log, "wb") as output:
         process = subprocess.Popen(
-            [sys.executable, "-m", "veritrain", "serve", "--host", "127.0.0.1", "--port", str(port),
-             "--workers", str(workers)],
+            [
+                sys.executable,
+                "-m",
+                "veritrain",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+            ],
             env=env,
             stdout=output,
             stderr=subprocess.STDOUT,
@@ -60,14 +70,19 @@ def _wait_healthy(process: subprocess.Popen[bytes], url: str, log: Path) -> None
     while time.monotonic() < deadline:
         if process.poll() is not None:
             tail = log.read_text(errors="replace")[-2000:]
-            raise BenchError(f"expected `veritrain serve` to start, it exited with {process.returncode}:\n{tail}")
+            raise BenchError(
+                f"expected `veritrain serve` to start, it exited with {process.returncode}:\n{tail}"
+            )
         try:
             if httpx.get(f"{url}/healthz", timeout=2.0).status_code == 200:
                 return
         except httpx.TransportError:
             pass  # not listening yet
         time.sleep(0.2)
-    raise BenchError(f"expected `veritrain serve` to answer {url}/healthz within {START_TIMEOUT_S:.0f} s, it did not")
+    raise BenchError(
+        f"expected `veritrain serve` to answer {url}/healthz "
+        f"within {START_TIMEOUT_S:.0f} s, it did not"
+    )
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:

@@ -83,15 +83,22 @@ def install(link: LinkModel) -> None:
         own groups never do -- else 0 (not shaped)."""
         return group.size() if isinstance(group, QuorumGroup) and group.size() > 1 else 0
 
-    def all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any = None, async_op: bool = False) -> Any:
+    def all_reduce(
+        tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any = None, async_op: bool = False
+    ) -> Any:
         work = real_all_reduce(tensor, op=op, group=group, async_op=async_op)
         n = members(group)
         if not n:
             return work
-        return _held(work, link.reserve(2 * (n - 1) / n * tensor.numel() * tensor.element_size()), async_op)
+        return _held(
+            work, link.reserve(2 * (n - 1) / n * tensor.numel() * tensor.element_size()), async_op
+        )
 
     def all_gather(
-        tensor_list: list[torch.Tensor], tensor: torch.Tensor, group: Any = None, async_op: bool = False
+        tensor_list: list[torch.Tensor],
+        tensor: torch.Tensor,
+        group: Any = None,
+        async_op: bool = False,
     ) -> Any:
         work = real_all_gather(tensor_list, tensor, group=group, async_op=async_op)
         n = members(group)

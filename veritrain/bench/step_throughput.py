@@ -88,8 +88,10 @@ class ThroughputResult:
     def lines(self) -> list[str]:
         c = self.config
         out = [
-            f"{c.preset} ({self.parameters:,} parameters), S={c.stages}, {c.micro_batches} x {c.micro_batch_size} x "
-            f"context per inner step, {c.precision}{', activation checkpointing' if c.activation_checkpointing else ''} "
+            f"{c.preset} ({self.parameters:,} parameters), "
+            f"S={c.stages}, {c.micro_batches} x {c.micro_batch_size} x "
+            "context per inner step, "
+            f"{c.precision}{', activation checkpointing' if c.activation_checkpointing else ''} "
             f"on {self.device_name}",
             f"  {self.tokens_per_second:,.0f} tokens/s (all stages in turn on one device), "
             f"MFU {self.mfu:.1%} of {self.peak_tflops:.3g} TFLOP/s ({self.peak_source}), "
@@ -115,13 +117,19 @@ class ThroughputResult:
             "peak_source": self.peak_source,
             "mfu": self.mfu,
             "peak_memory_bytes": self.peak_memory_bytes,
-            "stages": [{**asdict(s), "planned_over_measured": s.planned_over_measured} for s in self.stages],
+            "stages": [
+                {**asdict(s), "planned_over_measured": s.planned_over_measured} for s in self.stages
+            ],
         }
 
 
-def run_throughput_bench(config: ThroughputBenchConfig, say: Callable[[str], None] = lambda _: None) -> ThroughputResult:
+def run_throughput_bench(
+    config: ThroughputBenchConfig, say: Callable[[str], None] = lambda _: None
+) -> ThroughputResult:
     if config.preset not in MODEL_PRESETS:
-        raise BenchError(f"expected a model preset ({', '.join(MODEL_PRESETS)}), got {config.preset!r}")
+        raise BenchError(
+            f"expected a model preset ({', '.join(MODEL_PRESETS)}), got {config.preset!r}"
+        )
     if config.device == "cuda" and not torch.cuda.is_available():
         raise BenchError("--device cuda needs a CUDA device; none is visible")
     if config.threads is not None:
@@ -131,19 +139,31 @@ def run_throughput_bench(config: ThroughputBenchConfig, say: Callable[[str], Non
     planned = plan(
         model,
         placement=Placement(clusters=2, stages=config.stages, data_parallel=1),
-        workload=Workload(micro_batch_size=config.micro_batch_size, sequence_length=model.context,
-                          micro_batches=config.micro_batches, recompute=config.activation_checkpointing),
+        workload=Workload(
+            micro_batch_size=config.micro_batch_size,
+            sequence_length=model.context,
+            micro_batches=config.micro_batches,
+            recompute=config.activation_checkpointing,
+        ),
         precision=PlannedPrecision.of_trainer(config.precision),
         held="trainer",
     )
     steps: list[StageStep] = []
     for stage in range(config.stages):
         say(f"stage {stage}: measuring peak memory, then timing {config.timed_steps} inner steps")
-        steps.append(measure_stage_step(
-            model, stage=stage, stages=config.stages, micro_batches=config.micro_batches,
-            micro_batch_size=config.micro_batch_size, precision=config.precision,
-            activation_checkpointing=config.activation_checkpointing, device=device, timed_steps=config.timed_steps,
-        ))
+        steps.append(
+            measure_stage_step(
+                model,
+                stage=stage,
+                stages=config.stages,
+                micro_batches=config.micro_batches,
+                micro_batch_size=config.micro_batch_size,
+                precision=config.precision,
+                activation_checkpointing=config.activation_checkpointing,
+                device=device,
+                timed_steps=config.timed_steps,
+            )
+        )
     if config.peak_tflops is not None:
         peak, source = config.peak_tflops, "given"
     else:
@@ -156,7 +176,9 @@ def run_throughput_bench(config: ThroughputBenchConfig, say: Callable[[str], Non
     parameters = model.parameter_count()
     return ThroughputResult(
         config=config,
-        device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)",
+        device_name=torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"CPU ({torch.get_num_threads()} threads)",
         parameters=parameters,
         tokens_per_step=tokens,
         tokens_per_second=tokens / sum(s.seconds_per_step for s in steps),
@@ -164,14 +186,20 @@ def run_throughput_bench(config: ThroughputBenchConfig, say: Callable[[str], Non
         peak_tflops=peak,
         peak_source=source,
         stages=tuple(
-            StageResult(stage=s.stage, peak_bytes=s.peak_bytes, planned_bytes=planned.stages[s.stage].inner_step_bytes,
-                        seconds_per_step=s.seconds_per_step)
+            StageResult(
+                stage=s.stage,
+                peak_bytes=s.peak_bytes,
+                planned_bytes=planned.stages[s.stage].inner_step_bytes,
+                seconds_per_step=s.seconds_per_step,
+            )
             for s in steps
         ),
     )
 
 
-def matmul_tflops(device: torch.device, precision: Precision, *, size: int = 1024, repeats: int = 5) -> float:
+def matmul_tflops(
+    device: torch.device, precision: Precision, *, size: int = 1024, repeats: int = 5
+) -> float:
     """TFLOP/s of ``size``-square matrix products in the step's arithmetic (2 n³ FLOPs each)."""
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp64": torch.float64}[precision]
     a = torch.randn(size, size, device=device).to(dtype)

@@ -16,7 +16,7 @@ it is *flat* when the peak growth over the warmed-up process does not grow with 
 S3 comes from the ``AWS_*`` variables or the test server's ``VERITRAIN_TEST_S3_*`` ones; the
 bench creates a scratch bucket there and deletes it afterwards. Without either, the S3 rows
 say "skipped".
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -84,9 +84,13 @@ class Comparison:
             "ratio": self.ratio(large),
             "ours_mib_per_s": self.mib_per_second(large),
             "baseline_mib_per_s": self.mib_per_second(large, "baseline"),
-            "peak_growth_mib": {str(size // MiB): self.ours[size].growth_kib / 1024 for size in sorted(self.ours)},
-            "baseline_peak_growth_mib": {str(size // MiB): self.baseline[size].growth_kib / 1024
-                                         for size in sorted(self.baseline)},
+            "peak_growth_mib": {
+                str(size // MiB): self.ours[size].growth_kib / 1024 for size in sorted(self.ours)
+            },
+            "baseline_peak_growth_mib": {
+                str(size // MiB): self.baseline[size].growth_kib / 1024
+                for size in sorted(self.baseline)
+            },
             "flat_memory": self.flat,
         }
 
@@ -109,28 +113,38 @@ class StorageBenchResult:
         store = self.by_name("store_and_hash")
         assert store is not None  # always measured
         result["targets"] = {
-            "store_and_hash_ratio": {"target": STORE_AND_HASH_TARGET,
-                                     "met": store.ratio(max(self.sizes)) >= STORE_AND_HASH_TARGET},
+            "store_and_hash_ratio": {
+                "target": STORE_AND_HASH_TARGET,
+                "met": store.ratio(max(self.sizes)) >= STORE_AND_HASH_TARGET,
+            },
             "flat_memory": {"met": all(c.flat for c in self.comparisons)},
         }
         return result
 
     def lines(self) -> list[str]:
         large = max(self.sizes)
-        out = [f"storage, {large // MiB} MiB objects (memory also at {min(self.sizes) // MiB} MiB)",
-               f"  {'':15} {'ratio':>6} {'ours MiB/s':>11} {'baseline':>9}  peak growth (MiB)  memory"]
+        out = [
+            f"storage, {large // MiB} MiB objects (memory also at {min(self.sizes) // MiB} MiB)",
+            f"  {'':15} {'ratio':>6} {'ours MiB/s':>11} {'baseline':>9}  peak growth (MiB)  memory",
+        ]
         for comparison in self.comparisons:
-            growth = " / ".join(f"{comparison.ours[s].growth_kib / 1024:.1f}" for s in sorted(comparison.ours))
+            growth = " / ".join(
+                f"{comparison.ours[s].growth_kib / 1024:.1f}" for s in sorted(comparison.ours)
+            )
             out.append(
-                f"  {comparison.name:15} {comparison.ratio(large):6.2f} {comparison.mib_per_second(large):11.0f} "
-                f"{comparison.mib_per_second(large, 'baseline'):9.0f}  {growth:17}  {'flat' if comparison.flat else 'GROWS'}"
+                f"  {comparison.name:15} {comparison.ratio(large):6.2f} "
+                f"{comparison.mib_per_second(large):11.0f} "
+                f"{comparison.mib_per_second(large, 'baseline'):9.0f}  "
+                f"{growth:17}  {'flat' if comparison.flat else 'GROWS'}"
             )
         if self.s3_note:
             out.append(f"  S3: {self.s3_note}")
         store = self.by_name("store_and_hash")
         assert store is not None
         met = store.ratio(large) >= STORE_AND_HASH_TARGET
-        out.append(f"  store-and-hash target >= {STORE_AND_HASH_TARGET}: {'met' if met else 'MISSED'}")
+        out.append(
+            f"  store-and-hash target >= {STORE_AND_HASH_TARGET}: {'met' if met else 'MISSED'}"
+        )
         return out
 
 
@@ -149,32 +163,50 @@ def s3_environment() -> dict[str, str] | None:
     }
 
 
-def run_storage_bench(config: StorageBenchConfig, *, say: Callable[[str], None] = lambda _: None) -> StorageBenchResult:
+def run_storage_bench(
+    config: StorageBenchConfig, *, say: Callable[[str], None] = lambda _: None
+) -> StorageBenchResult:
     with scratch_dir(config.workdir, prefix="veritrain-bench-storage-") as workdir:
-        sources = {size: _payload(workdir / f"payload-{size // MiB}MiB.bin", size) for size in config.sizes}
+        sources = {
+            size: _payload(workdir / f"payload-{size // MiB}MiB.bin", size) for size in config.sizes
+        }
         say("store-and-hash against sha256sum + cp")
         store_and_hash, digests = _store_and_hash(workdir, sources)
         say("API downloads against reading the file")
         comparisons = [store_and_hash, _api_download(workdir, digests)]
         environment = s3_environment() if config.s3 else None
-        note = "" if environment is not None else "skipped: no S3 configured (AWS_* or VERITRAIN_TEST_S3_*)"
+        note = (
+            ""
+            if environment is not None
+            else "skipped: no S3 configured (AWS_* or VERITRAIN_TEST_S3_*)"
+        )
         if environment is not None:
             say("S3 transfers against plain boto3")
             comparisons += _s3(workdir, sources, environment)
     return StorageBenchResult(sizes=config.sizes, comparisons=comparisons, s3_note=note)
 
 
-def _store_and_hash(workdir: Path, sources: Mapping[int, Path]) -> tuple[Comparison, dict[int, tuple[Path, str]]]:
+def _store_and_hash(
+    workdir: Path, sources: Mapping[int, Path]
+) -> tuple[Comparison, dict[int, tuple[Path, str]]]:
     ours: dict[int, Measurement] = {}
     baseline: dict[int, Measurement] = {}
     stored: dict[int, tuple[Path, str]] = {}
     for size, source in sources.items():
         copy = workdir / "copy.bin"
-        hashed, copied = command(["sha256sum", str(source)]), command(["cp", str(source), str(copy)])
+        hashed, copied = (
+            command(["sha256sum", str(source)]),
+            command(["cp", str(source), str(copy)]),
+        )
         copy.unlink()
-        baseline[size] = Measurement(seconds=hashed.seconds + copied.seconds,
-                                     peak_kib=max(hashed.peak_kib, copied.peak_kib), baseline_kib=0)
-        store = workdir / f"store-{size // MiB}MiB"  # a fresh store: a second put of the same bytes is a no-op
+        baseline[size] = Measurement(
+            seconds=hashed.seconds + copied.seconds,
+            peak_kib=max(hashed.peak_kib, copied.peak_kib),
+            baseline_kib=0,
+        )
+        store = (
+            workdir / f"store-{size // MiB}MiB"
+        )  # a fresh store: a second put of the same bytes is a no-op
         ours[size] = probe("store-put", f"file://{store}", str(source))
         stored[size] = (store, _digest_of(source))
     return Comparison(name="store_and_hash", ours=ours, baseline=baseline), stored
@@ -187,8 +219,11 @@ def _api_download(workdir: Path, stored: Mapping[int, tuple[Path, str]]) -> Comp
     for size, (store, digest) in stored.items():
         database = f"sqlite:///{workdir / f'api-{size}.db'}"
         upgrade(database)
-        env = {"VERITRAIN_DATABASE_URL": database, "VERITRAIN_STORE_URL": f"file://{store}",
-               "VERITRAIN_DATA_DIR": str(workdir)}
+        env = {
+            "VERITRAIN_DATABASE_URL": database,
+            "VERITRAIN_STORE_URL": f"file://{store}",
+            "VERITRAIN_DATA_DIR": str(workdir),
+        }
         with served(env, log=workdir / "serve.log") as base:
             ours[size] = probe("http-get", f"{base}/api/v1/objects/{digest}", str(out))
         baseline[size] = probe("copy-file", str(store / "sha256" / digest), str(out))
@@ -196,17 +231,25 @@ def _api_download(workdir: Path, stored: Mapping[int, tuple[Path, str]]) -> Comp
     return Comparison(name="api_download", ours=ours, baseline=baseline)
 
 
-def _s3(workdir: Path, sources: Mapping[int, Path], environment: Mapping[str, str]) -> list[Comparison]:
+def _s3(
+    workdir: Path, sources: Mapping[int, Path], environment: Mapping[str, str]
+) -> list[Comparison]:
     upload: dict[str, dict[int, Measurement]] = {"ours": {}, "baseline": {}}
     download: dict[str, dict[int, Measurement]] = {"ours": {}, "baseline": {}}
     out = workdir / "download.bin"
     with _scratch_bucket(environment) as bucket:
         for size, source in sources.items():
             prefix = f"s3://{bucket}/store-{size // MiB}"
-            upload["baseline"][size] = probe("boto3-upload", bucket, f"plain/{size}", str(source), env=environment)
+            upload["baseline"][size] = probe(
+                "boto3-upload", bucket, f"plain/{size}", str(source), env=environment
+            )
             upload["ours"][size] = probe("store-put-file", prefix, str(source), env=environment)
-            download["baseline"][size] = probe("boto3-download", bucket, f"plain/{size}", str(out), env=environment)
-            download["ours"][size] = probe("store-get", prefix, _digest_of(source), str(out), env=environment)
+            download["baseline"][size] = probe(
+                "boto3-download", bucket, f"plain/{size}", str(out), env=environment
+            )
+            download["ours"][size] = probe(
+                "store-get", prefix, _digest_of(source), str(out), env=environment
+            )
             out.unlink()
     return [
         Comparison(name="s3_upload", ours=upload["ours"], baseline=upload["baseline"]),
@@ -230,7 +273,9 @@ def _scratch_bucket(environment: Mapping[str, str]) -> Iterator[str]:
             yield bucket
         finally:
             for upload in client.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
-                client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+                client.abort_multipart_upload(
+                    Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                )
             paginator = client.get_paginator("list_objects_v2")
             for page in paginator.paginate(Bucket=bucket):
                 for item in page.get("Contents", []):

@@ -26,8 +26,40 @@ CorpusFormat = Literal["jsonl.gz", "parquet"]
 FORMATS: tuple[CorpusFormat, ...] = ("jsonl.gz", "parquet")
 FILE_TEXT_BYTES = 128 * 2**20
 BATCH_DOCUMENTS = 8_192
-_SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "te", "vo", "ba", "di", "fu", "ge", "hi", "jo", "pe",
-              "qu", "ri", "st", "th", "an", "er", "in", "on", "ou", "ch", "sh", "tr", "bl", "gr", "é", "ü", "ø")
+_SYLLABLES = (
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "ru",
+    "sa",
+    "te",
+    "vo",
+    "ba",
+    "di",
+    "fu",
+    "ge",
+    "hi",
+    "jo",
+    "pe",
+    "qu",
+    "ri",
+    "st",
+    "th",
+    "an",
+    "er",
+    "in",
+    "on",
+    "ou",
+    "ch",
+    "sh",
+    "tr",
+    "bl",
+    "gr",
+    "é",
+    "ü",
+    "ø",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,8 +75,12 @@ class SyntheticCorpus:
     documents: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"files": len(self.files), "text_bytes": self.text_bytes, "file_bytes": self.file_bytes,
-                "documents": self.documents}
+        return {
+            "files": len(self.files),
+            "text_bytes": self.text_bytes,
+            "file_bytes": self.file_bytes,
+            "documents": self.documents,
+        }
 
 
 def write_corpus(
@@ -60,24 +96,37 @@ def write_corpus(
         remaining = share
         while remaining > 0:
             path = folder / f"part-{len(files):04d}.{fmt}"
-            size, n = _write_file(path, fmt, documents, min(remaining, FILE_TEXT_BYTES), first_id=count)
+            size, n = _write_file(
+                path, fmt, documents, min(remaining, FILE_TEXT_BYTES), first_id=count
+            )
             files.append(path)
             remaining -= size
             written += size
             count += n
-    return SyntheticCorpus(folder=folder, files=files, text_bytes=written, file_bytes=sum(p.stat().st_size for p in files),
-                           documents=count)
+    return SyntheticCorpus(
+        folder=folder,
+        files=files,
+        text_bytes=written,
+        file_bytes=sum(p.stat().st_size for p in files),
+        documents=count,
+    )
 
 
-def _write_file(path: Path, fmt: CorpusFormat, documents: Iterator[str], budget: int, *, first_id: int) -> tuple[int, int]:
+def _write_file(
+    path: Path, fmt: CorpusFormat, documents: Iterator[str], budget: int, *, first_id: int
+) -> tuple[int, int]:
     """Write documents until ``budget`` text bytes are reached; (text bytes, documents)."""
     size = count = 0
     if fmt == "jsonl.gz":
         with gzip.open(path, "wb", compresslevel=6) as sink:
             while size < budget:
                 batch = _batch(documents, budget - size)
-                sink.write("".join(json.dumps({"id": first_id + count + i, "text": text}) + "\n"
-                                   for i, text in enumerate(batch)).encode())
+                sink.write(
+                    "".join(
+                        json.dumps({"id": first_id + count + i, "text": text}) + "\n"
+                        for i, text in enumerate(batch)
+                    ).encode()
+                )
                 size += sum(len(text.encode()) for text in batch)
                 count += len(batch)
         return size, count
@@ -107,7 +156,9 @@ def _batch(documents: Iterator[str], budget: int) -> list[str]:
 
 def _documents(rng: np.random.Generator) -> Iterator[str]:
     syllables = np.array(_SYLLABLES, dtype=object)
-    lexicon = np.array(["".join(rng.choice(syllables, int(n))) for n in rng.integers(1, 5, 30_000)], dtype=object)
+    lexicon = np.array(
+        ["".join(rng.choice(syllables, int(n))) for n in rng.integers(1, 5, 30_000)], dtype=object
+    )
     pool = np.array([_sentence(rng, lexicon) for _ in range(20_000)], dtype=object)
     while True:
         lengths = rng.integers(3, 61, 1024)

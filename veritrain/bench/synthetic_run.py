@@ -1,11 +1,11 @@
 """A synthetic recorded run for the ledger benchmark: real appends, realistic bodies.
 
 Each entry goes through ``ledger.service.Ledger`` exactly as the recorder writes it (one
-transaction, a signed tree head, metric rows); only the content is made up. An ``outer_step``
-record (records/) has the fields and sizes of docs/records.md for C clusters x S stages -- data ranges,
-per-(cluster, stage) contribution digests, the applied round, checkpoint and attestation
-digests -- and about twenty metrics, so a body is a few kilobytes like a real one. Nothing
-refers to stored objects: the benchmark times the log, not the object store.
+transaction, a signed tree head, metric rows); only the content is made up. An ``outer_step`` record
+(records/) has the fields and sizes of docs/records.md for C clusters x S stages -- data ranges,
+per-(cluster, stage) contribution digests, the applied round, checkpoint and attestation digests --
+and about twenty metrics, so a body is a few kilobytes like a real one. Nothing refers to stored
+objects: the benchmark times the log, not the object store.
 """
 
 from __future__ import annotations
@@ -87,11 +87,19 @@ def build_synthetic_run(
     started = time.perf_counter()
     for step in range(outer_steps):
         record = outer_step_record(run_id, step, clusters=clusters, stages=stages)
-        ledger.append(run_id, KIND_OUTER_STEP, record.to_payload(), step=step, metrics=dict(record.metrics))
+        ledger.append(
+            run_id, KIND_OUTER_STEP, record.to_payload(), step=step, metrics=dict(record.metrics)
+        )
         if progress is not None:
             progress(step + 1)
     seconds = time.perf_counter() - started
-    return SyntheticRun(run_id=run_id, log_vkey=vkey, entries=outer_steps + 2, outer_steps=outer_steps, append_seconds=seconds)
+    return SyntheticRun(
+        run_id=run_id,
+        log_vkey=vkey,
+        entries=outer_steps + 2,
+        outer_steps=outer_steps,
+        append_seconds=seconds,
+    )
 
 
 def outer_step_record(run_id: str, step: int, *, clusters: int, stages: int) -> OuterStep:
@@ -126,7 +134,9 @@ def outer_step_record(run_id: str, step: int, *, clusters: int, stages: int) -> 
         AppliedExchange(
             round=round_,
             contribution_digests=tuple(
-                ContributionRef(cluster=c, stage=s, digest=_digest(run_id, f"contribution/{round_}/{c}/{s}"))
+                ContributionRef(
+                    cluster=c, stage=s, digest=_digest(run_id, f"contribution/{round_}/{c}/{s}")
+                )
                 for c in range(clusters)
                 for s in range(stages)
             ),
@@ -184,7 +194,10 @@ def outer_step_record(run_id: str, step: int, *, clusters: int, stages: int) -> 
             statement_object=_digest(run_id, f"statement/{step}"),
             statement_digest=_digest(run_id, f"statement-digest/{step}"),
             nonce=_digest(run_id, f"nonce/{step}"),
-            quotes=tuple(QuoteRef(cluster=c, object=_digest(run_id, f"quote/{step}/{c}")) for c in range(clusters)),
+            quotes=tuple(
+                QuoteRef(cluster=c, object=_digest(run_id, f"quote/{step}/{c}"))
+                for c in range(clusters)
+            ),
         ),
         quorum=Quorum(id=1, clusters=tuple(range(clusters)), joined=(), left=()),
     )
@@ -195,7 +208,11 @@ def _genesis(run_id: str, vkey: str, *, clusters: int, stages: int) -> Genesis:
     return Genesis(
         run_id=run_id,
         method="dilocox",
-        model=ModelSummary(shape={"note": "synthetic run written by veritrain bench ledger"}, parameter_count=1, stage_blocks=((0,),) * stages),
+        model=ModelSummary(
+            shape={"note": "synthetic run written by veritrain bench ledger"},
+            parameter_count=1,
+            stage_blocks=((0,),) * stages,
+        ),
         hyperparameters={},
         config_digest=made_up,
         topology=Topology(
@@ -210,14 +227,22 @@ def _genesis(run_id: str, vkey: str, *, clusters: int, stages: int) -> Genesis:
         seed=0,
         tokenizer=TokenizerIdentity(kind="bytes", vocab_size=256, end_of_text=0),
         code=CodeIdentity(source_sha256=made_up, git_commit=None, git_dirty=False, files=0),
-        dependencies=DependencyIdentity(sha256=made_up, python="synthetic", torch="synthetic", distributions=0),
+        dependencies=DependencyIdentity(
+            sha256=made_up, python="synthetic", torch="synthetic", distributions=0
+        ),
         keys=RunKeys(
             log=vkey,
             statement=vkey,
             model_signing="synthetic run: no model signatures",
             clusters=tuple(
-                ClusterKeys(cluster=j, contribution=vkey, contribution_proof="AA==", attestation=vkey,
-                            attestation_proof="AA==", platform_root=vkey)
+                ClusterKeys(
+                    cluster=j,
+                    contribution=vkey,
+                    contribution_proof="AA==",
+                    attestation=vkey,
+                    attestation_proof="AA==",
+                    platform_root=vkey,
+                )
                 for j in range(clusters)
             ),
         ),
@@ -227,7 +252,9 @@ def _genesis(run_id: str, vkey: str, *, clusters: int, stages: int) -> Genesis:
             minimum_svn=1,
             debug=False,
             launch_measurement="00" * 48,
-            reference=ReferenceDigests(code_digest=made_up, dependency_digest=made_up, config_digest=made_up),
+            reference=ReferenceDigests(
+                code_digest=made_up, dependency_digest=made_up, config_digest=made_up
+            ),
         ),
         verification_policy=VerificationPolicy(
             mode="bitwise",
@@ -239,7 +266,9 @@ def _genesis(run_id: str, vkey: str, *, clusters: int, stages: int) -> Genesis:
                 gpu=None,
                 cuda=None,
                 cudnn=None,
-                deterministic=DeterministicFlags(algorithms=True, cudnn_benchmark=None, cublas_workspace_config=None),
+                deterministic=DeterministicFlags(
+                    algorithms=True, cudnn_benchmark=None, cublas_workspace_config=None
+                ),
             ),
             fallback=Tolerance(metric="eval_loss", delta=1e-3, parameter_distance=1e-2),
         ),
@@ -254,7 +283,9 @@ def _data_manifest(run_id: str) -> DataManifestEntry:
         tokenizer=TokenizerIdentity(kind="bytes", vocab_size=256, end_of_text=0),
         dtype="uint16",
         shard_tokens=16_384,
-        shards=tuple(Shard(index=i, sha256=_digest(run_id, f"shard/{i}"), tokens=16_384) for i in range(8)),
+        shards=tuple(
+            Shard(index=i, sha256=_digest(run_id, f"shard/{i}"), tokens=16_384) for i in range(8)
+        ),
         eval_shards=(7,),
         dropped_tokens=0,
     )

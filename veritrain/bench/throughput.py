@@ -84,7 +84,10 @@ class LinkSetup:
         the next one). Fixed in fresh namespaces (nothing else listens there), chosen by the OS
         on the shared host."""
         if self.netns is not None:
-            return {"clusters": [NETNS_BASE_PORT + index] * clusters, "lighthouse": NETNS_LIGHTHOUSE_PORT + 2 * index}
+            return {
+                "clusters": [NETNS_BASE_PORT + index] * clusters,
+                "lighthouse": NETNS_LIGHTHOUSE_PORT + 2 * index,
+            }
         lighthouse = free_port()
         while not _free(lighthouse + 1):
             lighthouse = free_port()
@@ -111,24 +114,38 @@ def run_on_link(
     first = runs[0].config
     for run in runs:
         if (run.config.clusters, run.config.stages) != (first.clusters, first.stages):
-            raise BenchError(f"expected every run on the link to share one topology, got {run.name!r} differing")
+            raise BenchError(
+                f"expected every run on the link to share one topology, got {run.name!r} differing"
+            )
     workdir.mkdir(parents=True, exist_ok=True)
     spec = {
         "data_dir": str(data_dir),
         "lighthouse_host": link.address(0),
         "runs": [
-            {"config": run.config.to_dict(), "records": str(workdir / f"{run.name}.jsonl"),
-             **link.ports(i, first.clusters)}
+            {
+                "config": run.config.to_dict(),
+                "records": str(workdir / f"{run.name}.jsonl"),
+                **link.ports(i, first.clusters),
+            }
             for i, run in enumerate(runs)
         ],
     }
     spec_path = workdir / "spec.json"
     spec_path.write_text(json.dumps(spec))
-    _launch(spec_path, link, clusters=first.clusters, stages=first.stages, workdir=workdir, timeout_s=timeout_s)
+    _launch(
+        spec_path,
+        link,
+        clusters=first.clusters,
+        stages=first.stages,
+        workdir=workdir,
+        timeout_s=timeout_s,
+    )
     return {run.name: read_steps(workdir / f"{run.name}.jsonl") for run in runs}
 
 
-def _launch(spec_path: Path, link: LinkSetup, *, clusters: int, stages: int, workdir: Path, timeout_s: float) -> None:
+def _launch(
+    spec_path: Path, link: LinkSetup, *, clusters: int, stages: int, workdir: Path, timeout_s: float
+) -> None:
     processes: list[tuple[int, subprocess.Popen[bytes], Path]] = []
     try:
         for rank in range(clusters * stages):
@@ -137,16 +154,24 @@ def _launch(spec_path: Path, link: LinkSetup, *, clusters: int, stages: int, wor
             env = {**os.environ, **link.environment(stage=stage, cluster=cluster, stages=stages)}
             with open(log, "wb") as output:
                 process = subprocess.Popen(
-                    [*link.command(cluster), str(spec_path)], env=env, stdout=output, stderr=subprocess.STDOUT
+                    [*link.command(cluster), str(spec_path)],
+                    env=env,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
                 )
             processes.append((rank, process, log))
         deadline = time.monotonic() + timeout_s
         while any(p.poll() is None for _, p, _ in processes):
-            failed = next(((r, p, log) for r, p, log in processes if p.returncode not in (None, 0)), None)
+            failed = next(
+                ((r, p, log) for r, p, log in processes if p.returncode not in (None, 0)), None
+            )
             if failed is not None:
                 raise _failure(*failed)
             if time.monotonic() > deadline:
-                raise BenchError(f"expected the link run to finish within {timeout_s:.0f} s, it did not (logs in {workdir})")
+                raise BenchError(
+                    "expected the link run to finish within "
+                    f"{timeout_s:.0f} s, it did not (logs in {workdir})"
+                )
             time.sleep(0.1)
         for rank, process, log in processes:
             if process.returncode != 0:
@@ -170,4 +195,6 @@ def _free(port: int) -> bool:
 def _failure(rank: int, process: subprocess.Popen[bytes], log: Path) -> BenchError:
     """A failed rank, with the tail of its log."""
     tail = log.read_text(errors="replace").strip().splitlines()[-15:]
-    return BenchError(f"rank {rank} of the link run failed (exit {process.returncode}):\n" + "\n".join(tail))
+    return BenchError(
+        f"rank {rank} of the link run failed (exit {process.returncode}):\n" + "\n".join(tail)
+    )

@@ -14,40 +14,91 @@ from typing import Annotated, Any
 
 import typer
 
-app = typer.Typer(help="Benchmarks: communication (DiLoCoX vs AllReduce), ledger, storage, data, poisoned clusters.", no_args_is_help=True)
+app = typer.Typer(
+    help=(
+        "Benchmarks: communication (DiLoCoX vs AllReduce), "
+        "ledger, storage, data, poisoned clusters."
+    ),
+    no_args_is_help=True,
+)
 
-Quick = Annotated[bool, typer.Option("--quick", help="A shorter run (minutes on 2 cores) with the same measurements.")]
+Quick = Annotated[
+    bool,
+    typer.Option("--quick", help="A shorter run (minutes on 2 cores) with the same measurements."),
+]
 Json = Annotated[bool, typer.Option("--json", help="Print the result as one JSON object.")]
-Workdir = Annotated[Path | None, typer.Option(help="Keep the benchmark's files here (default: a temporary folder).")]
+Workdir = Annotated[
+    Path | None, typer.Option(help="Keep the benchmark's files here (default: a temporary folder).")
+]
 
 
 @app.command("comm")
 def comm(
     quick: Quick = False,
     json_output: Json = False,
-    bandwidth: Annotated[float | None, typer.Option(help="Link between clusters in Mbit/s (default: derived from the paper's 107B setting).")] = None,
+    bandwidth: Annotated[
+        float | None,
+        typer.Option(
+            help="Link between clusters in Mbit/s (default: derived from the paper's 107B setting)."
+        ),
+    ] = None,
     clusters: Annotated[int, typer.Option(min=2, help="Clusters (outer replicas).")] = 2,
-    delay_ms: Annotated[float, typer.Option(min=0.0, help="One-way delay per direction in ms (needs netem).")] = 0.0,
+    delay_ms: Annotated[
+        float, typer.Option(min=0.0, help="One-way delay per direction in ms (needs netem).")
+    ] = 0.0,
     shaping: Annotated[str, typer.Option(help="auto, netns-tc or software.")] = "auto",
-    plots: Annotated[Path | None, typer.Option(help="Write bench-loss/throughput/exposed PNGs here.")] = None,
-    outer_steps: Annotated[int | None, typer.Option(min=1, help="T of the convergence runs (default: by mode).")] = None,
-    inner_steps: Annotated[int | None, typer.Option(min=1, help="H of the DiLoCo/DiLoCoX runs (default: by mode).")] = None,
-    preset: Annotated[str, typer.Option(help="Run preset of the model all methods train (trainer/presets.py).")] = "tiny",
+    plots: Annotated[
+        Path | None, typer.Option(help="Write bench-loss/throughput/exposed PNGs here.")
+    ] = None,
+    outer_steps: Annotated[
+        int | None, typer.Option(min=1, help="T of the convergence runs (default: by mode).")
+    ] = None,
+    inner_steps: Annotated[
+        int | None, typer.Option(min=1, help="H of the DiLoCo/DiLoCoX runs (default: by mode).")
+    ] = None,
+    preset: Annotated[
+        str, typer.Option(help="Run preset of the model all methods train (trainer/presets.py).")
+    ] = "tiny",
     seed: int = 0,
-    rank: Annotated[int | None, typer.Option(min=1, help="DiLoCoX's low-rank rank (default: the preset's).")] = None,
-    bits: Annotated[int | None, typer.Option(help="DiLoCoX's bits per factor element: 2, 4, 8, 16 or 32 (default: the preset's).")] = None,
-    dense_bits: Annotated[int | None, typer.Option(help="DiLoCoX's bits for tensors sent whole: 8 or 16 (default: the preset's).")] = None,
+    rank: Annotated[
+        int | None, typer.Option(min=1, help="DiLoCoX's low-rank rank (default: the preset's).")
+    ] = None,
+    bits: Annotated[
+        int | None,
+        typer.Option(
+            help="DiLoCoX's bits per factor element: 2, 4, 8, 16 or 32 (default: the preset's)."
+        ),
+    ] = None,
+    dense_bits: Annotated[
+        int | None,
+        typer.Option(
+            help="DiLoCoX's bits for tensors sent whole: 8 or 16 (default: the preset's)."
+        ),
+    ] = None,
     workdir: Workdir = None,
 ) -> None:
     """Convergence at equal tokens, bytes per token and throughput on an emulated slow link."""
     from veritrain.bench.comm import CommBenchConfig, run_comm_bench
 
     if shaping not in ("auto", "netns-tc", "software"):
-        raise typer.BadParameter(f"expected auto, netns-tc or software, got {shaping!r}", param_hint="--shaping")
+        raise typer.BadParameter(
+            f"expected auto, netns-tc or software, got {shaping!r}", param_hint="--shaping"
+        )
     config = CommBenchConfig(
-        quick=quick, clusters=clusters, bandwidth_mbit=bandwidth, delay_ms=delay_ms, shaping=shaping,  # type: ignore[arg-type]
-        plots=plots, outer_steps=outer_steps, inner_steps=inner_steps, seed=seed, workdir=workdir, preset=preset,
-        rank=rank, bits=bits, dense_bits=dense_bits,
+        quick=quick,
+        clusters=clusters,
+        bandwidth_mbit=bandwidth,
+        delay_ms=delay_ms,
+        shaping=shaping,  # type: ignore[arg-type]
+        plots=plots,
+        outer_steps=outer_steps,
+        inner_steps=inner_steps,
+        seed=seed,
+        workdir=workdir,
+        preset=preset,
+        rank=rank,
+        bits=bits,
+        dense_bits=dense_bits,
     )
     _print(run_comm_bench(config, say=_say), json_output)
 
@@ -56,10 +107,20 @@ def comm(
 def ledger(
     quick: Quick = False,
     json_output: Json = False,
-    entries: Annotated[int | None, typer.Option(min=3, help="Entries of the verified run (default 10,000; 2,000 with --quick).")] = None,
+    entries: Annotated[
+        int | None,
+        typer.Option(
+            min=3, help="Entries of the verified run (default 10,000; 2,000 with --quick)."
+        ),
+    ] = None,
     clients: Annotated[int, typer.Option(min=1, help="Concurrent HTTP clients.")] = 32,
-    server_workers: Annotated[int, typer.Option(min=1, max=64, help="`veritrain serve --workers` of the server under test.")] = 1,
-    requests: Annotated[int | None, typer.Option(min=1, help="Inclusion-proof requests per client.")] = None,
+    server_workers: Annotated[
+        int,
+        typer.Option(min=1, max=64, help="`veritrain serve --workers` of the server under test."),
+    ] = 1,
+    requests: Annotated[
+        int | None, typer.Option(min=1, help="Inclusion-proof requests per client.")
+    ] = None,
     workdir: Workdir = None,
 ) -> None:
     """Appends/s (SQLite, PostgreSQL), verifying a 10,000-entry run, inclusion-proof latency."""
@@ -85,26 +146,44 @@ def ledger(
 def storage(
     quick: Quick = False,
     json_output: Json = False,
-    size_mib: Annotated[int | None, typer.Option(min=2, help="The larger object size (the smaller is 1/8 of it).")] = None,
-    s3: Annotated[bool, typer.Option("--s3/--no-s3", help="Measure S3 when it is configured.")] = True,
+    size_mib: Annotated[
+        int | None, typer.Option(min=2, help="The larger object size (the smaller is 1/8 of it).")
+    ] = None,
+    s3: Annotated[
+        bool, typer.Option("--s3/--no-s3", help="Measure S3 when it is configured.")
+    ] = True,
     workdir: Workdir = None,
 ) -> None:
     """Store-and-hash, S3 and API download throughput against raw baselines, and peak memory."""
     from veritrain.bench.storage import MiB, StorageBenchConfig, run_storage_bench
 
     large = (size_mib or (128 if quick else 512)) * MiB
-    _print(run_storage_bench(StorageBenchConfig(sizes=(large // 8, large), s3=s3, workdir=workdir), say=_say), json_output)
+    _print(
+        run_storage_bench(
+            StorageBenchConfig(sizes=(large // 8, large), s3=s3, workdir=workdir), say=_say
+        ),
+        json_output,
+    )
 
 
 @app.command("data")
 def data(
     quick: Quick = False,
     json_output: Json = False,
-    size_mb: Annotated[int | None, typer.Option(min=1, help="MB of synthetic text (default 1,000; 8 with --quick).")] = None,
-    vocab_size: Annotated[int | None, typer.Option(min=258, help="The trained BPE's vocabulary (default 16,384; 2,048 with --quick).")] = None,
+    size_mb: Annotated[
+        int | None,
+        typer.Option(min=1, help="MB of synthetic text (default 1,000; 8 with --quick)."),
+    ] = None,
+    vocab_size: Annotated[
+        int | None,
+        typer.Option(
+            min=258, help="The trained BPE's vocabulary (default 16,384; 2,048 with --quick)."
+        ),
+    ] = None,
     workdir: Workdir = None,
 ) -> None:
-    """Shard-builder throughput (tokens/s, bytes/s) and peak memory on a JSONL.gz + Parquet corpus."""
+    """Shard-builder throughput (tokens/s, bytes/s) and peak memory on a JSONL.gz + Parquet
+    corpus."""
     from veritrain.bench.data import MB, DataBenchConfig, run_data_bench
 
     config = DataBenchConfig(
@@ -119,7 +198,9 @@ def data(
 def audit(
     quick: Quick = False,
     json_output: Json = False,
-    inner_steps: Annotated[int | None, typer.Option(min=2, help="H of the audited step (default 20; 8 with --quick).")] = None,
+    inner_steps: Annotated[
+        int | None, typer.Option(min=2, help="H of the audited step (default 20; 8 with --quick).")
+    ] = None,
     seed: int = 0,
     workdir: Workdir = None,
 ) -> None:
@@ -136,7 +217,10 @@ def throughput(
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     precision: Annotated[str, typer.Option(help="fp32, bf16 (autocast) or fp64.")] = "fp32",
     activation_checkpointing: Annotated[
-        bool, typer.Option("--activation-checkpointing", help="Recompute each decoder layer in the backward pass.")
+        bool,
+        typer.Option(
+            "--activation-checkpointing", help="Recompute each decoder layer in the backward pass."
+        ),
     ] = False,
     preset: Annotated[str, typer.Option(help="Model preset (trainer/presets.py).")] = "small",
     stages: Annotated[int, typer.Option(min=1, help="S: pipeline stages of the cluster.")] = 2,
@@ -144,9 +228,15 @@ def throughput(
     micro_batch_size: Annotated[int, typer.Option(min=1, help="Sequences per micro-batch.")] = 4,
     steps: Annotated[int, typer.Option(min=1, help="Inner steps timed per stage.")] = 3,
     peak_tflops: Annotated[
-        float | None, typer.Option(min=1e-6, help="The device's peak TFLOP/s for MFU (default: a matrix product's measured rate).")
+        float | None,
+        typer.Option(
+            min=1e-6,
+            help="The device's peak TFLOP/s for MFU (default: a matrix product's measured rate).",
+        ),
     ] = None,
-    threads: Annotated[int | None, typer.Option(min=1, help="CPU intra-op threads (default: torch's).")] = None,
+    threads: Annotated[
+        int | None, typer.Option(min=1, help="CPU intra-op threads (default: torch's).")
+    ] = None,
 ) -> None:
     """Tokens/s, MFU and each stage's measured peak memory next to the planner's estimate."""
     from veritrain.bench.step_throughput import ThroughputBenchConfig, run_throughput_bench
@@ -154,11 +244,20 @@ def throughput(
     if device not in ("cpu", "cuda"):
         raise typer.BadParameter(f"expected cpu or cuda, got {device!r}", param_hint="--device")
     if precision not in ("fp32", "bf16", "fp64"):
-        raise typer.BadParameter(f"expected fp32, bf16 or fp64, got {precision!r}", param_hint="--precision")
+        raise typer.BadParameter(
+            f"expected fp32, bf16 or fp64, got {precision!r}", param_hint="--precision"
+        )
     config = ThroughputBenchConfig(
-        preset=preset, device=device, precision=precision,  # type: ignore[arg-type]  # checked above
-        activation_checkpointing=activation_checkpointing, stages=stages, micro_batches=micro_batches,
-        micro_batch_size=micro_batch_size, timed_steps=steps, peak_tflops=peak_tflops, threads=threads,
+        preset=preset,
+        device=device,  # type: ignore[arg-type]  # checked above
+        precision=precision,  # type: ignore[arg-type]  # checked above
+        activation_checkpointing=activation_checkpointing,
+        stages=stages,
+        micro_batches=micro_batches,
+        micro_batch_size=micro_batch_size,
+        timed_steps=steps,
+        peak_tflops=peak_tflops,
+        threads=threads,
     )
     _print(run_throughput_bench(config, say=_say), json_output)
 
@@ -167,16 +266,26 @@ def throughput(
 def poison(
     quick: Quick = False,
     json_output: Json = False,
-    seeds: Annotated[int | None, typer.Option(min=1, help="Seeds (default 3; 1 with --quick).")] = None,
+    seeds: Annotated[
+        int | None, typer.Option(min=1, help="Seeds (default 3; 1 with --quick).")
+    ] = None,
     clusters: Annotated[int, typer.Option(min=3, help="Clusters, one of them attacking.")] = 4,
-    outer_steps: Annotated[int | None, typer.Option(min=3, help="T (default 8; 5 with --quick).")] = None,
-    inner_steps: Annotated[int | None, typer.Option(min=1, help="H (default the preset's; 10 with --quick).")] = None,
+    outer_steps: Annotated[
+        int | None, typer.Option(min=3, help="T (default 8; 5 with --quick).")
+    ] = None,
+    inner_steps: Annotated[
+        int | None, typer.Option(min=1, help="H (default the preset's; 10 with --quick).")
+    ] = None,
 ) -> None:
     """Detection rate per attack, false positives on clean runs, loss with and without exclusion."""
     from veritrain.bench.poison import PoisonBenchConfig, run_poison_bench
 
     config = PoisonBenchConfig(
-        quick=quick, seeds=seeds, clusters=clusters, outer_steps=outer_steps, inner_steps=inner_steps
+        quick=quick,
+        seeds=seeds,
+        clusters=clusters,
+        outer_steps=outer_steps,
+        inner_steps=inner_steps,
     )
     _print(run_poison_bench(config, say=_say), json_output)
 

@@ -12,9 +12,14 @@ import typer
 
 def demo(
     workdir: Annotated[
-        Path | None, typer.Option(help="Keep the ledger, objects and keys under DIR/veritrain-data (default: here).")
+        Path | None,
+        typer.Option(
+            help="Keep the ledger, objects and keys under DIR/veritrain-data (default: here)."
+        ),
     ] = None,
-    no_serve: Annotated[bool, typer.Option("--no-serve", help="Stop after verifying; do not serve the page.")] = False,
+    no_serve: Annotated[
+        bool, typer.Option("--no-serve", help="Stop after verifying; do not serve the page.")
+    ] = False,
     host: Annotated[str, typer.Option(help="Address to serve the audit page on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to serve the audit page on.")] = 8000,
 ) -> None:
@@ -31,5 +36,8 @@ def demo(
     if not no_serve:
         from web.server import serve
 
-        typer.echo(f"serving the audit page of run {result.run_id} at http://{host}:{port}/runs/{result.run_id} (Ctrl-C to stop)")
+        typer.echo(
+            f"serving the audit page of run {result.run_id} at "
+            f"http://{host}:{port}/runs/{result.run_id} (Ctrl-C to stop)"
+        )
         serve(load_settings(), host=host, port=port)

@@ -42,7 +42,9 @@ def reproduce(
     ] = None,
     device: Annotated[
         str | None,
-        typer.Option(help="Re-execute on this device (cpu or cuda) instead of the recorded choice."),
+        typer.Option(
+            help="Re-execute on this device (cpu or cuda) instead of the recorded choice."
+        ),
     ] = None,
     mode: Annotated[
         str,
@@ -72,7 +74,9 @@ def reproduce(
             else None
         )
     except ConfigError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--precision / --threads / --device") from None
+        raise typer.BadParameter(
+            str(exc), param_hint="--precision / --threads / --device"
+        ) from None
     chosen: Any = mode
     with open_source(api) as source:
         comparison = reproduce_step(

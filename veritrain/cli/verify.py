@@ -12,25 +12,47 @@ import typer
 
 
 def verify(
-    run_id: Annotated[str | None, typer.Argument(help="The run (default: the most recent one).")] = None,
-    api: Annotated[
-        str | None, typer.Option(help="Verify from the public HTTP API at this URL alone (no database access).")
+    run_id: Annotated[
+        str | None, typer.Argument(help="The run (default: the most recent one).")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
-    deep: Annotated[bool, typer.Option(help="Re-hash every checkpoint file and data shard, however large the run.")] = False,
+    api: Annotated[
+        str | None,
+        typer.Option(
+            help="Verify from the public HTTP API at this URL alone (no database access)."
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the report as one JSON object.")
+    ] = False,
+    deep: Annotated[
+        bool,
+        typer.Option(help="Re-hash every checkpoint file and data shard, however large the run."),
+    ] = False,
     vkey: Annotated[
-        str | None, typer.Option(help="Pin the run's log key (C2SP verifier key) instead of trusting the genesis.")
+        str | None,
+        typer.Option(
+            help="Pin the run's log key (C2SP verifier key) instead of trusting the genesis."
+        ),
     ] = None,
     no_witness: Annotated[
         bool,
-        typer.Option("--no-memory", "--no-witness", help="Neither read nor update the record of tree heads seen before."),
+        typer.Option(
+            "--no-memory",
+            "--no-witness",
+            help="Neither read nor update the record of tree heads seen before.",
+        ),
     ] = False,
     witness: Annotated[
         list[str] | None,
-        typer.Option(help="A witness's C2SP verifier key (type 0x04), repeatable: require its cosignature."),
+        typer.Option(
+            help="A witness's C2SP verifier key (type 0x04), repeatable: require its cosignature."
+        ),
     ] = None,
     quorum: Annotated[
-        int | None, typer.Option(help="How many of the --witness keys must have cosigned (default: all of them).")
+        int | None,
+        typer.Option(
+            help="How many of the --witness keys must have cosigned (default: all of them)."
+        ),
     ] = None,
 ) -> None:
     """Re-check a run: tree head, hash chain, proofs, statements, quotes, contributions,

@@ -1,8 +1,8 @@
 """`veritrain witness`: run a C2SP tlog-witness, or push a run's tree head to witnesses.
 
-    veritrain witness keygen NAME --out FILE     create a witness key; print its vkey (type 0x04)
-    veritrain witness serve --key FILE --db URL --log VKEY ... [--logs-file FILE]
-    veritrain witness push [RUN_ID]              submit the newest head to VERITRAIN_WITNESSES
+veritrain witness keygen NAME --out FILE     create a witness key; print its vkey (type 0x04)
+veritrain witness serve --key FILE --db URL --log VKEY ... [--logs-file FILE]
+veritrain witness push [RUN_ID]              submit the newest head to VERITRAIN_WITNESSES
 """
 
 from __future__ import annotations
@@ -25,8 +25,13 @@ def _group() -> None:
 
 @app.command("keygen")
 def keygen(
-    name: Annotated[str, typer.Argument(help="The witness's key name, e.g. witness.example.org/w1.")],
-    out: Annotated[Path, typer.Option("--out", help="Private key file to create (mode 0600; never overwritten).")],
+    name: Annotated[
+        str, typer.Argument(help="The witness's key name, e.g. witness.example.org/w1.")
+    ],
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="Private key file to create (mode 0600; never overwritten)."),
+    ],
 ) -> None:
     """Create a witness key (Ed25519, C2SP cosignature/v1) and print only its verifier key."""
     from attestation.keys import COSIGNATURE_V1_ALGORITHM, SigningKey
@@ -35,21 +40,36 @@ def keygen(
     try:
         key.save(out)
     except FileExistsError:
-        raise typer.BadParameter(f"{out} already exists; keys are never replaced", param_hint="--out") from None
+        raise typer.BadParameter(
+            f"{out} already exists; keys are never replaced", param_hint="--out"
+        ) from None
     typer.echo(key.public.vkey)
 
 
 @app.command("serve")
 def serve(
-    key: Annotated[Path, typer.Option("--key", help="The witness's private key file (from `witness keygen`).")],
-    db: Annotated[str, typer.Option("--db", help="Database URL of the witness's state (sqlite:///... or postgresql://...).")],
+    key: Annotated[
+        Path, typer.Option("--key", help="The witness's private key file (from `witness keygen`).")
+    ],
+    db: Annotated[
+        str,
+        typer.Option(
+            "--db", help="Database URL of the witness's state (sqlite:///... or postgresql://...)."
+        ),
+    ],
     log: Annotated[
         list[str] | None,
-        typer.Option("--log", help="A log's C2SP verifier key; its origin is the key's name. Repeat for several."),
+        typer.Option(
+            "--log",
+            help="A log's C2SP verifier key; its origin is the key's name. Repeat for several.",
+        ),
     ] = None,
     logs_file: Annotated[
         Path | None,
-        typer.Option("--logs-file", help="More log keys, one per line ('#' comments); re-read when it changes."),
+        typer.Option(
+            "--logs-file",
+            help="More log keys, one per line ('#' comments); re-read when it changes.",
+        ),
     ] = None,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 7380,
@@ -77,19 +97,24 @@ def serve(
         upgrade(db)
     except (ArgumentError, OperationalError) as exc:
         message = str(exc.orig) if isinstance(exc, OperationalError) else str(exc)
-        raise typer.BadParameter(f"cannot open {display_url(db) if '://' in db else db!r}: {message}",
-                                 param_hint="--db") from None
+        raise typer.BadParameter(
+            f"cannot open {display_url(db) if '://' in db else db!r}: {message}", param_hint="--db"
+        ) from None
     typer.echo(
         f"veritrain: witness {signing_key.name} at {base_url(host, port)}/add-checkpoint for "
         f"{len(logs.origins())} logs, state in {display_url(db)} (Ctrl+C to stop)",
         err=True,
     )
-    serve_witness(WitnessSettings(key=signing_key, database_url=db, logs=logs), host=host, port=port)
+    serve_witness(
+        WitnessSettings(key=signing_key, database_url=db, logs=logs), host=host, port=port
+    )
 
 
 @app.command("push")
 def push(
-    run_id: Annotated[str | None, typer.Argument(help="The run (default: the most recent one).")] = None,
+    run_id: Annotated[
+        str | None, typer.Argument(help="The run (default: the most recent one).")
+    ] = None,
 ) -> None:
     """Submit the run's newest signed tree head to every witness in VERITRAIN_WITNESSES and
     store the cosignatures that verify. Exit 1 unless every witness cosigned it."""

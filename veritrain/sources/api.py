@@ -26,7 +26,9 @@ T = TypeVar("T")
 
 
 class ApiSource:
-    def __init__(self, base_url: str, *, timeout: float = 60.0, client: httpx.Client | None = None) -> None:
+    def __init__(
+        self, base_url: str, *, timeout: float = 60.0, client: httpx.Client | None = None
+    ) -> None:
         self._base = base_url.rstrip("/")
         self._client = client or httpx.Client(timeout=timeout, follow_redirects=True)
         self.description = self._base
@@ -59,9 +61,13 @@ class ApiSource:
         bodies: list[bytes] = []
         start: int | None = 0
         while start is not None:
-            page_bodies, start = self._json(f"/runs/{run_id}/entries", _entry_page, start=start, limit=PAGE)
+            page_bodies, start = self._json(
+                f"/runs/{run_id}/entries", _entry_page, start=start, limit=PAGE
+            )
             if start is not None and start <= len(bodies):
-                raise SourceError(f"{self._base}: the entry pages do not advance (next_start {start})")
+                raise SourceError(
+                    f"{self._base}: the entry pages do not advance (next_start {start})"
+                )
             bodies.extend(page_bodies)
         return bodies
 
@@ -71,7 +77,9 @@ class ApiSource:
     def inclusion_proofs(self, run_id: str, size: int) -> Iterator[list[bytes]]:
         # One request per entry (the API serves single proofs), a few in flight at a time.
         def fetch(index: int) -> list[bytes]:
-            return self._json(f"/runs/{run_id}/log/proof/inclusion", _hashes, index=index, size=size)
+            return self._json(
+                f"/runs/{run_id}/log/proof/inclusion", _hashes, index=index, size=size
+            )
 
         with ThreadPoolExecutor(max_workers=PROOF_REQUESTS_IN_FLIGHT) as pool:
             yield from pool.map(fetch, range(size))
@@ -109,11 +117,15 @@ class ApiSource:
         except httpx.HTTPError as exc:
             raise StorageError(f"HEAD {url} failed: {exc}") from None
         if response.status_code >= 400 or "content-length" not in response.headers:
-            raise StorageError(f"HEAD {url} answered {response.status_code} without a Content-Length")
+            raise StorageError(
+                f"HEAD {url} answered {response.status_code} without a Content-Length"
+            )
         try:
             return int(response.headers["content-length"])
         except ValueError:
-            raise StorageError(f"HEAD {url} answered Content-Length {response.headers['content-length']!r}") from None
+            raise StorageError(
+                f"HEAD {url} answered Content-Length {response.headers['content-length']!r}"
+            ) from None
 
     def read_range(self, digest: str, start: int, end: int) -> bytes:
         """One ``Range: bytes=start-(end-1)`` request (RFC 9110 §14.2): the API answers 206 with
@@ -122,12 +134,15 @@ class ApiSource:
         try:
             response = self._client.get(url, headers={"Range": f"bytes={start}-{end - 1}"})
         except httpx.HTTPError as exc:
-            raise StorageError(f"downloading bytes {start}-{end - 1} of {url} failed: {exc}") from None
+            raise StorageError(
+                f"downloading bytes {start}-{end - 1} of {url} failed: {exc}"
+            ) from None
         if response.status_code == 404:
             raise ObjectNotFoundError(f"object {digest} is not stored (GET {url}: 404)")
         if response.status_code != 206 or len(response.content) != end - start:
             raise StorageError(
-                f"GET {url} with Range bytes={start}-{end - 1}: expected 206 with {end - start} bytes, "
+                f"GET {url} with Range bytes={start}-{end - 1}: "
+                f"expected 206 with {end - start} bytes, "
                 f"got {response.status_code} with {len(response.content)}"
             )
         return response.content
@@ -189,5 +204,8 @@ def _metric_rows(document: Any) -> list[MetricRow]:
         steps, values = _list(series["steps"]), _list(series["values"])
         if len(steps) != len(values):
             raise ValueError(f"metric {key!r}: {len(steps)} steps but {len(values)} values")
-        rows.extend(MetricRow(step=_int(step), key=key, value=value) for step, value in zip(steps, values, strict=True))
+        rows.extend(
+            MetricRow(step=_int(step), key=key, value=value)
+            for step, value in zip(steps, values, strict=True)
+        )
     return rows

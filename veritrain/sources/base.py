@@ -79,7 +79,9 @@ def read_verified(source: RunSource, digest: str, max_size: int = SMALL_OBJECT_L
     return data
 
 
-def stream_verified(source: RunSource, digest: str, sink: Callable[[bytes], object] | None = None) -> int:
+def stream_verified(
+    source: RunSource, digest: str, sink: Callable[[bytes], object] | None = None
+) -> int:
     """Stream an object through ``sink`` (e.g. a file's ``write``) while hashing it; return its
     size. The digest is checked at the end: a sink must treat its bytes as unverified until
     this returns."""
@@ -95,4 +97,6 @@ def stream_verified(source: RunSource, digest: str, sink: Callable[[bytes], obje
 
 def _check(digest: str, actual: str) -> None:
     if actual != digest:
-        raise CorruptObjectError(f"object {digest[:16]}… is corrupt: its bytes hash to {actual[:16]}…")
+        raise CorruptObjectError(
+            f"object {digest[:16]}… is corrupt: its bytes hash to {actual[:16]}…"
+        )

@@ -22,7 +22,8 @@ class DirectSource:
     def __init__(self, settings: Settings) -> None:
         if sqlite_file_missing(settings.database_url):
             raise SourceError(
-                f"there is no ledger at {settings.database_url}: run `veritrain demo` or `veritrain train` first, "
+                f"there is no ledger at {settings.database_url}: "
+                "run `veritrain demo` or `veritrain train` first, "
                 "or point VERITRAIN_DATABASE_URL at the run's database (or use --api URL)"
             )
         self._engine = create_engine(settings.database_url)
@@ -34,7 +35,9 @@ class DirectSource:
     def latest_run_id(self) -> str:
         runs = sorted(self.ledger.list_runs(), key=lambda r: r.created_at)
         if not runs:
-            raise SourceError("the ledger has no runs yet: train one with `veritrain train` or `veritrain demo`")
+            raise SourceError(
+                "the ledger has no runs yet: train one with `veritrain train` or `veritrain demo`"
+            )
         return runs[-1].run_id
 
     def entry_bodies(self, run_id: str) -> list[bytes]:
@@ -67,7 +70,9 @@ class DirectSource:
             raise SourceError(str(exc)) from None
 
     def metrics(self, run_id: str) -> list[MetricRow]:
-        return [MetricRow(step=m.step, key=m.key, value=m.value) for m in self.ledger.metrics(run_id)]
+        return [
+            MetricRow(step=m.step, key=m.key, value=m.value) for m in self.ledger.metrics(run_id)
+        ]
 
     def read_object(self, digest: str, max_size: int = SMALL_OBJECT_LIMIT) -> bytes:
         return self._store.read_bytes(digest, max_size)
@@ -83,7 +88,9 @@ class DirectSource:
         with self._store.open(digest, start, end) as reader:
             data = reader.read()
         if len(data) != end - start:
-            raise StorageError(f"object {digest} has no bytes [{start}, {end}): got {len(data)} bytes")
+            raise StorageError(
+                f"object {digest} has no bytes [{start}, {end}): got {len(data)} bytes"
+            )
         return data
 
     def close(self) -> None:

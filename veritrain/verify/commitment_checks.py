@@ -32,7 +32,11 @@ def check_genesis(report: Report, run: RecordedRun) -> TrainConfig | None:
     result = report.check(10)
     entry = run.genesis_entry
     if entry is None or not isinstance(entry.record, Genesis):
-        result.fail("the run has no readable genesis" + (f": {entry.problem}" if entry and entry.problem else ""), index=0)
+        result.fail(
+            "the run has no readable genesis"
+            + (f": {entry.problem}" if entry and entry.problem else ""),
+            index=0,
+        )
         return None
     genesis = entry.record
     result.checked = 1
@@ -41,17 +45,27 @@ def check_genesis(report: Report, run: RecordedRun) -> TrainConfig | None:
     recomputed = canonical_digest(dict(genesis.hyperparameters))
     if recomputed != genesis.config_digest:
         result.fail(
-            f"config digest: expected {recomputed} (SHA-256 of the recorded hyperparameters), got {genesis.config_digest}",
+            f"config digest: expected {recomputed} (SHA-256 of the "
+            f"recorded hyperparameters), got {genesis.config_digest}",
             index=0,
         )
     config: TrainConfig | None
     try:
         config = TrainConfig.from_dict(genesis.hyperparameters)
     except (TrainerError, TypeError, ValueError) as exc:
-        result.fail(f"the recorded hyperparameters are not a configuration the trainer accepts: {exc}", index=0)
+        result.fail(
+            f"the recorded hyperparameters are not a configuration the trainer accepts: {exc}",
+            index=0,
+        )
         config = None
-    if config is not None and canonical_json(config.to_dict()) != canonical_json(dict(genesis.hyperparameters)):
-        result.fail("the recorded hyperparameters do not read back as themselves (fields the trainer would change)", index=0)
+    if config is not None and canonical_json(config.to_dict()) != canonical_json(
+        dict(genesis.hyperparameters)
+    ):
+        result.fail(
+            "the recorded hyperparameters do not read back "
+            "as themselves (fields the trainer would change)",
+            index=0,
+        )
 
     # 10b. What the genesis says besides the configuration must agree with it.
     if genesis.run_id != run.run_id:
@@ -66,11 +80,18 @@ def check_genesis(report: Report, run: RecordedRun) -> TrainConfig | None:
             ("topology.data_parallel", config.data_parallel, topology.data_parallel),
             ("topology.world_size", config.world_size, topology.world_size),
             ("model shape", config.model.to_dict(), dict(genesis.model.shape)),
-            ("model.parameter_count", config.model.parameter_count(), genesis.model.parameter_count),
+            (
+                "model.parameter_count",
+                config.model.parameter_count(),
+                genesis.model.parameter_count,
+            ),
         )
         for what, expected, actual in agreements:
             if expected != actual:
-                result.fail(f"{what}: expected {expected!r} (from the configuration), got {actual!r}", index=0)
+                result.fail(
+                    f"{what}: expected {expected!r} (from the configuration), got {actual!r}",
+                    index=0,
+                )
 
     # 10c. The TEE reference: the recorded digests, and a launch measurement that hashes them.
     reference = genesis.tee.reference
@@ -80,7 +101,9 @@ def check_genesis(report: Report, run: RecordedRun) -> TrainConfig | None:
         ("config_digest", genesis.config_digest, reference.config_digest),
     ):
         if expected != actual:
-            result.fail(f"tee.reference.{name}: expected the recorded {expected}, got {actual}", index=0)
+            result.fail(
+                f"tee.reference.{name}: expected the recorded {expected}, got {actual}", index=0
+            )
     measurement = launch_measurement(
         code_digest=reference.code_digest,
         dependency_digest=reference.dependency_digest,
@@ -99,7 +122,12 @@ def check_genesis(report: Report, run: RecordedRun) -> TrainConfig | None:
             ("contribution", keys.contribution, keys.contribution_proof),
             ("attestation", keys.attestation, keys.attestation_proof),
         ):
-            enrolment = Enrolment(run_id=genesis.run_id, config_digest=genesis.config_digest, cluster=keys.cluster, role=role)
+            enrolment = Enrolment(
+                run_id=genesis.run_id,
+                config_digest=genesis.config_digest,
+                cluster=keys.cluster,
+                role=role,
+            )
             try:
                 verify_possession(enrolment, PublicKey.from_vkey(vkey), proof)
             except AttestationError as exc:
@@ -110,9 +138,12 @@ def check_genesis(report: Report, run: RecordedRun) -> TrainConfig | None:
         result.fail(f"verification policy: {problem}", index=0)
     policy = genesis.verification_policy
     result.notes.append(
-        f"policy {policy.mode} on {policy.hardware.device}/{policy.hardware.machine}/{policy.hardware.cpu_capability}"
-        f"{' ' + policy.hardware.gpu if policy.hardware.gpu else ''}, torch {policy.hardware.torch}; elsewhere "
-        f"{policy.fallback.metric} within {policy.fallback.delta}, parameters within {policy.fallback.parameter_distance}"
+        f"policy {policy.mode} on "
+        f"{policy.hardware.device}/{policy.hardware.machine}/{policy.hardware.cpu_capability}"
+        f"{' ' + policy.hardware.gpu if policy.hardware.gpu else ''}, "
+        f"torch {policy.hardware.torch}; elsewhere "
+        f"{policy.fallback.metric} within {policy.fallback.delta}, "
+        f"parameters within {policy.fallback.parameter_distance}"
     )
     return config
 
@@ -141,9 +172,13 @@ def check_final(report: Report, run: RecordedRun, config: TrainConfig | None) ->
         ("final_metrics", dict(expected.final_metrics), dict(final.final_metrics)),
     ):
         if want != got:
-            result.fail(f"{what}: expected {want!r} (from outer step {steps[-1][1].step}), got {got!r}", index=entry.index)
+            result.fail(
+                f"{what}: expected {want!r} (from outer step {steps[-1][1].step}), got {got!r}",
+                index=entry.index,
+            )
     if config is not None and final.steps != config.outer_steps:
         result.fail(
-            f"the run finished after {final.steps} outer steps, but its configuration plans {config.outer_steps}",
+            f"the run finished after {final.steps} outer steps, "
+            f"but its configuration plans {config.outer_steps}",
             index=entry.index,
         )

@@ -1,8 +1,8 @@
-"""Check 8: the run's data. The data manifest object matches its entry; every shard hashes to
-its digest and holds the recorded number of tokens, and its chunk index (what a re-executor
-verifies ranged downloads against) is the one its bytes give; the assignment rule the manifest records
-is the one the configuration implies; and every step's data ranges -- which windows each
-cluster read, and so which shards -- are recomputed from that rule and compared.
+"""Check 8: the run's data. The data manifest object matches its entry; every shard hashes to its
+digest and holds the recorded number of tokens, and its chunk index (what a re-executor verifies
+ranged downloads against) is the one its bytes give; the assignment rule the manifest records is the
+one the configuration implies; and every step's data ranges -- which windows each cluster read, and
+so which shards -- are recomputed from that rule and compared.
 
 Shards are all re-hashed when they total at most :data:`FULL_CHECK_BYTES` (a size computed
 from the signed token counts, never from what the source reports), otherwise a sample drawn
@@ -72,7 +72,9 @@ def check_data(
     _check_shards(report, run, source, data, deep=deep, signed_root=signed_root)
 
 
-def _check_ranges(report: Report, run: RecordedRun, data: DataIndex, config: TrainConfig | None) -> None:
+def _check_ranges(
+    report: Report, run: RecordedRun, data: DataIndex, config: TrainConfig | None
+) -> None:
     """8c. The recorded rule is the configuration's; every step's ranges recompute from it."""
     result = report.check(8)
     if config is None:
@@ -81,7 +83,10 @@ def _check_ranges(report: Report, run: RecordedRun, data: DataIndex, config: Tra
     try:
         rule = assignment_rule(config, data.manifest)
     except TrainerError as exc:
-        result.fail(f"the configuration's assignment rule cannot be built on this corpus: {exc}", index=data.entry.index)
+        result.fail(
+            f"the configuration's assignment rule cannot be built on this corpus: {exc}",
+            index=data.entry.index,
+        )
         return
     if data.manifest.assignment is None or dict(data.manifest.assignment) != rule.to_dict():
         result.fail(
@@ -93,18 +98,22 @@ def _check_ranges(report: Report, run: RecordedRun, data: DataIndex, config: Tra
     genesis = run.genesis
     if data.manifest.tokenizer != genesis.tokenizer:
         result.fail(
-            f"tokenizer: the genesis names {genesis.tokenizer.to_payload()}, the data manifest {data.manifest.tokenizer.to_payload()}",
+            f"tokenizer: the genesis names {genesis.tokenizer.to_payload()}, "
+            f"the data manifest {data.manifest.tokenizer.to_payload()}",
             index=data.entry.index,
         )
     first_inner_step, total = 0, 0
     for entry, step in run.outer_steps:
         result.checked += 1
-        expected = tuple(rule.data_range(c, first_inner_step, step.inner_steps) for c in step.quorum.clusters)
+        expected = tuple(
+            rule.data_range(c, first_inner_step, step.inner_steps) for c in step.quorum.clusters
+        )
         if step.data_ranges != expected:
             claimed = {r.cluster: r for r in step.data_ranges}
             wrong = [r.cluster for r in expected if claimed.get(r.cluster) != r] or sorted(claimed)
             result.fail(
-                f"data ranges of cluster(s) {wrong} are not what the assignment rule gives for inner steps "
+                f"data ranges of cluster(s) {wrong} are not "
+                "what the assignment rule gives for inner steps "
                 f"{first_inner_step}..{first_inner_step + step.inner_steps - 1}",
                 index=entry.index,
                 step=step.step,
@@ -113,18 +122,29 @@ def _check_ranges(report: Report, run: RecordedRun, data: DataIndex, config: Tra
         total += step_tokens
         if (step.tokens.step, step.tokens.total) != (step_tokens, total):
             result.fail(
-                f"tokens: expected {step_tokens} this step and {total} in all, got {step.tokens.step} and {step.tokens.total}",
+                f"tokens: expected {step_tokens} this step and {total} "
+                f"in all, got {step.tokens.step} and {step.tokens.total}",
                 index=entry.index,
                 step=step.step,
             )
         planned = config.inner_steps
         if not config.outer.adaptive_inner_steps and step.inner_steps != planned:
-            result.fail(f"inner steps: expected H = {planned} (not adaptive), got {step.inner_steps}", index=entry.index, step=step.step)
+            result.fail(
+                f"inner steps: expected H = {planned} (not adaptive), got {step.inner_steps}",
+                index=entry.index,
+                step=step.step,
+            )
         first_inner_step += step.inner_steps
 
 
 def _check_shards(
-    report: Report, run: RecordedRun, source: RunSource, data: DataIndex, *, deep: bool, signed_root: bytes
+    report: Report,
+    run: RecordedRun,
+    source: RunSource,
+    data: DataIndex,
+    *,
+    deep: bool,
+    signed_root: bytes,
 ) -> None:
     """8b, 8d. Steps read training shards only; shards hash to their digests with their sizes."""
     result = report.check(8)
@@ -138,14 +158,19 @@ def _check_shards(
                 readers.setdefault(shard_index, []).append(entry)
             if read - train:
                 result.fail(
-                    f"cluster {data_range.cluster} read shards {sorted(read - train)[:5]} that are not training shards",
+                    f"cluster {data_range.cluster} read shards "
+                    f"{sorted(read - train)[:5]} that are not training shards",
                     index=entry.index,
                     step=step.step,
                 )
     shards = manifest.shards
     total = sum(s.tokens for s in shards) * manifest.token_bytes
     everything = list(range(len(shards)))
-    chosen = everything if deep or total <= FULL_CHECK_BYTES else sample(signed_root, everything, SAMPLED_SHARDS, "shards")
+    chosen = (
+        everything
+        if deep or total <= FULL_CHECK_BYTES
+        else sample(signed_root, everything, SAMPLED_SHARDS, "shards")
+    )
     for position in chosen:
         shard = shards[position]
         result.checked += 1
@@ -155,15 +180,33 @@ def _check_shards(
             expected = shard.tokens * manifest.token_bytes
             if size != expected:
                 raise ValueError(f"expected {expected} bytes ({shard.tokens} tokens), got {size}")
-            if chunks is not None and shard.chunks is not None and read_verified(source, shard.chunks) != chunks.index():
-                raise ValueError(f"its chunk index {shard.chunks[:16]}… is not the SHA-256 of its {manifest.chunk_bytes}-byte chunks")
+            if (
+                chunks is not None
+                and shard.chunks is not None
+                and read_verified(source, shard.chunks) != chunks.index()
+            ):
+                raise ValueError(
+                    f"its chunk index {shard.chunks[:16]}… is not the "
+                    f"SHA-256 of its {manifest.chunk_bytes}-byte chunks"
+                )
         except (ValueError, StorageError, VeritrainError) as exc:
             # Name the steps that trained on the shard: those are the ones it puts in doubt.
-            read_by = sorted({e.index: e for e in readers.get(shard.index, [])}.values(), key=lambda e: e.index)
-            used = f" (read in outer steps {', '.join(str(e.step) for e in read_by)})" if read_by else " (held out)"
+            read_by = sorted(
+                {e.index: e for e in readers.get(shard.index, [])}.values(), key=lambda e: e.index
+            )
+            used = (
+                f" (read in outer steps {', '.join(str(e.step) for e in read_by)})"
+                if read_by
+                else " (held out)"
+            )
             first = read_by[0] if read_by else data.entry
-            result.fail(f"data shard {shard.index}{used}: {exc}", index=first.index, step=first.step)
-    result.notes.append(f"{len(chosen)} of {len(shards)} shards re-hashed; data ranges recomputed from the assignment rule")
+            result.fail(
+                f"data shard {shard.index}{used}: {exc}", index=first.index, step=first.step
+            )
+    result.notes.append(
+        f"{len(chosen)} of {len(shards)} shards re-hashed; "
+        "data ranges recomputed from the assignment rule"
+    )
 
 
 class _ChunkHasher:

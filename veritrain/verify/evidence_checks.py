@@ -36,7 +36,11 @@ verifier bug (KeyError/TypeError are not caught: typed records leave none to cat
 
 
 def check_statements(
-    report: Report, run: RecordedRun, genesis: Genesis | None, source: RunSource, shard_digests: Mapping[int, str] | None
+    report: Report,
+    run: RecordedRun,
+    genesis: Genesis | None,
+    source: RunSource,
+    shard_digests: Mapping[int, str] | None,
 ) -> None:
     """4. Every outer step's DSSE envelope is signed by the run's statement key, and its
     in-toto/SLSA statement names exactly what the genesis and the entry imply: the run and
@@ -56,7 +60,9 @@ def check_statements(
     for entry, step in run.outer_steps:
         result.checked += 1
         try:
-            _check_statement(run.run_id, step, genesis, source, statement_key, previous_root, shard_digests)
+            _check_statement(
+                run.run_id, step, genesis, source, statement_key, previous_root, shard_digests
+            )
         except _FETCH_ERRORS as exc:
             result.fail(str(exc), index=entry.index, step=step.step)
         previous_root = step.checkpoint.manifest_root
@@ -74,11 +80,17 @@ def _check_statement(
     attestation = step.attestation
     envelope = Envelope.from_json(read_verified(source, attestation.statement_object))
     verified = verify_envelope(envelope, keys=[key], payload_type=IN_TOTO_PAYLOAD_TYPE)
-    expect("statement digest", attestation.statement_digest, hashlib.sha256(verified.payload).hexdigest())
+    expect(
+        "statement digest",
+        attestation.statement_digest,
+        hashlib.sha256(verified.payload).hexdigest(),
+    )
     statement = parse_statement(verified.payload)
     expect("statement run", run_id, statement.run_id)
     expect("statement step", step.step, statement.step)
-    expect("statement subject (manifest root)", step.checkpoint.manifest_root, statement.manifest_root)
+    expect(
+        "statement subject (manifest root)", step.checkpoint.manifest_root, statement.manifest_root
+    )
     expect("statement previous checkpoint", previous_root, statement.previous_manifest_root)
     expect("entry previous checkpoint", previous_root, step.checkpoint.previous_manifest_root)
     expect("entry method", genesis.method, step.method)
@@ -94,13 +106,17 @@ def _check_statement(
     )
     expect("statement code digest", genesis.code.source_sha256, statement.code.source_sha256)
     expect("statement git commit", genesis.code.git_commit, statement.code.git_commit)
-    expect("statement metrics digest", canonical_digest(dict(step.metrics)), statement.metrics_digest)
+    expect(
+        "statement metrics digest", canonical_digest(dict(step.metrics)), statement.metrics_digest
+    )
     expect("entry metrics digest", canonical_digest(dict(step.metrics)), step.metrics_digest)
     if shard_digests is not None:
         read = step.shards_read()
         missing = [i for i in read if i not in shard_digests]
         if missing:
-            raise Mismatch(f"data ranges name shards {missing[:5]} that the data manifest does not list")
+            raise Mismatch(
+                f"data ranges name shards {missing[:5]} that the data manifest does not list"
+            )
         expected = sorted(_key(shard_dependency(i, shard_digests[i])) for i in read)
         expect("statement data shards", expected, sorted(_key(s) for s in statement.data_shards))
 
@@ -109,19 +125,23 @@ def _key(shard: DataShard) -> tuple[str, str]:
     return shard.name, shard.sha256
 
 
-def check_quotes(report: Report, run: RecordedRun, genesis: Genesis | None, source: RunSource) -> None:
-    """5. Every cluster's quote for every step: endorsed by that cluster's enrolled platform
-    root for that cluster's enrolled attestation key, valid at the time the entry was recorded, with the reference launch
-    measurement, registers that replay from the recorded statements, a nonce equal to the log
-    root just before the entry (freshness), and report_data binding nonce, previous leaf and
-    statement."""
+def check_quotes(
+    report: Report, run: RecordedRun, genesis: Genesis | None, source: RunSource
+) -> None:
+    """5. Every cluster's quote for every step: endorsed by that cluster's enrolled platform root
+    for that cluster's enrolled attestation key, valid at the time the entry was recorded, with the
+    reference launch measurement, registers that replay from the recorded statements, a nonce equal
+    to the log root just before the entry (freshness), and report_data binding nonce, previous leaf
+    and statement."""
     result = report.check(5)
     if genesis is None:
         result.fail("not checked: no readable genesis")
         return
     tee = genesis.tee
     if tee.type != SOFTWARE_TEE_TYPE:
-        result.fail(f"this verifier checks software-TEE runs only, the genesis says {tee.type!r}", index=0)
+        result.fail(
+            f"this verifier checks software-TEE runs only, the genesis says {tee.type!r}", index=0
+        )
         return
     try:
         attesters = [PublicKey.from_vkey(k.attestation) for k in genesis.keys.clusters]
@@ -136,7 +156,9 @@ def check_quotes(report: Report, run: RecordedRun, genesis: Genesis | None, sour
     except AttestationError as exc:
         result.fail(f"the genesis attestation keys are unusable: {exc}", index=0)
         return
-    result.notes.append(f"TEE type {tee.type!r}: binds steps to keys and measurements, not hardware isolation")
+    result.notes.append(
+        f"TEE type {tee.type!r}: binds steps to keys and measurements, not hardware isolation"
+    )
     leaves = [e.leaf for e in run.entries]
     statements: list[str] = []
     steps = run.outer_steps
@@ -156,7 +178,9 @@ def check_quotes(report: Report, run: RecordedRun, genesis: Genesis | None, sour
             continue
         expected = QuoteExpectations(
             nonce=nonce,
-            report_data=report_data(nonce, leaves[entry.index - 1], bytes.fromhex(attestation.statement_digest)),
+            report_data=report_data(
+                nonce, leaves[entry.index - 1], bytes.fromhex(attestation.statement_digest)
+            ),
             event_log=outer_step_events(statements),
             at=entry.recorded_at,
         )
@@ -164,33 +188,47 @@ def check_quotes(report: Report, run: RecordedRun, genesis: Genesis | None, sour
             result.checked += 1
             try:
                 quote = Quote.from_json(read_verified(source, digest))
-                expect(f"cluster {cluster} attestation key", attesters[cluster].vkey, quote.endorsement.body.attestation_key.vkey)
+                expect(
+                    f"cluster {cluster} attestation key",
+                    attesters[cluster].vkey,
+                    quote.endorsement.body.attestation_key.vkey,
+                )
                 verify_quote(quote, policy=policies[cluster], expected=expected)
             except _FETCH_ERRORS as exc:
                 result.fail(f"cluster {cluster} quote: {exc}", index=entry.index, step=step.step)
 
 
-def _check_quoting(clusters: Sequence[int], quoting: Sequence[int], following: Sequence[int] | None) -> None:
+def _check_quoting(
+    clusters: Sequence[int], quoting: Sequence[int], following: Sequence[int] | None
+) -> None:
     """Quotes come from the step's clusters, every one of them -- but a cluster that left the
     run during the step (it is gone from the next step's quorum) may have stopped before it
     could quote. The last step of a run that ended has no next step to show that."""
     strangers = [c for c in quoting if c not in clusters]
     if strangers:
-        raise Mismatch(f"quotes from cluster(s) {strangers}, which are not in the step's quorum {list(clusters)}")
+        raise Mismatch(
+            f"quotes from cluster(s) {strangers}, which "
+            f"are not in the step's quorum {list(clusters)}"
+        )
     missing = [c for c in clusters if c not in quoting]
     if following is None:
         expect("quoting clusters", list(clusters), list(quoting))
     elif any(c in following for c in missing):
         stayed = [c for c in missing if c in following]
-        raise Mismatch(f"no quote from cluster(s) {stayed} of the step's quorum, which took part in the next step too")
+        raise Mismatch(
+            f"no quote from cluster(s) {stayed} of the step's "
+            "quorum, which took part in the next step too"
+        )
 
 
-def check_contributions(report: Report, run: RecordedRun, genesis: Genesis | None, source: RunSource) -> None:
+def check_contributions(
+    report: Report, run: RecordedRun, genesis: Genesis | None, source: RunSource
+) -> None:
     """6. Every (cluster, stage) contribution is signed by that cluster's genesis key (with its
-    per-inner-step commitments, which must have the entry's shape: inner_commitment_checks.py); every
-    exchange applied in a step names a round that was signed, in order, none twice and none
-    missing, combining exactly the contributions signed in that round; the aggregate digest and
-    the step's compression follow from what was applied."""
+    per-inner-step commitments, which must have the entry's shape: inner_commitment_checks.py);
+    every exchange applied in a step names a round that was signed, in order, none twice and none
+    missing, combining exactly the contributions signed in that round; the aggregate digest and the
+    step's compression follow from what was applied."""
     result = report.check(6)
     if genesis is None:
         result.fail("not checked: no readable genesis")
@@ -214,7 +252,8 @@ def check_contributions(report: Report, run: RecordedRun, genesis: Genesis | Non
         own = step.signed_contributions()
         if set(own) != expected_pairs:
             result.fail(
-                f"expected contributions from (cluster, stage) {sorted(expected_pairs)}, got {sorted(own)}",
+                "expected contributions from (cluster, stage) "
+                f"{sorted(expected_pairs)}, got {sorted(own)}",
                 index=entry.index,
                 step=step.step,
             )
@@ -225,7 +264,10 @@ def check_contributions(report: Report, run: RecordedRun, genesis: Genesis | Non
         next_round = _check_applied(report, entry, step, signed, next_round)
     if run.final_entry is not None and next_round != len(signed):
         missing = [r for r in sorted(signed) if r >= next_round]
-        result.fail(f"the run finished without applying the exchange of round(s) {missing}", index=run.final_entry.index)
+        result.fail(
+            f"the run finished without applying the exchange of round(s) {missing}",
+            index=run.final_entry.index,
+        )
 
 
 def _check_quorum(
@@ -238,15 +280,28 @@ def _check_quorum(
     try:
         outside = [c for c in quorum.clusters if c >= clusters]
         if outside:
-            raise Mismatch(f"the quorum names cluster(s) {outside}, but the run has clusters 0..{clusters - 1}")
-        expect("clusters that joined", sorted(set(quorum.clusters) - set(previous)), list(quorum.joined))
-        expect("clusters that left", sorted(set(previous) - set(quorum.clusters)), list(quorum.left))
+            raise Mismatch(
+                f"the quorum names cluster(s) {outside}, but the run has clusters 0..{clusters - 1}"
+            )
+        expect(
+            "clusters that joined",
+            sorted(set(quorum.clusters) - set(previous)),
+            list(quorum.joined),
+        )
+        expect(
+            "clusters that left", sorted(set(previous) - set(quorum.clusters)), list(quorum.left)
+        )
     except Mismatch as exc:
         result.fail(f"quorum: {exc}", index=entry.index, step=step.step)
 
 
 def _check_signatures(
-    report: Report, run: RecordedRun, entry: LogEntry, step: OuterStep, keys: list[PublicKey], source: RunSource
+    report: Report,
+    run: RecordedRun,
+    entry: LogEntry,
+    step: OuterStep,
+    keys: list[PublicKey],
+    source: RunSource,
 ) -> None:
     result = report.check(6)
     for cluster_record in step.contributions:
@@ -271,11 +326,19 @@ def _check_signatures(
                     ),
                 )
             except _FETCH_ERRORS as exc:
-                result.fail(f"cluster {cluster} stage {stage} contribution: {exc}", index=entry.index, step=step.step)
+                result.fail(
+                    f"cluster {cluster} stage {stage} contribution: {exc}",
+                    index=entry.index,
+                    step=step.step,
+                )
 
 
 def _check_applied(
-    report: Report, entry: LogEntry, step: OuterStep, signed: Mapping[int, Mapping[tuple[int, int], str]], next_round: int
+    report: Report,
+    entry: LogEntry,
+    step: OuterStep,
+    signed: Mapping[int, Mapping[tuple[int, int], str]],
+    next_round: int,
 ) -> int:
     """The exchanges ``step`` applied; returns the round the next applied exchange must be."""
     result = report.check(6)
@@ -283,31 +346,58 @@ def _check_applied(
         round_ = applied.round
         used = {(c.cluster, c.stage): c.digest for c in applied.contribution_digests}
         if round_ not in signed or round_ > step.step:
-            result.fail(f"applies the exchange of round {round_}, which no step before it signed", index=entry.index, step=step.step)
+            result.fail(
+                f"applies the exchange of round {round_}, which no step before it signed",
+                index=entry.index,
+                step=step.step,
+            )
         elif round_ != next_round:
             what = "again" if round_ < next_round else f"before round {next_round}"
-            result.fail(f"applies the exchange of round {round_} {what} (rounds are applied once each, in order)", index=entry.index, step=step.step)
+            result.fail(
+                f"applies the exchange of round {round_} {what} "
+                "(rounds are applied once each, in order)",
+                index=entry.index,
+                step=step.step,
+            )
         elif round_ < step.step - 1:
-            result.fail(f"applies the exchange of round {round_} more than one step late", index=entry.index, step=step.step)
+            result.fail(
+                f"applies the exchange of round {round_} more than one step late",
+                index=entry.index,
+                step=step.step,
+            )
         elif used != dict(signed[round_]):
             result.fail(
-                f"the exchange of round {round_} applied here combines payloads other than the ones signed in step {round_}",
+                f"the exchange of round {round_} applied here combines "
+                f"payloads other than the ones signed in step {round_}",
                 index=entry.index,
                 step=step.step,
             )
         next_round = max(next_round, round_ + 1)
     if aggregate_digest(step.applied) != step.aggregate_digest:
-        result.fail("aggregate digest does not match the applied contributions", index=entry.index, step=step.step)
+        result.fail(
+            "aggregate digest does not match the applied contributions",
+            index=entry.index,
+            step=step.step,
+        )
     last = step.applied[-1] if step.applied else None
-    compression = Compression(rank=last.rank, bits=last.bits) if last else Compression(rank=0, bits=UNCOMPRESSED_BITS)
+    compression = (
+        Compression(rank=last.rank, bits=last.bits)
+        if last
+        else Compression(rank=0, bits=UNCOMPRESSED_BITS)
+    )
     if compression != step.compression:
         result.fail(
-            f"compression: expected {compression.to_payload()} (the last exchange applied), got {step.compression.to_payload()}",
+            f"compression: expected {compression.to_payload()} (the "
+            f"last exchange applied), got {step.compression.to_payload()}",
             index=entry.index,
             step=step.step,
         )
     applied_rounds = {a.round for a in step.applied}
     for anomaly in step.anomalies:
         if anomaly.round not in applied_rounds:
-            result.fail(f"an anomaly names round {anomaly.round}, which this step did not apply", index=entry.index, step=step.step)
+            result.fail(
+                f"an anomaly names round {anomaly.round}, which this step did not apply",
+                index=entry.index,
+                step=step.step,
+            )
     return next_round

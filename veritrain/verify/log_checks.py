@@ -53,7 +53,11 @@ def check_tree_head(
         result.fail("the source serves no signed tree head")
         return None
     genesis = run.genesis_entry
-    genesis_vkey = genesis.record.keys.log if genesis is not None and isinstance(genesis.record, Genesis) else None
+    genesis_vkey = (
+        genesis.record.keys.log
+        if genesis is not None and isinstance(genesis.record, Genesis)
+        else None
+    )
     # 1a. Which key to trust: one pinned on the command line, else the one the genesis names
     #     (trust on first use; a returning verifier insists it did not change, 1c).
     suffix = f"/runs/{run.run_id}"
@@ -70,7 +74,9 @@ def check_tree_head(
         result.fail(f"expected a log key named like the run's origin (…{suffix}), got {name!r}")
         return None
     if pinned_vkey and genesis_vkey != pinned_vkey:
-        result.fail(f"the genesis names log key {genesis_vkey}, but --vkey pinned {pinned_vkey}", index=0)
+        result.fail(
+            f"the genesis names log key {genesis_vkey}, but --vkey pinned {pinned_vkey}", index=0
+        )
     # 1b. The signature, under that key only.
     try:
         checkpoint = verify_checkpoint(note, [vkey], origin=name)
@@ -86,19 +92,24 @@ def check_tree_head(
     return head
 
 
-def _check_against_seen(report: Report, run: RecordedRun, head: TrustedHead, seen: Sighting, source: RunSource) -> None:
+def _check_against_seen(
+    report: Report, run: RecordedRun, head: TrustedHead, seen: Sighting, source: RunSource
+) -> None:
     result = report.check(1)
     checkpoint = head.checkpoint
     if checkpoint.origin != seen.origin:
         result.fail(
-            f"the run's log origin changed since this verifier last checked it from {source.description}: "
-            f"expected {seen.origin!r}, got {checkpoint.origin!r} (the log was rewritten under another origin)",
+            "the run's log origin changed since this verifier "
+            f"last checked it from {source.description}: "
+            f"expected {seen.origin!r}, got {checkpoint.origin!r} "
+            "(the log was rewritten under another origin)",
             index=0,
         )
         return
     if head.vkey != seen.vkey:
         result.fail(
-            f"the log key changed since this verifier last checked the run: expected {seen.vkey}, got {head.vkey} "
+            "the log key changed since this verifier last checked "
+            f"the run: expected {seen.vkey}, got {head.vkey} "
             "(the log was re-signed with another key)",
             index=0,
         )
@@ -106,13 +117,20 @@ def _check_against_seen(report: Report, run: RecordedRun, head: TrustedHead, see
     if checkpoint.size < seen.size:
         result.fail(
             f"the log shrank since this verifier last checked it: signed size {checkpoint.size}, "
-            f"previously {seen.size}: entries {checkpoint.size}..{seen.size - 1} were removed (rolled back)"
+            f"previously {seen.size}: entries "
+            f"{checkpoint.size}..{seen.size - 1} were removed (rolled back)"
         )
         return
     if checkpoint.size > seen.size:
         try:
             proof = source.consistency_proof(run.run_id, seen.size, checkpoint.size)
-            verify_consistency(seen.size, checkpoint.size, proof, bytes.fromhex(seen.root_hash), checkpoint.root_hash)
+            verify_consistency(
+                seen.size,
+                checkpoint.size,
+                proof,
+                bytes.fromhex(seen.root_hash),
+                checkpoint.root_hash,
+            )
         except (LedgerError, SourceError) as exc:
             result.fail(f"the log is not an extension of the one seen at size {seen.size}: {exc}")
             return
@@ -128,7 +146,9 @@ def _check_against_seen(report: Report, run: RecordedRun, head: TrustedHead, see
     result.notes.append(f"consistent with the head seen before at size {seen.size}")
 
 
-def check_chain(report: Report, run: RecordedRun, note: str | None, head: TrustedHead | None) -> None:
+def check_chain(
+    report: Report, run: RecordedRun, note: str | None, head: TrustedHead | None
+) -> None:
     """2. Every entry is a canonical envelope in its place, ``prev`` links each to its
     predecessor's leaf hash, the leaves hash to the signed root with the signed size, every
     payload reads as its kind's typed record, ``recorded_at`` only moves forward, and the log
@@ -141,7 +161,11 @@ def check_chain(report: Report, run: RecordedRun, note: str | None, head: Truste
     else:
         try:
             summary = audit_run_log(
-                run.run_id, [e.body for e in run.entries], note, [head.vkey], origin=head.checkpoint.origin
+                run.run_id,
+                [e.body for e in run.entries],
+                note,
+                [head.vkey],
+                origin=head.checkpoint.origin,
             )
             result.notes.append(f"{summary.size} entries, root {summary.root_hash.hex()[:16]}…")
         except VerificationError as exc:
@@ -158,11 +182,14 @@ def _check_times(report: Report, run: RecordedRun) -> None:
     previous = None
     for entry in run.entries:
         if entry.recorded_at is None:
-            result.fail("recorded_at is not an RFC 3339 UTC time", index=entry.index, step=entry.step)
+            result.fail(
+                "recorded_at is not an RFC 3339 UTC time", index=entry.index, step=entry.step
+            )
             continue
         if previous is not None and entry.recorded_at <= previous:
             result.fail(
-                f"recorded_at went backwards: {entry.recorded_at.isoformat()} is not after the previous entry's "
+                f"recorded_at went backwards: {entry.recorded_at.isoformat()} "
+                "is not after the previous entry's "
                 f"{previous.isoformat()}",
                 index=entry.index,
                 step=entry.step,
@@ -182,20 +209,26 @@ def _check_layout(report: Report, run: RecordedRun) -> None:
         else:
             expected = KIND_OUTER_STEP
         if entry.kind != expected:
-            result.fail(f"expected a {expected} entry here, got {entry.kind or 'no kind'!r}", index=entry.index)
+            result.fail(
+                f"expected a {expected} entry here, got {entry.kind or 'no kind'!r}",
+                index=entry.index,
+            )
             continue
         if expected == KIND_OUTER_STEP and entry.record is not None:
             step = entry.index - FIRST_STEP_INDEX
             if entry.step != step:
                 result.fail(
-                    f"expected outer step {step} at entry {entry.index} (steps are recorded once each, in order), "
+                    f"expected outer step {step} at entry {entry.index} "
+                    "(steps are recorded once each, in order), "
                     f"got step {entry.step}",
                     index=entry.index,
                     step=entry.step,
                 )
 
 
-def check_inclusion(report: Report, run: RecordedRun, source: RunSource, head: TrustedHead | None) -> None:
+def check_inclusion(
+    report: Report, run: RecordedRun, source: RunSource, head: TrustedHead | None
+) -> None:
     """3. The log's own inclusion proof of every entry verifies against the signed root."""
     result = report.check(3)
     if head is None:
@@ -208,14 +241,20 @@ def check_inclusion(report: Report, run: RecordedRun, source: RunSource, head: T
         for entry, proof in zip(entries, proofs, strict=False):
             result.checked += 1
             try:
-                verify_inclusion(entry.leaf, entry.index, checkpoint.size, proof, checkpoint.root_hash)
+                verify_inclusion(
+                    entry.leaf, entry.index, checkpoint.size, proof, checkpoint.root_hash
+                )
             except VerificationError as exc:
-                result.fail(f"inclusion proof does not verify: {exc}", index=entry.index, step=entry.step)
+                result.fail(
+                    f"inclusion proof does not verify: {exc}", index=entry.index, step=entry.step
+                )
     except (LedgerError, SourceError) as exc:
         result.fail(f"the log serves no inclusion proofs at size {checkpoint.size}: {exc}")
 
 
-def remember(seen_heads: SeenHeads | None, run: RecordedRun, source: RunSource, head: TrustedHead | None) -> None:
+def remember(
+    seen_heads: SeenHeads | None, run: RecordedRun, source: RunSource, head: TrustedHead | None
+) -> None:
     if seen_heads is None or head is None:
         return
     checkpoint = head.checkpoint

@@ -33,7 +33,13 @@ SAMPLED_STEPS = 4
 
 
 def check_checkpoints(
-    report: Report, run: RecordedRun, genesis: Genesis | None, source: RunSource, *, deep: bool, signed_root: bytes
+    report: Report,
+    run: RecordedRun,
+    genesis: Genesis | None,
+    source: RunSource,
+    *,
+    deep: bool,
+    signed_root: bytes,
 ) -> None:
     """7. Every step's checkpoint manifest hashes to its recorded digest and its root to the
     recorded manifest root, and lists as many files as the entry says; its ``model.sig``
@@ -45,9 +51,16 @@ def check_checkpoints(
         try:
             manifest = read_checkpoint_manifest(source, step.checkpoint)
             if len(manifest.entries) != step.checkpoint.files:
-                raise ValueError(f"manifest lists {len(manifest.entries)} files, the entry says {step.checkpoint.files}")
+                raise ValueError(
+                    f"manifest lists {len(manifest.entries)} "
+                    f"files, the entry says {step.checkpoint.files}"
+                )
             if genesis is not None:
-                check_signature(read_verified(source, step.checkpoint.signature_object), manifest, genesis.keys.model_signing)
+                check_signature(
+                    read_verified(source, step.checkpoint.signature_object),
+                    manifest,
+                    genesis.keys.model_signing,
+                )
         except (ValueError, StorageError, VeritrainError) as exc:
             result.fail(f"checkpoint manifest: {exc}", index=entry.index, step=step.step)
             continue
@@ -64,7 +77,13 @@ def check_checkpoints(
         chosen = sample(signed_root, rest, SAMPLED_STEPS, "checkpoints")
     for index in chosen:
         _rehash(report, *manifests[index], source)
-    how = " (--deep)" if deep else "" if len(chosen) == len(rest) else " (the newest, and a random sample)"
+    how = (
+        " (--deep)"
+        if deep
+        else ""
+        if len(chosen) == len(rest)
+        else " (the newest, and a random sample)"
+    )
     result.notes.append(f"{len(chosen) + 1} of {len(indices)} checkpoints re-hashed{how}")
 
 
@@ -80,7 +99,9 @@ def _rehash(report: Report, entry: LogEntry, manifest: Manifest, source: RunSour
     return total
 
 
-def check_generations(report: Report, run: RecordedRun, source: RunSource, config: TrainConfig | None) -> None:
+def check_generations(
+    report: Report, run: RecordedRun, source: RunSource, config: TrainConfig | None
+) -> None:
     """7b. Every step's generations object hashes to its digest, reads as a generations record,
     and answers the configuration's prompts with its number of new tokens at most."""
     result = report.check(7)
@@ -88,13 +109,15 @@ def check_generations(report: Report, run: RecordedRun, source: RunSource, confi
         result.checked += 1
         try:
             said = Generations.from_payload(
-                json.loads(read_verified(source, step.generations.object)), where=f"generations of outer step {step.step}"
+                json.loads(read_verified(source, step.generations.object)),
+                where=f"generations of outer step {step.step}",
             )
             if config is not None:
                 wanted = (config.generation.prompts, config.generation.max_new_tokens)
                 if (said.prompts, said.max_new_tokens) != wanted:
                     raise ValueError(
-                        f"generations: expected prompts {list(wanted[0])} with {wanted[1]} new tokens (the configuration's), "
+                        f"generations: expected prompts {list(wanted[0])} "
+                        f"with {wanted[1]} new tokens (the configuration's), "
                         f"got {list(said.prompts)} with {said.max_new_tokens}"
                     )
         except (ValueError, StorageError, VeritrainError, RecordError) as exc:
@@ -123,14 +146,30 @@ def check_metrics(report: Report, run: RecordedRun, source: RunSource) -> None:
             problems.setdefault(step, []).append(f"{key!r} is missing from the metrics table")
             continue
         shown = served[(step, key)]
-        if isinstance(shown, bool) or not isinstance(shown, int | float) or not math.isfinite(shown):
-            problems.setdefault(step, []).append(f"{key!r}: the metrics table serves {shown!r}, not a finite number")
+        if (
+            isinstance(shown, bool)
+            or not isinstance(shown, int | float)
+            or not math.isfinite(shown)
+        ):
+            problems.setdefault(step, []).append(
+                f"{key!r}: the metrics table serves {shown!r}, not a finite number"
+            )
         elif float(shown) != value:
-            problems.setdefault(step, []).append(f"{key!r}: the entry records {value!r}, the metrics table says {shown!r}")
+            problems.setdefault(step, []).append(
+                f"{key!r}: the entry records {value!r}, the metrics table says {shown!r}"
+            )
     for step, key in sorted(set(served) - set(signed)):
-        problems.setdefault(step, []).append(f"{key!r} is in the metrics table but in no signed entry")
+        problems.setdefault(step, []).append(
+            f"{key!r} is in the metrics table but in no signed entry"
+        )
     # One line per step: a step whose entry vanished would otherwise produce one per metric.
     for step, messages in sorted(problems.items()):
         recorded = where.get(step)
-        shown_messages = "; ".join(messages[:3]) + (f"; and {len(messages) - 3} more" if len(messages) > 3 else "")
-        result.fail(f"metrics of outer step {step}: {shown_messages}", index=recorded.index if recorded else None, step=step)
+        shown_messages = "; ".join(messages[:3]) + (
+            f"; and {len(messages) - 3} more" if len(messages) > 3 else ""
+        )
+        result.fail(
+            f"metrics of outer step {step}: {shown_messages}",
+            index=recorded.index if recorded else None,
+            step=step,
+        )

@@ -36,7 +36,12 @@ class Failure:
         return f"entry {self.index} (outer step {self.step}): "
 
     def to_json(self) -> dict[str, Any]:
-        return {"check": self.check, "index": self.index, "step": self.step, "message": self.message}
+        return {
+            "check": self.check,
+            "index": self.index,
+            "step": self.step,
+            "message": self.message,
+        }
 
 
 @dataclass
@@ -102,13 +107,18 @@ class Report:
             result = self.results[number]
             mark = "ok  " if result.passed else "FAIL"
             detail = "; ".join(result.notes)
-            lines.append(f"  {mark} {number}. {result.name} ({result.checked} checked){': ' + detail if detail else ''}")
+            lines.append(
+                f"  {mark} {number}. {result.name} ({result.checked} "
+                f"checked){': ' + detail if detail else ''}"
+            )
             for failure in result.failures[:20]:
                 lines.append(f"         {failure.where()}{failure.message}")
             if len(result.failures) > 20:
                 lines.append(f"         ... and {len(result.failures) - 20} more")
         failures = len(self.failures)
-        verdict = "VERIFIED" if self.ok else f"FAILED ({failures} problem{'s' if failures != 1 else ''})"
+        verdict = (
+            "VERIFIED" if self.ok else f"FAILED ({failures} problem{'s' if failures != 1 else ''})"
+        )
         facts = ", ".join(f"{k} {v}" for k, v in self.summary.items())
         lines.append(f"{verdict}: run {self.run_id!r}{' — ' + facts if facts else ''}")
         return "\n".join(lines)

@@ -18,5 +18,7 @@ def sample(signed_root: bytes, population: list[int], k: int, label: str) -> lis
     """``k`` members of ``population`` (all of it when it has at most ``k``), sorted."""
     if k >= len(population):
         return sorted(population)
-    seed = hashlib.sha256(b"veritrain/verify-sample/" + label.encode() + b"/" + signed_root + os.urandom(32)).digest()
+    seed = hashlib.sha256(
+        b"veritrain/verify-sample/" + label.encode() + b"/" + signed_root + os.urandom(32)
+    ).digest()
     return sorted(random.Random(seed).sample(population, k))

@@ -38,7 +38,10 @@ class Sighting:
 
 class SeenHeads:
     def __init__(self, directory: Path | None = None) -> None:
-        default = Path(os.environ.get("VERITRAIN_WITNESS_DIR") or Path.home() / ".cache" / "veritrain" / "witness")
+        default = Path(
+            os.environ.get("VERITRAIN_WITNESS_DIR")
+            or Path.home() / ".cache" / "veritrain" / "witness"
+        )
         self.directory = directory or default
 
     def _path(self, run_id: str, source: str) -> Path:
@@ -62,7 +65,8 @@ class SeenHeads:
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise VeritrainError(
-                f"the record of heads seen before at {path} is unreadable ({exc!r}); remove it to start afresh"
+                f"the record of heads seen before at {path} is "
+                f"unreadable ({exc!r}); remove it to start afresh"
             ) from None
 
     def remember(self, sighting: Sighting) -> None:

@@ -92,7 +92,8 @@ def check_verdicts(
         return
     if data is None:
         result.fail(
-            "verdicts not recomputed from the contributions: the data manifest cannot be read (check 8)"
+            "verdicts not recomputed from the contributions: "
+            "the data manifest cannot be read (check 8)"
         )
         return
     flagged = [e.index for e, s in steps if s.anomalies]
@@ -189,8 +190,10 @@ def _replay_rules(
                     got.excluded,
                 ):
                     result.fail(
-                        f"round {applied.round} cluster {got.cluster}: the rules give flags {list(want.flags)}, "
-                        f"{'excluded' if want.excluded else 'kept'}; the entry records {list(got.flags)}, "
+                        f"round {applied.round} cluster {got.cluster}: "
+                        f"the rules give flags {list(want.flags)}, "
+                        f"{'excluded' if want.excluded else 'kept'}; "
+                        f"the entry records {list(got.flags)}, "
                         f"{'excluded' if got.excluded else 'kept'}",
                         index=entry.index,
                         step=step.step,
@@ -275,11 +278,13 @@ def _recorded_round(
                 c for c in set(actual) | set(expected) if actual.get(c) != expected.get(c)
             )
             raise Mismatch(
-                f"stored payloads of round {applied.round}, stage {stage}: clusters {wrong} do not hash to the recorded digests"
+                f"stored payloads of round {applied.round}, stage {stage}: "
+                f"clusters {wrong} do not hash to the recorded digests"
             )
         if sorted(gathered) != clusters:
             raise Mismatch(
-                f"stored payloads of round {applied.round}, stage {stage}: expected the clusters of "
+                f"stored payloads of round {applied.round}, "
+                f"stage {stage}: expected the clusters of "
                 f"its quorum {clusters}, got {sorted(gathered)}"
             )
         payloads.append([gathered[c] for c in clusters])
@@ -327,7 +332,8 @@ def _compare_verdicts(
                 and abs(a - b) > MEASURE_TOLERANCE * max(abs(a), abs(b), 1e-12)
             ):
                 problems.append(
-                    f"{label}: {name} recorded {a!r}, recomputed {b!r} (relative tolerance {MEASURE_TOLERANCE})"
+                    f"{label}: {name} recorded {a!r}, recomputed "
+                    f"{b!r} (relative tolerance {MEASURE_TOLERANCE})"
                 )
         if (want.score is None) != (got.score is None):
             problems.append(f"{label}: score recorded {want.score!r}, recomputed {got.score!r}")
@@ -336,7 +342,8 @@ def _compare_verdicts(
                 a, b = getattr(want.score, name), getattr(got.score, name)
                 if abs(a - b) > delta:
                     problems.append(
-                        f"{label}: {name} score recorded {a:.6g}, recomputed {b:.6g} (|Δ| > {delta})"
+                        f"{label}: {name} score recorded {a:.6g}, "
+                        f"recomputed {b:.6g} (|Δ| > {delta})"
                     )
     return problems
 
@@ -346,17 +353,27 @@ def _compare_weights(
 ) -> str | None:
     """The recorded verdicts applied to the stored payloads give the checkpoint's weights."""
     if set(weights) != set(replayed.after):
-        return f"checkpoint weights name {sorted(set(weights) ^ set(replayed.after))[:5]} differently from the model's parameters"
+        return (
+            f"checkpoint weights name {sorted(set(weights) ^ set(replayed.after))[:5]} "
+            "differently from the model's parameters"
+        )
     for name, theta in sorted(replayed.after.items()):
         stored = weights[name].to(theta.dtype)
         if bitwise:
             if not torch.equal(stored, theta):
-                return f"{name}: the recorded verdicts applied to the stored payloads do not give the checkpoint's weights"
+                return (
+                    f"{name}: the recorded verdicts applied to the "
+                    "stored payloads do not give the checkpoint's weights"
+                )
             continue
         update = float(torch.linalg.vector_norm((theta - replayed.before[name]).double()))
         distance = float(torch.linalg.vector_norm((stored - theta).double()))
         if distance > PARAMETER_DISTANCE_BOUND * max(update, 1e-12):
-            return f"{name}: the checkpoint's weights are {distance / max(update, 1e-12):.3g} of the step's update away from the recomputed ones (bound {PARAMETER_DISTANCE_BOUND})"
+            return (
+                f"{name}: the checkpoint's weights are "
+                f"{distance / max(update, 1e-12):.3g} of the step's update away "
+                f"from the recomputed ones (bound {PARAMETER_DISTANCE_BOUND})"
+            )
     return None
 
 

@@ -78,9 +78,17 @@ def verify_run(
         report.check(1).fail(f"the signed tree head cannot be read: {exc}")
         note = None
 
-    head = check_tree_head(report, run, note, pinned_vkey=vkey, seen_heads=seen_heads, source=source)
+    head = check_tree_head(
+        report, run, note, pinned_vkey=vkey, seen_heads=seen_heads, source=source
+    )
     cosigners = check_witnesses(
-        report, run, note, head, source, witnesses=witnesses, quorum=len(witnesses) if quorum is None else quorum
+        report,
+        run,
+        note,
+        head,
+        source,
+        witnesses=witnesses,
+        quorum=len(witnesses) if quorum is None else quorum,
     )
     check_chain(report, run, note, head)
     check_inclusion(report, run, source, head)

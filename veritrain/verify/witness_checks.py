@@ -53,7 +53,13 @@ def check_witnesses(
 
     try:
         verdict = check_quorum(
-            note, head.vkey, witnesses, quorum, head.checkpoint.size, head.checkpoint.root_hash, consistency
+            note,
+            head.vkey,
+            witnesses,
+            quorum,
+            head.checkpoint.size,
+            head.checkpoint.root_hash,
+            consistency,
         )
     except (ValueError, LedgerError, SourceError) as exc:
         result.fail(f"witness quorum: {exc}")

@@ -64,7 +64,9 @@ def check_quorum(
     try:
         checkpoint = verify_checkpoint(note_text, [log_vkey])
     except VerificationError as exc:
-        return _failed(quorum, None, (), (), f"the cosigned checkpoint is not signed by the log key: {exc}")
+        return _failed(
+            quorum, None, (), (), f"the cosigned checkpoint is not signed by the log key: {exc}"
+        )
     text, signatures = open_note(note_text)
     # 2. Each given witness's cosignature on it, verified over the exact note text.
     cosigners: list[str] = []
@@ -84,32 +86,58 @@ def check_quorum(
     size = checkpoint.size
     # 3. The cosigned tree must contain the verified one: as large, and consistent with it.
     if size < verified_size:
-        return _failed(quorum, size, names, bad,
-                       f"the cosigned checkpoint has size {size}, smaller than the verified {verified_size}")
+        return _failed(
+            quorum,
+            size,
+            names,
+            bad,
+            f"the cosigned checkpoint has size {size}, smaller than the verified {verified_size}",
+        )
     try:
         if verified_size == size:
             if checkpoint.root_hash != verified_root:
                 raise VerificationError(
-                    f"expected root {verified_root.hex()} at size {size}, got {checkpoint.root_hash.hex()}"
+                    f"expected root {verified_root.hex()} at size "
+                    f"{size}, got {checkpoint.root_hash.hex()}"
                 )
         elif verified_size > 0:
             proof = consistency(verified_size, size)
             verify_consistency(verified_size, size, proof, verified_root, checkpoint.root_hash)
     except VerificationError as exc:
-        return _failed(quorum, size, names, bad,
-                       f"the cosigned checkpoint (size {size}) does not extend the verified tree: {exc}")
+        return _failed(
+            quorum,
+            size,
+            names,
+            bad,
+            f"the cosigned checkpoint (size {size}) does not extend the verified tree: {exc}",
+        )
     # 4. C2SP signed-note: a known key's signature that fails rejects the whole note.
     if bad:
-        return _failed(quorum, size, names, bad, f"a given witness's cosignature does not verify: {bad[0]}")
+        return _failed(
+            quorum, size, names, bad, f"a given witness's cosignature does not verify: {bad[0]}"
+        )
     # 5. Enough distinct witnesses.
     if len(names) < quorum:
         who = ", ".join(names) if names else "none of them"
-        return _failed(quorum, size, names, bad,
-                       f"expected cosignatures from {quorum} of the {len(witnesses)} given witnesses "
-                       f"on size {size}, got {len(names)} ({who})")
-    return QuorumResult(ok=True, quorum=quorum, checkpoint_size=size, cosigners=names, failures=bad,
-                        detail=f"{len(names)} of {len(witnesses)} witnesses cosigned size {size} "
-                               f"(quorum {quorum}): {', '.join(names)}")
+        return _failed(
+            quorum,
+            size,
+            names,
+            bad,
+            f"expected cosignatures from {quorum} of the {len(witnesses)} given witnesses "
+            f"on size {size}, got {len(names)} ({who})",
+        )
+    return QuorumResult(
+        ok=True,
+        quorum=quorum,
+        checkpoint_size=size,
+        cosigners=names,
+        failures=bad,
+        detail=(
+            f"{len(names)} of {len(witnesses)} witnesses cosigned size {size} "
+            f"(quorum {quorum}): {', '.join(names)}"
+        ),
+    )
 
 
 def _distinct(witness_vkeys: Sequence[str]) -> list[PublicKey]:
@@ -126,7 +154,17 @@ def _distinct(witness_vkeys: Sequence[str]) -> list[PublicKey]:
 
 
 def _failed(
-    quorum: int, size: int | None, cosigners: tuple[str, ...], failures: tuple[str, ...], detail: str
+    quorum: int,
+    size: int | None,
+    cosigners: tuple[str, ...],
+    failures: tuple[str, ...],
+    detail: str,
 ) -> QuorumResult:
-    return QuorumResult(ok=False, quorum=quorum, checkpoint_size=size, cosigners=cosigners,
-                        failures=failures, detail=detail)
+    return QuorumResult(
+        ok=False,
+        quorum=quorum,
+        checkpoint_size=size,
+        cosigners=cosigners,
+        failures=failures,
+        detail=detail,
+    )

@@ -19,7 +19,10 @@ router = APIRouter(prefix="/api/v1", tags=["checkpoints"])
 @router.get(
     "/runs/{run}/steps/{t}/checkpoint",
     response_model=CheckpointInfo,
-    responses={404: {"description": "No such run or step."}, 502: {"description": "The stored manifest does not match its entry."}},
+    responses={
+        404: {"description": "No such run or step."},
+        502: {"description": "The stored manifest does not match its entry."},
+    },
     summary="Checkpoint manifest of an outer step",
     description=(
         "The manifest the step's `outer_step` entry names, fetched from the store, verified "
@@ -27,7 +30,9 @@ router = APIRouter(prefix="/api/v1", tags=["checkpoints"])
         "size and download URLs."
     ),
 )
-def get_checkpoint(run: RunPath, t: StepPath, ledger: LedgerDep, store: StoreDep, response: Response) -> CheckpointInfo:
+def get_checkpoint(
+    run: RunPath, t: StepPath, ledger: LedgerDep, store: StoreDep, response: Response
+) -> CheckpointInfo:
     ref = checkpoint_ref(ledger, run, t)
     manifest = load_manifest(store, ref)
     revision = revision_name(t)
@@ -51,4 +56,3 @@ def get_checkpoint(run: RunPath, t: StepPath, ledger: LedgerDep, store: StoreDep
         manifest=json.loads(manifest.to_json()),
         files=files,
     )
-

@@ -41,7 +41,11 @@ RESPONSES: ResponsesDoc = {
     200: {"content": {"application/octet-stream": {}}, "description": "The file."},
     206: {"description": "The requested range(s)."},
     302: {"description": "Redirect to a presigned S3 URL."},
-    404: {"description": "No such run (RepoNotFound), step (RevisionNotFound) or file (EntryNotFound)."},
+    404: {
+        "description": (
+            "No such run (RepoNotFound), step (RevisionNotFound) or file (EntryNotFound)."
+        )
+    },
     416: {"description": "No requested range overlaps the file."},
 }
 PATH = "/{run}/resolve/{revision}/{filename:path}"
@@ -66,18 +70,24 @@ def resolve(
     filename: str,
     request: Request,
     resources: ResourcesDep,
-    revision: str = Path(description="`step-000012`, `latest`, `main`, or a checkpoint's manifest root."),
+    revision: str = Path(
+        description="`step-000012`, `latest`, `main`, or a checkpoint's manifest root."
+    ),
 ) -> Response:
     found = hf_revision(resources.ledger, resources.store, resources.roots, run, revision)
     commit = {"X-Repo-Commit": found.commit}
     digest = found.files.get(filename)
     if digest is None:
         raise NotFoundError(
-            f"run {run!r} step {found.ref.step}: no file {filename!r} in the checkpoint; expected one of {sorted(found.files)}",
+            f"run {run!r} step {found.ref.step}: no file {filename!r} "
+            f"in the checkpoint; expected one of {sorted(found.files)}",
             headers=hub_error("EntryNotFound", "Entry not found") | commit,
         )
     store = resources.store
-    headers = commit | {"X-Linked-Etag": entity_tag(digest), "X-Linked-Size": str(store.size(digest))}
+    headers = commit | {
+        "X-Linked-Etag": entity_tag(digest),
+        "X-Linked-Size": str(store.size(digest)),
+    }
     # A step's files never change; "latest" moves on as the run records new steps.
     immutable = revision not in LATEST
     return object_response(
@@ -102,7 +112,12 @@ def model_info(run: str, revision: str, resources: ResourcesDep) -> JSONResponse
     """What ``huggingface_hub``'s ``repo_info`` reads: the revision's "commit" (the checkpoint's
     manifest root, which pins every file of a ``snapshot_download``) and its files."""
     found = hf_revision(resources.ledger, resources.store, resources.roots, run, revision)
-    body = {"id": run, "modelId": run, "sha": found.commit, "siblings": [{"rfilename": name} for name in sorted(found.files)]}
+    body = {
+        "id": run,
+        "modelId": run,
+        "sha": found.commit,
+        "siblings": [{"rfilename": name} for name in sorted(found.files)],
+    }
     cache = SHORT if revision in LATEST else IMMUTABLE
     return JSONResponse(body, headers={"Cache-Control": cache})
 

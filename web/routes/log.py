@@ -27,7 +27,10 @@ from web.schemas import ConsistencyProofInfo, InclusionProofInfo, ResponsesDoc
 
 router = APIRouter(prefix="/api/v1/runs/{run}/log", tags=["log"])
 
-ERRORS: ResponsesDoc = {404: {"description": "No such run."}, 400: {"description": "Index or sizes outside the log."}}
+ERRORS: ResponsesDoc = {
+    404: {"description": "No such run."},
+    400: {"description": "Index or sizes outside the log."},
+}
 
 
 @router.get(
@@ -42,7 +45,9 @@ ERRORS: ResponsesDoc = {404: {"description": "No such run."}, 400: {"description
         "Verify with `veritrain note verify --vkey VKEY FILE`."
     ),
 )
-async def get_checkpoint(run: RunPath, ledger: LedgerDep, size: SizeQuery = None) -> PlainTextResponse:
+async def get_checkpoint(
+    run: RunPath, ledger: LedgerDep, size: SizeQuery = None
+) -> PlainTextResponse:
     head = ledger.cosigned_tree_head(run, size)
     # Witnesses are only sent the newest head, so an older head's cosignatures are final;
     # the newest may still gain some.
@@ -80,7 +85,10 @@ async def get_inclusion_proof(
     response_model=ConsistencyProofInfo,
     responses=ERRORS,
     summary="Consistency proof between two tree sizes (RFC 9162 §2.1.4)",
-    description="Proof that the tree of `new` entries (default: the latest) extends the tree of `old` entries (1 <= old <= new).",
+    description=(
+        "Proof that the tree of `new` entries (default: the latest) "
+        "extends the tree of `old` entries (1 <= old <= new)."
+    ),
 )
 async def get_consistency_proof(
     run: RunPath,

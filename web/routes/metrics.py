@@ -34,8 +34,12 @@ def get_metrics(
     run: RunPath,
     resources: ResourcesDep,
     response: Response,
-    key: Annotated[list[str] | None, Query(description="Metric key, e.g. `train_loss`; repeat for several.")] = None,
-    max_points: Annotated[int | None, Query(ge=2, le=MAX_POINTS_LIMIT, description="Most points per series.")] = None,
+    key: Annotated[
+        list[str] | None, Query(description="Metric key, e.g. `train_loss`; repeat for several.")
+    ] = None,
+    max_points: Annotated[
+        int | None, Query(ge=2, le=MAX_POINTS_LIMIT, description="Most points per series.")
+    ] = None,
 ) -> MetricsResponse:
     response.headers["Cache-Control"] = SHORT
     return MetricsResponse(

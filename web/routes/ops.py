@@ -35,7 +35,9 @@ def healthz(resources: ResourcesDep) -> JSONResponse:
         store = f"error: {exc.__class__.__name__}: {exc}"
     ok = database == store == "ok"
     body = Health(status="ok" if ok else "unavailable", database=database, store=store)
-    return JSONResponse(body.model_dump(), status_code=200 if ok else 503, headers={"Cache-Control": "no-store"})
+    return JSONResponse(
+        body.model_dump(), status_code=200 if ok else 503, headers={"Cache-Control": "no-store"}
+    )
 
 
 def _database_state(resources: Resources) -> str:
@@ -48,7 +50,10 @@ def _database_state(resources: Resources) -> str:
         return f"error: {exc.__class__.__name__}"
     heads = _head_revisions()
     if revision not in heads:
-        return f"error: schema at revision {revision}, expected {', '.join(heads)}; run `veritrain db upgrade`"
+        return (
+            f"error: schema at revision {revision}, expected "
+            f"{', '.join(heads)}; run `veritrain db upgrade`"
+        )
     return "ok"
 
 
@@ -57,7 +62,12 @@ def _head_revisions() -> tuple[str, ...]:
     return db.head_revisions()
 
 
-@router.get("/metrics", response_class=Response, summary="Prometheus metrics", responses={200: {"content": {"text/plain": {}}}})
+@router.get(
+    "/metrics",
+    response_class=Response,
+    summary="Prometheus metrics",
+    responses={200: {"content": {"text/plain": {}}}},
+)
 def prometheus_metrics(resources: ResourcesDep) -> Response:
     body, content_type = resources.telemetry.exposition()
     return Response(body, media_type=content_type, headers={"Cache-Control": "no-store"})

@@ -30,7 +30,9 @@ def run_view(
     resources: ResourcesDep,
     page: Annotated[int, Query(ge=1, le=10**9)] = 1,
 ) -> Response:
-    view = run_page(resources.ledger, resources.store, resources.status, resources.series, run, page)
+    view = run_page(
+        resources.ledger, resources.store, resources.status, resources.series, run, page
+    )
     base_url = str(request.base_url).rstrip("/")
     context = {
         "view": view,

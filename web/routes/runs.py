@@ -36,7 +36,12 @@ def list_runs(ledger: LedgerDep, response: Response) -> RunList:
     return RunList(runs=[run_summary(ledger, run) for run in ledger.list_runs()])
 
 
-@router.get("/runs/{run}", response_model=RunDetail, responses=NOT_FOUND, summary="One run, its latest signed tree head and keys")
+@router.get(
+    "/runs/{run}",
+    response_model=RunDetail,
+    responses=NOT_FOUND,
+    summary="One run, its latest signed tree head and keys",
+)
 def get_run(run: RunPath, ledger: LedgerDep, response: Response) -> RunDetail:
     info = ledger.get_run(run)
     head = ledger.tree_head_at(run, info.size)
@@ -67,7 +72,9 @@ def list_entries(
     ledger: LedgerDep,
     response: Response,
     start: Annotated[int, Query(ge=0, le=MAX_INT64, description="First entry index.")] = 0,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"Entries per page, at most {MAX_PAGE}.")] = DEFAULT_PAGE,
+    limit: Annotated[
+        int, Query(ge=1, le=MAX_PAGE, description=f"Entries per page, at most {MAX_PAGE}.")
+    ] = DEFAULT_PAGE,
 ) -> EntryPage:
     size = ledger.get_run(run).size
     records = ledger.entries(run, start, limit) if start < size else []
@@ -84,7 +91,12 @@ def list_entries(
     )
 
 
-@router.get("/runs/{run}/entries/{index}", response_model=EntryInfo, responses=NOT_FOUND, summary="One entry")
+@router.get(
+    "/runs/{run}/entries/{index}",
+    response_model=EntryInfo,
+    responses=NOT_FOUND,
+    summary="One entry",
+)
 def get_entry(run: RunPath, index: IndexPath, ledger: LedgerDep, response: Response) -> EntryInfo:
     record = ledger.entry(run, index)
     response.headers["Cache-Control"] = IMMUTABLE
@@ -94,7 +106,11 @@ def get_entry(run: RunPath, index: IndexPath, ledger: LedgerDep, response: Respo
 @router.get(
     "/runs/{run}/entries/{index}/receipt",
     response_class=PlainTextResponse,
-    responses={**NOT_FOUND, **BAD_RANGE, 200: {"content": {"text/plain": {}}, "description": "C2SP tlog-proof@v1 text."}},
+    responses={
+        **NOT_FOUND,
+        **BAD_RANGE,
+        200: {"content": {"text/plain": {}}, "description": "C2SP tlog-proof@v1 text."},
+    },
     summary="Offline receipt for one entry (C2SP tlog-proof@v1)",
     description=(
         "The inclusion proof of the entry in the tree of `size` entries (default: the "
@@ -102,7 +118,9 @@ def get_entry(run: RunPath, index: IndexPath, ledger: LedgerDep, response: Respo
         "the run's log key: `veritrain note verify --vkey VKEY --entry BODY FILE`."
     ),
 )
-def get_receipt(run: RunPath, index: IndexPath, ledger: LedgerDep, size: SizeQuery = None) -> PlainTextResponse:
+def get_receipt(
+    run: RunPath, index: IndexPath, ledger: LedgerDep, size: SizeQuery = None
+) -> PlainTextResponse:
     ledger.entry(run, index)  # an entry the log does not have is 404, like /entries/{index}
     text = ledger.receipt(run, index, size)
     cache = IMMUTABLE if size is not None else SHORT

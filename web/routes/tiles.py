@@ -43,8 +43,9 @@ ERRORS: ResponsesDoc = {404: {"description": "No such run, or no such tile in th
 )
 async def get_checkpoint(run: RunPath, ledger: LedgerDep) -> PlainTextResponse:
     head = ledger.cosigned_tree_head(run)
-    return PlainTextResponse(head.note, media_type="text/plain; charset=utf-8",
-                             headers={"Cache-Control": SHORT})
+    return PlainTextResponse(
+        head.note, media_type="text/plain; charset=utf-8", headers={"Cache-Control": SHORT}
+    )
 
 
 @router.get(

@@ -70,7 +70,9 @@ def test_malformed_contribution_payload_is_a_parse_error() -> None:
     key = SigningKey.generate("cluster-1")
     payload = json.dumps({"run_id": "r", "step": 1}, separators=(",", ":"), sort_keys=True).encode()
     envelope = sign_envelope(payload, CONTRIBUTION_PAYLOAD_TYPE, [key])
-    with pytest.raises(ParseError, match="missing field\\(s\\) cluster, commitments_digest, payload_digest, stage"):
+    with pytest.raises(
+        ParseError, match="missing field\\(s\\) cluster, commitments_digest, payload_digest, stage"
+    ):
         verify_contribution(envelope, key=key.public)
 
 

@@ -31,8 +31,12 @@ def ledger_result(p99_fast: bool) -> LedgerBenchResult:
         sqlite=AppendThroughput(backend="sqlite", appends=1000, seconds=4.0),
         postgres=None,
         postgres_note="skipped: no PostgreSQL",
-        verify=VerifyTiming(entries=10_000, phases={"fetch": 1.0, "3 inclusion proofs": 12.0}, passed=True),
-        proofs=ProofLatency(clients=32, latencies_ms=latencies, errors=0, seconds=2.0, alone_ms=[3.0, 5.0]),
+        verify=VerifyTiming(
+            entries=10_000, phases={"fetch": 1.0, "3 inclusion proofs": 12.0}, passed=True
+        ),
+        proofs=ProofLatency(
+            clients=32, latencies_ms=latencies, errors=0, seconds=2.0, alone_ms=[3.0, 5.0]
+        ),
     )
 
 
@@ -55,15 +59,23 @@ def measured(seconds: float, growth_kib: int) -> Measurement:
 
 def test_storage_ratio_is_ours_over_the_baseline_and_memory_must_stay_flat() -> None:
     small, large = 8 * MiB, 64 * MiB
-    flat = Comparison(name="store_and_hash", ours={small: measured(0.1, 2048), large: measured(1.0, 3000)},
-                      baseline={small: measured(0.08, 0), large: measured(0.9, 0)})
+    flat = Comparison(
+        name="store_and_hash",
+        ours={small: measured(0.1, 2048), large: measured(1.0, 3000)},
+        baseline={small: measured(0.08, 0), large: measured(0.9, 0)},
+    )
     assert flat.ratio(large) == pytest.approx(0.9)
     assert flat.mib_per_second(large) == pytest.approx(64.0)
     assert flat.flat
-    growing = Comparison(name="s3_upload", ours={small: measured(0.1, 8 * 1024), large: measured(1.0, 64 * 1024)},
-                         baseline={small: measured(0.1, 0), large: measured(1.0, 0)})
+    growing = Comparison(
+        name="s3_upload",
+        ours={small: measured(0.1, 8 * 1024), large: measured(1.0, 64 * 1024)},
+        baseline={small: measured(0.1, 0), large: measured(1.0, 0)},
+    )
     assert not growing.flat
-    data = StorageBenchResult(sizes=(small, large), comparisons=[flat, growing], s3_note="").to_dict()
+    data = StorageBenchResult(
+        sizes=(small, large), comparisons=[flat, growing], s3_note=""
+    ).to_dict()
     assert data["targets"]["store_and_hash_ratio"]["met"]
     assert not data["targets"]["flat_memory"]["met"]
     assert data["s3_download"] == ""  # not measured in this result
@@ -71,7 +83,11 @@ def test_storage_ratio_is_ours_over_the_baseline_and_memory_must_stay_flat() -> 
 
 @pytest.mark.parametrize(
     ("fields", "message"),
-    [({"verify_entries": 2}, "at least 3 entries"), ({"clients": 0}, "client"), ({"server_workers": 0}, "server worker")],
+    [
+        ({"verify_entries": 2}, "at least 3 entries"),
+        ({"clients": 0}, "client"),
+        ({"server_workers": 0}, "server worker"),
+    ],
 )
 def test_bad_ledger_bench_settings_are_refused(fields: dict[str, int], message: str) -> None:
     with pytest.raises(BenchError, match=message):

@@ -11,11 +11,26 @@ from typer.testing import CliRunner
 from veritrain.cli.main import app
 
 runner = CliRunner()
-SMALL_RUN = ["bench", "throughput", "--preset", "tiny", "--micro-batches", "2", "--micro-batch-size", "2",
-             "--steps", "1", "--threads", "1", "--json"]
+SMALL_RUN = [
+    "bench",
+    "throughput",
+    "--preset",
+    "tiny",
+    "--micro-batches",
+    "2",
+    "--micro-batch-size",
+    "2",
+    "--steps",
+    "1",
+    "--threads",
+    "1",
+    "--json",
+]
 
 
-@pytest.mark.parametrize("extra", [[], ["--precision", "bf16", "--activation-checkpointing"]], ids=["fp32", "bf16-ckpt"])
+@pytest.mark.parametrize(
+    "extra", [[], ["--precision", "bf16", "--activation-checkpointing"]], ids=["fp32", "bf16-ckpt"]
+)
 def test_reports_tokens_per_second_mfu_and_each_stages_peak_memory(extra: list[str]) -> None:
     result = runner.invoke(app, [*SMALL_RUN, *extra])
     assert result.exit_code == 0, result.output

@@ -59,7 +59,10 @@ def test_keep_alive_requests_read_status_and_body() -> None:
 @pytest.mark.parametrize(
     ("answer", "message"),
     [
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", "Transfer-Encoding"),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            "Transfer-Encoding",
+        ),
         (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n", "no Content-Length"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: lots\r\n\r\n", "bad Content-Length"),
         (b"SMTP ready\r\n\r\n", "not an HTTP/1.x status line"),

@@ -20,7 +20,9 @@ def test_107b_at_the_papers_topology_says_what_does_not_fit() -> None:
 
 
 def test_json_plan_fits_when_given_enough_gpus() -> None:
-    result = runner.invoke(app, ["plan", "--stages", "32", "--data-parallel", "2", "--offload-outer", "--json"])
+    result = runner.invoke(
+        app, ["plan", "--stages", "32", "--data-parallel", "2", "--offload-outer", "--json"]
+    )
     assert result.exit_code == 0, result.output
     plan = json.loads(result.output)
     assert plan["fits"] is True and plan["alternatives"] == []
@@ -41,7 +43,17 @@ def test_rank_and_bits_change_the_payload() -> None:
 
 
 def test_a_run_preset_is_planned_with_its_own_dilocox_settings() -> None:
-    tiny = ["plan", "--preset", "tiny", "--stages", "2", "--data-parallel", "1", "--inner-steps", "25"]
+    tiny = [
+        "plan",
+        "--preset",
+        "tiny",
+        "--stages",
+        "2",
+        "--data-parallel",
+        "1",
+        "--inner-steps",
+        "25",
+    ]
     result = runner.invoke(app, tiny)
     assert result.exit_code == 0, result.output
     assert "DiLoCoX (rank 28, int2, 1-D int8)" in result.output  # the tiny preset's settings
@@ -52,15 +64,36 @@ def test_a_run_preset_is_planned_with_its_own_dilocox_settings() -> None:
 
 
 def test_held_trainer_plans_what_the_trainer_holds_and_refuses_offload() -> None:
-    result = runner.invoke(app, ["plan", "--preset", "small", "--stages", "2", "--data-parallel", "2", "--held", "trainer",
-                                 "--precision", "fp32", "--json"])
+    result = runner.invoke(
+        app,
+        [
+            "plan",
+            "--preset",
+            "small",
+            "--stages",
+            "2",
+            "--data-parallel",
+            "2",
+            "--held",
+            "trainer",
+            "--precision",
+            "fp32",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     plan = json.loads(result.output)
     assert plan["held"] == "trainer"
     items = {item["name"]: item["bytes"] for item in plan["stages"][0]["items"]}
     parameters = plan["stages"][0]["parameters"]
     # No sharding over D: every replica holds its stage's fp32 weights, gradients and both moments.
-    assert (items["weights"], items["gradients"], items["inner AdamW state"]) == (4 * parameters, 4 * parameters, 8 * parameters)
+    assert (items["weights"], items["gradients"], items["inner AdamW state"]) == (
+        4 * parameters,
+        4 * parameters,
+        8 * parameters,
+    )
     assert items["headroom"] == 0
-    refused = runner.invoke(app, ["plan", "--preset", "small", "--stages", "2", "--held", "trainer", "--offload-outer"])
+    refused = runner.invoke(
+        app, ["plan", "--preset", "small", "--stages", "2", "--held", "trainer", "--offload-outer"]
+    )
     assert refused.exit_code != 0

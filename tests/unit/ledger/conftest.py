@@ -42,4 +42,3 @@ def engine(migrated_template: Path, tmp_path: Path) -> Iterator[Engine]:
 @pytest.fixture
 def ledger(engine: Engine, log_keys: InMemoryLogKeys) -> Ledger:
     return Ledger(engine, origin=ORIGIN, log_keys=log_keys, clock=StepClock())
-

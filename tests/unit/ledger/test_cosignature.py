@@ -42,7 +42,9 @@ def witness() -> SigningKey:
 @pytest.fixture
 def checkpoint_note() -> str:
     log = SigningKey.generate("example.com/log")
-    return sign_checkpoint(Checkpoint(origin="example.com/log", size=7, root_hash=b"\x11" * 32), log)
+    return sign_checkpoint(
+        Checkpoint(origin="example.com/log", size=7, root_hash=b"\x11" * 32), log
+    )
 
 
 def test_the_spec_example_line_carries_key_id_timestamp_and_a_64_byte_signature() -> None:
@@ -71,10 +73,14 @@ def test_a_witness_key_id_hashes_type_0x04_and_its_vkey_says_so(witness: Signing
     assert base64.b64decode(blob) == b"\x04" + raw
     assert PublicKey.from_vkey(public.vkey, signature_type=COSIGNATURE_V1_ALGORITHM) == public
     # The private key string round-trips with its type.
-    assert SigningKey.from_skey(witness.skey, signature_type=COSIGNATURE_V1_ALGORITHM).public == public
+    assert (
+        SigningKey.from_skey(witness.skey, signature_type=COSIGNATURE_V1_ALGORITHM).public == public
+    )
 
 
-def test_a_witness_key_is_refused_where_a_note_key_is_expected_and_vice_versa(witness: SigningKey) -> None:
+def test_a_witness_key_is_refused_where_a_note_key_is_expected_and_vice_versa(
+    witness: SigningKey,
+) -> None:
     with pytest.raises(KeyFormatError, match=r"expected signature type 0x01 \(Ed25519\), got 0x04"):
         PublicKey.from_vkey(witness.public.vkey)
     with pytest.raises(VerificationError, match="bad verifier key"):
@@ -98,7 +104,9 @@ def test_a_cosignature_verifies_over_the_exact_text_time_and_key(
     altered = text.replace("\n7\n", "\n8\n")
     with pytest.raises(VerificationError, match="does not verify"):
         verify_cosignature(altered, cosignature, witness.public)
-    later = Cosignature(cosignature.name, cosignature.key_id, cosignature.timestamp + 1, cosignature.signature)
+    later = Cosignature(
+        cosignature.name, cosignature.key_id, cosignature.timestamp + 1, cosignature.signature
+    )
     with pytest.raises(VerificationError, match="does not verify"):
         verify_cosignature(text, later, witness.public)
     other = SigningKey.generate("witness.example/w1", signature_type=COSIGNATURE_V1_ALGORITHM)
@@ -141,7 +149,9 @@ def test_a_log_checkpoint_with_cosignatures_verifies_under_the_log_key(
     witness: SigningKey,
 ) -> None:
     log = SigningKey.generate("example.com/log")
-    note = sign_checkpoint(Checkpoint(origin="example.com/log", size=3, root_hash=b"\x22" * 32), log)
+    note = sign_checkpoint(
+        Checkpoint(origin="example.com/log", size=3, root_hash=b"\x22" * 32), log
+    )
     text, _ = open_note(note)
     cosigned = note + cosign(text, witness, 5).line()
     assert verify_checkpoint(cosigned, [log.public.vkey]).size == 3

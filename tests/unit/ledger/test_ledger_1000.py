@@ -97,7 +97,9 @@ def test_every_inclusion_proof_verifies(ledger: Ledger, big_run: BigRun) -> None
 
 
 def test_the_batch_of_all_proofs_equals_the_proofs_one_by_one(ledger: Ledger) -> None:
-    leaves = [e.leaf_hash for start in range(0, SIZE, 1000) for e in ledger.entries("big", start, 1000)]
+    leaves = [
+        e.leaf_hash for start in range(0, SIZE, 1000) for e in ledger.entries("big", start, 1000)
+    ]
     for size in (1, 2, 7, 64, 333, SIZE):
         batch = ledger.inclusion_proofs("big", size)
         assert [p.index for p in batch] == list(range(size))

@@ -139,7 +139,9 @@ def test_an_outer_step_can_be_recorded_only_once(ledger: Ledger) -> None:
     with pytest.raises(DuplicateStepError, match="already recorded outer step 1"):
         ledger.append("r1", "outer_step", {"t": 1, "resumed": True}, step=1)
     assert ledger.get_run("r1").size == 3
-    assert [e.payload for e in ledger.entries("r1", 0, 10) if e.step == 1] == [{"t": 1, "metrics": {"loss": 1.0}}]
+    assert [e.payload for e in ledger.entries("r1", 0, 10) if e.step == 1] == [
+        {"t": 1, "metrics": {"loss": 1.0}}
+    ]
 
 
 def test_nothing_can_be_appended_after_run_final(ledger: Ledger) -> None:

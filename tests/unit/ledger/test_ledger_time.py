@@ -13,14 +13,25 @@ from ledger.keyring import InMemoryLogKeys
 from ledger.service import Ledger
 
 
-def test_entries_are_recorded_strictly_after_each_other_even_when_the_clock_steps_back(tmp_path: Path) -> None:
+def test_entries_are_recorded_strictly_after_each_other_even_when_the_clock_steps_back(
+    tmp_path: Path,
+) -> None:
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     upgrade(url)
     start = datetime(2026, 6, 1, tzinfo=UTC)
-    readings = iter([start, start - timedelta(hours=1), start - timedelta(hours=1), start + timedelta(seconds=5)])
+    readings = iter(
+        [
+            start,
+            start - timedelta(hours=1),
+            start - timedelta(hours=1),
+            start + timedelta(seconds=5),
+        ]
+    )
     engine = create_engine(url)
     try:
-        ledger = Ledger(engine, origin=ORIGIN, log_keys=InMemoryLogKeys(), clock=lambda: next(readings))
+        ledger = Ledger(
+            engine, origin=ORIGIN, log_keys=InMemoryLogKeys(), clock=lambda: next(readings)
+        )
         ledger.create_run("r1", {})
         ledger.append("r1", "data.manifest", {})
         ledger.append("r1", "outer_step", {}, step=0)
@@ -29,4 +40,9 @@ def test_entries_are_recorded_strictly_after_each_other_even_when_the_clock_step
     finally:
         engine.dispose()
 
-    assert times == [start, start + timedelta(microseconds=1), start + timedelta(microseconds=2), start + timedelta(seconds=5)]
+    assert times == [
+        start,
+        start + timedelta(microseconds=1),
+        start + timedelta(microseconds=2),
+        start + timedelta(seconds=5),
+    ]

@@ -47,7 +47,8 @@ def test_the_spec_example_of_a_tree_of_256() -> None:
 
 
 @pytest.mark.parametrize(
-    ("index", "path"), [(0, "000"), (5, "005"), (999, "999"), (1000, "x001/000"), (1234067, "x001/x234/067")]
+    ("index", "path"),
+    [(0, "000"), (5, "005"), (999, "999"), (1000, "x001/000"), (1234067, "x001/x234/067")],
 )
 def test_index_encoding(index: int, path: str) -> None:
     assert encode_index(index) == path
@@ -55,14 +56,22 @@ def test_index_encoding(index: int, path: str) -> None:
 
 
 def test_paths_round_trip() -> None:
-    for tile in (Tile(level=None, index=3, width=17), Tile(level=63, index=10**9), Tile(level=2, index=0, width=1)):
+    for tile in (
+        Tile(level=None, index=3, width=17),
+        Tile(level=63, index=10**9),
+        Tile(level=2, index=0, width=1),
+    ):
         assert parse_tile_path(tile.path().removeprefix("tile/")) == tile
 
 
 def test_a_tile_is_available_once_the_tree_covers_it() -> None:
     check_available(Tile(level=0, index=1, width=44), 300)
     check_available(Tile(level=0, index=1, width=10), 300)  # an earlier checkpoint's partial tile
-    for tile in (Tile(level=0, index=1), Tile(level=0, index=1, width=45), Tile(level=1, index=0, width=2)):
+    for tile in (
+        Tile(level=0, index=1),
+        Tile(level=0, index=1, width=45),
+        Tile(level=1, index=0, width=2),
+    ):
         with pytest.raises(TileNotFoundError, match="in a log of 300 entries"):
             check_available(tile, 300)
 

@@ -44,7 +44,9 @@ def witness_key() -> SigningKey:
     return SigningKey.generate("witness.test/w1", signature_type=COSIGNATURE_V1_ALGORITHM)
 
 
-def open_witness(url: str, key: SigningKey, log: SmallLog, clock: float = 1_800_000_000.0) -> Witness:
+def open_witness(
+    url: str, key: SigningKey, log: SmallLog, clock: float = 1_800_000_000.0
+) -> Witness:
     return Witness(create_engine(url), key, TrustedLogs([log.vkey]), clock=lambda: clock)
 
 
@@ -59,7 +61,10 @@ def test_a_cosignature_covers_the_submitted_checkpoint_and_carries_the_witness_c
     [found] = cosignatures_in(note + lines, [witness_key.public])
     assert found.cosignature.timestamp == 1_800_000_123
     stored = witness.latest(log.origin)
-    assert stored is not None and (stored.size, stored.root_hash) == (6, log.ledger.latest_tree_head(log.run_id).root_hash)
+    assert stored is not None and (stored.size, stored.root_hash) == (
+        6,
+        log.ledger.latest_tree_head(log.run_id).root_hash,
+    )
     # The monitoring view holds the log's signature and the cosignature.
     _, signatures = open_note(stored.note)
     assert [s.name for s in signatures] == [log.origin, witness_key.name]

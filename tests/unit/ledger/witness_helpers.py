@@ -43,10 +43,16 @@ class SmallLog:
 
     def grow(self, count: int) -> None:
         for i in range(count):
-            self.ledger.append(self.run_id, "note", {"i": i, "at": self.ledger.get_run(self.run_id).size})
+            self.ledger.append(
+                self.run_id, "note", {"i": i, "at": self.ledger.get_run(self.run_id).size}
+            )
 
     def note(self, size: int | None = None) -> str:
-        head = self.ledger.latest_tree_head(self.run_id) if size is None else self.ledger.tree_head_at(self.run_id, size)
+        head = (
+            self.ledger.latest_tree_head(self.run_id)
+            if size is None
+            else self.ledger.tree_head_at(self.run_id, size)
+        )
         return head.note
 
     def proof(self, old: int, new: int) -> list[bytes]:

@@ -46,20 +46,74 @@ _DELETE = object()
 
 MALFORMED = [
     # (kind, field path, new value, what the error names, what it says was expected)
-    ("outer_step", "checkpoint.manifest_root", _DELETE, "field checkpoint.manifest_root", "a value, got nothing"),
-    ("outer_step", "checkpoint.manifest_root", 12, "field checkpoint.manifest_root", "64-digit lowercase hex"),
+    (
+        "outer_step",
+        "checkpoint.manifest_root",
+        _DELETE,
+        "field checkpoint.manifest_root",
+        "a value, got nothing",
+    ),
+    (
+        "outer_step",
+        "checkpoint.manifest_root",
+        12,
+        "field checkpoint.manifest_root",
+        "64-digit lowercase hex",
+    ),
     ("outer_step", "step", True, "field step", "an integer, got True"),
     ("outer_step", "step", -1, "field step", "an integer >= 0"),
-    ("outer_step", "metrics.eval_loss", None, "field metrics.eval_loss", "a finite number, got None"),
+    (
+        "outer_step",
+        "metrics.eval_loss",
+        None,
+        "field metrics.eval_loss",
+        "a finite number, got None",
+    ),
     ("outer_step", "applied.0.round", "2", "field applied[0].round", "an integer, got '2'"),
-    ("outer_step", "data_ranges.0.shards", [[5, 3]], "field data_ranges[0].shards[0]", "sorted, disjoint"),
+    (
+        "outer_step",
+        "data_ranges.0.shards",
+        [[5, 3]],
+        "field data_ranges[0].shards[0]",
+        "sorted, disjoint",
+    ),
     ("outer_step", "surprise", 1, "entry 3 (outer_step)", "only the fields of the format"),
-    ("outer_step", "schema", "veritrain/outer_step/v0", "field schema", "'veritrain/outer_step/v1'"),
+    (
+        "outer_step",
+        "schema",
+        "veritrain/outer_step/v0",
+        "field schema",
+        "'veritrain/outer_step/v1'",
+    ),
     ("run.genesis", "keys.clusters", [], "field keys.clusters", "the keys of every cluster (2)"),
-    ("run.genesis", "keys.clusters.1.cluster", 0, "field keys.clusters[1].cluster", "1 (clusters in order)"),
-    ("run.genesis", "verification_policy.mode", "lenient", "field verification_policy.mode", "'bitwise', 'tolerance'"),
-    ("run.genesis", "tee.launch_measurement", "00", "field tee.launch_measurement", "96 lowercase hex digits"),
-    ("data.manifest", "manifest.shards.1.index", 7, "field manifest.shards[1].index", "1 (shards in stream order)"),
+    (
+        "run.genesis",
+        "keys.clusters.1.cluster",
+        0,
+        "field keys.clusters[1].cluster",
+        "1 (clusters in order)",
+    ),
+    (
+        "run.genesis",
+        "verification_policy.mode",
+        "lenient",
+        "field verification_policy.mode",
+        "'bitwise', 'tolerance'",
+    ),
+    (
+        "run.genesis",
+        "tee.launch_measurement",
+        "00",
+        "field tee.launch_measurement",
+        "96 lowercase hex digits",
+    ),
+    (
+        "data.manifest",
+        "manifest.shards.1.index",
+        7,
+        "field manifest.shards[1].index",
+        "1 (shards in stream order)",
+    ),
     ("run.final", "final_metrics", [], "field final_metrics", "a JSON object of numbers"),
 ]
 
@@ -83,8 +137,17 @@ def test_an_unknown_kind_is_a_record_error() -> None:
 
 def test_shards_read_is_the_union_of_the_ranges_runs() -> None:
     ranges = [
-        DataRange(cluster=0, first_inner_step=0, inner_steps=1, sequences=1, tokens=1, shards=((0, 2), (5, 5))),
-        DataRange(cluster=1, first_inner_step=0, inner_steps=1, sequences=1, tokens=1, shards=((2, 3),)),
+        DataRange(
+            cluster=0,
+            first_inner_step=0,
+            inner_steps=1,
+            sequences=1,
+            tokens=1,
+            shards=((0, 2), (5, 5)),
+        ),
+        DataRange(
+            cluster=1, first_inner_step=0, inner_steps=1, sequences=1, tokens=1, shards=((2, 3),)
+        ),
     ]
     assert shards_read(ranges) == [0, 1, 2, 3, 5]
     assert shard_runs([5, 0, 1, 2, 3]) == ((0, 3), (5, 5))

@@ -15,8 +15,13 @@ from trainer.outer import OuterConfig
 from trainer.outer.accounting import allreduce_bytes_per_outer_step
 
 TINY = ModelConfig(
-    vocab_size=256, context=16, num_hidden_layers=1, hidden_size=32, intermediate_size=96,
-    num_attention_heads=2, num_key_value_heads=2,
+    vocab_size=256,
+    context=16,
+    num_hidden_layers=1,
+    hidden_size=32,
+    intermediate_size=96,
+    num_attention_heads=2,
+    num_key_value_heads=2,
 )
 
 

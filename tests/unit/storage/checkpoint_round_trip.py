@@ -28,14 +28,23 @@ from storage.checkpoint import (
 )
 from trainer.model import CausalLM, ModelConfig, language_model_loss
 
-CONFIG = ModelConfig(vocab_size=64, context=16, num_hidden_layers=2, hidden_size=32,
-                     intermediate_size=64, num_attention_heads=2, num_key_value_heads=2)
+CONFIG = ModelConfig(
+    vocab_size=64,
+    context=16,
+    num_hidden_layers=2,
+    hidden_size=32,
+    intermediate_size=64,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+)
 OPTIMIZER_FILE = "optimizer-inner.safetensors"
 ERROR_FEEDBACK_FILE = "error-feedback.safetensors"
 TRAINER_STATE = "trainer_state.json"
 
 
-def model_shards(weights: Mapping[str, torch.Tensor], max_shard_bytes: int) -> dict[str, dict[str, torch.Tensor]]:
+def model_shards(
+    weights: Mapping[str, torch.Tensor], max_shard_bytes: int
+) -> dict[str, dict[str, torch.Tensor]]:
     """``weights`` cut, in order, into Hugging Face shards of at most ``max_shard_bytes`` tensor
     bytes (a larger tensor gets a shard of its own), as pipeline stages each hold a part."""
     parts: list[dict[str, torch.Tensor]] = [{}]
@@ -46,7 +55,10 @@ def model_shards(weights: Mapping[str, torch.Tensor], max_shard_bytes: int) -> d
             used = 0
         parts[-1][name] = weights[name]
         used += size
-    return {f"model-{i:05d}-of-{len(parts):05d}.safetensors": part for i, part in enumerate(parts, start=1)}
+    return {
+        f"model-{i:05d}-of-{len(parts):05d}.safetensors": part
+        for i, part in enumerate(parts, start=1)
+    }
 
 
 def write_checkpoint(
@@ -59,8 +71,14 @@ def write_checkpoint(
 ) -> Manifest:
     """A whole checkpoint in one directory, written with the calls the recorder makes."""
     shards = model_shards(model, max_shard_bytes)
-    digests = write_files(directory, tensor_files={**shards, **tensor_files}, json_files={TRAINER_STATE: trainer_state})
-    digests |= write_model_index(directory, {name: tensor_nbytes(part) for name, part in shards.items()})
+    digests = write_files(
+        directory,
+        tensor_files={**shards, **tensor_files},
+        json_files={TRAINER_STATE: trainer_state},
+    )
+    digests |= write_model_index(
+        directory, {name: tensor_nbytes(part) for name, part in shards.items()}
+    )
     return Manifest.from_digests(digests)
 
 
@@ -90,7 +108,11 @@ class TrainedState:
     def optimizer_tensors(self) -> dict[str, torch.Tensor]:
         """AdamW state as ``<param index>.<key>``: the flat names a safetensors file holds."""
         state = self.optimizer.state_dict()["state"]
-        return {f"{index}.{key}": value for index, entry in state.items() for key, value in entry.items()}
+        return {
+            f"{index}.{key}": value
+            for index, entry in state.items()
+            for key, value in entry.items()
+        }
 
 
 def trained_state() -> TrainedState:
@@ -120,12 +142,17 @@ def write_trained_checkpoint(state: TrainedState, directory: Path, shards: int =
         directory,
         model=weights,
         trainer_state=state.trainer_state,
-        tensor_files={OPTIMIZER_FILE: state.optimizer_tensors(), ERROR_FEEDBACK_FILE: state.error_feedback},
+        tensor_files={
+            OPTIMIZER_FILE: state.optimizer_tensors(),
+            ERROR_FEEDBACK_FILE: state.error_feedback,
+        },
         max_shard_bytes=sum(tensor_nbytes(weights).values()) // shards + 1,
     )
 
 
-def assert_bit_identical(actual: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]) -> None:
+def assert_bit_identical(
+    actual: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]
+) -> None:
     assert sorted(actual) == sorted(expected)
     for name, want in expected.items():
         got = actual[name]

@@ -68,7 +68,9 @@ def failing_source(chunks: int) -> Iterator[bytes]:
 class StoreContract:
     # --- writing ------------------------------------------------------------------------
 
-    def test_put_bytes_returns_the_sha256_and_the_object_reads_back(self, store: ObjectStore) -> None:
+    def test_put_bytes_returns_the_sha256_and_the_object_reads_back(
+        self, store: ObjectStore
+    ) -> None:
         digest = store.put_bytes(DATA)
 
         assert digest == sha256(DATA)
@@ -145,7 +147,9 @@ class StoreContract:
     # --- digests ------------------------------------------------------------------------
 
     @pytest.mark.parametrize("bad", BAD_DIGESTS)
-    def test_malformed_digests_are_refused_before_any_lookup(self, store: ObjectStore, bad: str) -> None:
+    def test_malformed_digests_are_refused_before_any_lookup(
+        self, store: ObjectStore, bad: str
+    ) -> None:
         calls: list[Callable[[], object]] = [
             lambda: store.exists(bad),
             lambda: store.size(bad),
@@ -203,7 +207,9 @@ class StoreContract:
         assert reader.object_size == len(DATA)
 
     @pytest.mark.parametrize(("start", "end"), [(-1, None), (5, 3), (len(DATA) + 1, None)])
-    def test_impossible_ranges_are_refused(self, store: ObjectStore, start: int, end: int | None) -> None:
+    def test_impossible_ranges_are_refused(
+        self, store: ObjectStore, start: int, end: int | None
+    ) -> None:
         digest = store.put_bytes(DATA)
 
         with pytest.raises(InvalidRangeError):
@@ -249,7 +255,9 @@ class StoreContract:
         with pytest.raises(IntegrityError):
             store.verify(digest)
 
-    def test_a_ranged_read_cannot_detect_corruption(self, store: ObjectStore, tamper: Tamper) -> None:
+    def test_a_ranged_read_cannot_detect_corruption(
+        self, store: ObjectStore, tamper: Tamper
+    ) -> None:
         # The documented limit: a slice has no digest of its own to check against.
         digest = store.put_bytes(DATA)
         tamper(digest, DATA.upper())

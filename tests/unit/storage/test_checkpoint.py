@@ -107,7 +107,9 @@ def test_checkpoint_files_are_written_once(tmp_path: Path) -> None:
     assert json.loads((tmp_path / TRAINER_STATE).read_text()) == {"step": 0}
 
 
-@pytest.mark.parametrize("name", ["../escape.safetensors", "a/b.safetensors", ".hidden.safetensors", "x.bin"])
+@pytest.mark.parametrize(
+    "name", ["../escape.safetensors", "a/b.safetensors", ".hidden.safetensors", "x.bin"]
+)
 def test_unsafe_or_foreign_file_names_are_refused(tmp_path: Path, name: str) -> None:
     with pytest.raises(CheckpointError):
         write_files(tmp_path, tensor_files={name: {"t": torch.zeros(1)}})
@@ -140,7 +142,10 @@ def test_ranks_upload_their_own_files_and_the_coordinator_stores_the_manifest(
         rank_dir = tmp_path / f"rank{rank}"
         written = write_files(
             rank_dir,
-            tensor_files={shard: part, f"optimizer-outer-stage{rank}.safetensors": {"m": torch.ones(2)}},
+            tensor_files={
+                shard: part,
+                f"optimizer-outer-stage{rank}.safetensors": {"m": torch.ones(2)},
+            },
         )
         upload_files(store, rank_dir, written)
         digests |= written
@@ -180,7 +185,9 @@ def test_a_directory_that_does_not_match_its_manifest_is_refused(tmp_path: Path)
         manifest.verify_directory(tmp_path)
 
 
-def test_a_tampered_file_in_the_store_is_never_given_its_name(store: LocalStore, tmp_path: Path) -> None:
+def test_a_tampered_file_in_the_store_is_never_given_its_name(
+    store: LocalStore, tmp_path: Path
+) -> None:
     manifest = write_trained_checkpoint(trained_state(), tmp_path / "written")
     manifest_digest = upload_checkpoint(store, tmp_path / "written", manifest)
     victim = store.path_for(manifest.digests[ERROR_FEEDBACK_FILE])

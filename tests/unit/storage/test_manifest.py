@@ -28,13 +28,16 @@ def test_the_root_hashes_the_raw_digests_in_name_order() -> None:
 def test_the_json_is_canonical_and_names_the_files_serialization() -> None:
     manifest = Manifest.from_digests({"b.json": B, "a.json": A})
 
-    assert manifest.to_json() == (
-        '{"resources":['
-        f'{{"algorithm":"sha256","digest":"{A}","name":"a.json"}},'
-        f'{{"algorithm":"sha256","digest":"{B}","name":"b.json"}}],'
-        f'"root":"{manifest.root}",'
-        '"serialization":{"allow_symlinks":false,"hash_type":"sha256","method":"files"}}'
-    ).encode()
+    assert (
+        manifest.to_json()
+        == (
+            '{"resources":['
+            f'{{"algorithm":"sha256","digest":"{A}","name":"a.json"}},'
+            f'{{"algorithm":"sha256","digest":"{B}","name":"b.json"}}],'
+            f'"root":"{manifest.root}",'
+            '"serialization":{"allow_symlinks":false,"hash_type":"sha256","method":"files"}}'
+        ).encode()
+    )
     assert Manifest.from_json(manifest.to_json()) == manifest
 
 
@@ -51,12 +54,34 @@ def _document(**changes: object) -> bytes:
         (b"[]", "manifest keys"),
         (_document(extra=1), "manifest keys"),
         (_document(root="00" * 32), "root"),
-        (_document(serialization={"method": "shards", "hash_type": "sha256", "allow_symlinks": False}), "serialization"),
-        (_document(resources=[{"name": "b.json", "algorithm": "sha256", "digest": B}, {"name": "a.json", "algorithm": "sha256", "digest": A}]), "sorted"),
-        (_document(resources=[{"name": "a.json", "algorithm": "sha256", "digest": A}] * 2), "unique"),
-        (_document(resources=[{"name": "../a.json", "algorithm": "sha256", "digest": A}]), "flat file name"),
+        (
+            _document(
+                serialization={"method": "shards", "hash_type": "sha256", "allow_symlinks": False}
+            ),
+            "serialization",
+        ),
+        (
+            _document(
+                resources=[
+                    {"name": "b.json", "algorithm": "sha256", "digest": B},
+                    {"name": "a.json", "algorithm": "sha256", "digest": A},
+                ]
+            ),
+            "sorted",
+        ),
+        (
+            _document(resources=[{"name": "a.json", "algorithm": "sha256", "digest": A}] * 2),
+            "unique",
+        ),
+        (
+            _document(resources=[{"name": "../a.json", "algorithm": "sha256", "digest": A}]),
+            "flat file name",
+        ),
         (_document(resources=[{"name": "a.json", "algorithm": "md5", "digest": A}]), "algorithm"),
-        (_document(resources=[{"name": "a.json", "algorithm": "sha256", "digest": "xyz"}]), "64 lowercase hex"),
+        (
+            _document(resources=[{"name": "a.json", "algorithm": "sha256", "digest": "xyz"}]),
+            "64 lowercase hex",
+        ),
         (_document(resources=[{"name": "a.json", "digest": A}]), "resources"),
     ],
 )
@@ -65,7 +90,9 @@ def test_malformed_manifests_are_refused(data: bytes, complaint: str) -> None:
         Manifest.from_json(data)
 
 
-@pytest.mark.parametrize("name", ["", ".", "..", "../x", "a/b", "a\\b", ".hidden", "a..b", "é.json", "x" * 256])
+@pytest.mark.parametrize(
+    "name", ["", ".", "..", "../x", "a/b", "a\\b", ".hidden", "a..b", "é.json", "x" * 256]
+)
 def test_file_names_must_be_flat_and_safe(name: str) -> None:
     with pytest.raises(CheckpointError, match="flat file name"):
         Manifest((ManifestEntry(name, A),))

@@ -39,7 +39,12 @@ def test_every_dtype_and_shape_comes_back_bit_exactly(tmp_path: Path) -> None:
 
 def test_tied_and_strided_tensors_are_written_as_their_own_bytes(tmp_path: Path) -> None:
     weight = torch.randn(4, 6)
-    tensors = {"embed.weight": weight, "head.weight": weight, "transposed": weight.t(), "row": weight[1]}
+    tensors = {
+        "embed.weight": weight,
+        "head.weight": weight,
+        "transposed": weight.t(),
+        "row": weight[1],
+    }
 
     save_tensors(tmp_path / "t.safetensors", tensors)
     loaded = load_file(tmp_path / "t.safetensors")
@@ -49,7 +54,9 @@ def test_tied_and_strided_tensors_are_written_as_their_own_bytes(tmp_path: Path)
 
 
 @pytest.mark.parametrize(("name", "value"), [("", torch.ones(1)), ("lr", 0.1)])
-def test_what_safetensors_cannot_hold_is_refused_by_name(tmp_path: Path, name: str, value: object) -> None:
+def test_what_safetensors_cannot_hold_is_refused_by_name(
+    tmp_path: Path, name: str, value: object
+) -> None:
     with pytest.raises(CheckpointError, match="expected"):
         save_tensors(tmp_path / "t.safetensors", {name: value})  # type: ignore[dict-item]
     assert not (tmp_path / "t.safetensors").exists()

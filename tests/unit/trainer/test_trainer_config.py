@@ -29,7 +29,8 @@ def test_config_round_trips_through_json() -> None:
 def test_toml_file_sets_nested_fields_and_outer_kind_follows_method(tmp_path: Path) -> None:
     path = tmp_path / "run.toml"
     path.write_text(
-        'method = "dilocox"\nclusters = 3\n[model]\nnum_hidden_layers = 2\nhidden_size = 32\n[outer]\nrank = 4\nmin_rank = 2\n'
+        'method = "dilocox"\nclusters = 3\n[model]\nnum_hidden_layers '
+        "= 2\nhidden_size = 32\n[outer]\nrank = 4\nmin_rank = 2\n"
     )
     config = load_config_file(path)
     assert (config.clusters, config.model.num_hidden_layers, config.outer.rank) == (3, 2, 4)
@@ -61,12 +62,16 @@ def test_invalid_values_name_the_field(changes: dict[str, object], field: str) -
 def test_outer_kind_must_match_the_method() -> None:
     config = run_preset("tiny")
     with pytest.raises(ConfigError, match=r"outer\.kind must equal method"):
-        TrainConfig.from_dict({**config.to_dict(), "method": "dilocox", "outer": {"kind": "diloco"}})
+        TrainConfig.from_dict(
+            {**config.to_dict(), "method": "dilocox", "outer": {"kind": "diloco"}}
+        )
 
 
 def test_poison_must_fit_the_run() -> None:
     with pytest.raises(ConfigError, match="poison_for_testing"):
-        TrainConfig(clusters=2, outer_steps=3, poison_for_testing=PoisonForTesting(cluster=2, step=1))
+        TrainConfig(
+            clusters=2, outer_steps=3, poison_for_testing=PoisonForTesting(cluster=2, step=1)
+        )
     with pytest.raises(ConfigError, match="'allreduce'"):
         TrainConfig(method="allreduce", poison_for_testing=PoisonForTesting(cluster=0, step=0))
 

@@ -28,7 +28,9 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[DataManifest, Dire
     return prepared.manifest, prepared.source
 
 
-def rule_for(manifest: DataManifest, *, clusters: int = 2, batch: int = 4, seed: int = 0) -> AssignmentRule:
+def rule_for(
+    manifest: DataManifest, *, clusters: int = 2, batch: int = 4, seed: int = 0
+) -> AssignmentRule:
     return AssignmentRule(
         context=32,
         sequences_per_step=batch,
@@ -40,7 +42,9 @@ def rule_for(manifest: DataManifest, *, clusters: int = 2, batch: int = 4, seed:
     )
 
 
-def test_stdlib_corpus_is_identical_when_built_twice(corpus: tuple[DataManifest, DirectoryShardSource], tmp_path: Path) -> None:
+def test_stdlib_corpus_is_identical_when_built_twice(
+    corpus: tuple[DataManifest, DirectoryShardSource], tmp_path: Path
+) -> None:
     again = prepare_data(SMALL, tmp_path).manifest
     assert again.to_payload() == corpus[0].to_payload()
     assert again.corpus["kind"] == "python-stdlib"
@@ -48,14 +52,18 @@ def test_stdlib_corpus_is_identical_when_built_twice(corpus: tuple[DataManifest,
     assert all(s.license == "PSF-2.0" and s.uri.startswith("python-stdlib:") for s in again.sources)
 
 
-def test_sources_are_a_sorted_prefix_within_the_byte_budget(corpus: tuple[DataManifest, DirectoryShardSource]) -> None:
+def test_sources_are_a_sorted_prefix_within_the_byte_budget(
+    corpus: tuple[DataManifest, DirectoryShardSource],
+) -> None:
     manifest, _ = corpus
     names = [s.uri.rsplit("/", 1)[1] for s in manifest.sources]
     assert names == sorted(names)
     assert sum(s.bytes for s in manifest.sources) <= SMALL.stdlib_max_bytes
 
 
-def test_a_shard_can_be_hashed_and_read_without_our_code(corpus: tuple[DataManifest, DirectoryShardSource]) -> None:
+def test_a_shard_can_be_hashed_and_read_without_our_code(
+    corpus: tuple[DataManifest, DirectoryShardSource],
+) -> None:
     manifest, source = corpus
     shard = manifest.shards[0]
     path = source.directory / shard_file_name(shard.sha256)
@@ -66,7 +74,9 @@ def test_a_shard_can_be_hashed_and_read_without_our_code(corpus: tuple[DataManif
     assert bytes(tokens[:200].astype(np.uint8)) == first_file.read_bytes()[:200]
 
 
-def test_manifest_round_trips_through_json(corpus: tuple[DataManifest, DirectoryShardSource]) -> None:
+def test_manifest_round_trips_through_json(
+    corpus: tuple[DataManifest, DirectoryShardSource],
+) -> None:
     manifest = corpus[0].with_assignment(rule_for(corpus[0]).to_dict())
     data = json.loads(json.dumps(manifest.to_payload()))
     assert DataManifest.from_payload(data) == manifest
@@ -74,7 +84,9 @@ def test_manifest_round_trips_through_json(corpus: tuple[DataManifest, Directory
     assert {s["split"] for s in data["shards"]} == {"train", "eval"}
 
 
-def test_training_never_reads_a_held_out_shard(corpus: tuple[DataManifest, DirectoryShardSource]) -> None:
+def test_training_never_reads_a_held_out_shard(
+    corpus: tuple[DataManifest, DirectoryShardSource],
+) -> None:
     manifest = corpus[0]
     rule = rule_for(manifest)
     held_out = set(manifest.eval_shards)
@@ -83,7 +95,9 @@ def test_training_never_reads_a_held_out_shard(corpus: tuple[DataManifest, Direc
     assert not read & held_out
 
 
-def test_each_epoch_is_a_permutation_of_all_windows(corpus: tuple[DataManifest, DirectoryShardSource]) -> None:
+def test_each_epoch_is_a_permutation_of_all_windows(
+    corpus: tuple[DataManifest, DirectoryShardSource],
+) -> None:
     rule = rule_for(corpus[0])
     n = rule.train_windows
     for epoch in range(2):
@@ -94,14 +108,18 @@ def test_each_epoch_is_a_permutation_of_all_windows(corpus: tuple[DataManifest, 
     assert first_epoch != second_epoch  # reshuffled, not replayed
 
 
-def test_clusters_get_disjoint_consecutive_positions(corpus: tuple[DataManifest, DirectoryShardSource]) -> None:
+def test_clusters_get_disjoint_consecutive_positions(
+    corpus: tuple[DataManifest, DirectoryShardSource],
+) -> None:
     rule = rule_for(corpus[0], clusters=3, batch=4)
     assert rule.positions(0, 0) == range(0, 4)
     assert rule.positions(2, 0) == range(8, 12)
     assert rule.positions(0, 1) == range(12, 16)
 
 
-def test_batches_shift_targets_by_one_token(corpus: tuple[DataManifest, DirectoryShardSource]) -> None:
+def test_batches_shift_targets_by_one_token(
+    corpus: tuple[DataManifest, DirectoryShardSource],
+) -> None:
     manifest, source = corpus
     reader = BatchReader(manifest, rule_for(manifest), source)
     inputs, targets = reader.train_batch(1, 5)
@@ -113,16 +131,23 @@ def test_batches_shift_targets_by_one_token(corpus: tuple[DataManifest, Director
     assert not np.array_equal(inputs.numpy(), other.numpy())
 
 
-def test_eval_batches_are_fixed_and_bounded(corpus: tuple[DataManifest, DirectoryShardSource]) -> None:
+def test_eval_batches_are_fixed_and_bounded(
+    corpus: tuple[DataManifest, DirectoryShardSource],
+) -> None:
     manifest, source = corpus
     reader = BatchReader(manifest, rule_for(manifest), source)
     first = reader.eval_batches(2)
-    assert all(np.array_equal(a[0].numpy(), b[0].numpy()) for a, b in zip(first, reader.eval_batches(2), strict=True))
+    assert all(
+        np.array_equal(a[0].numpy(), b[0].numpy())
+        for a, b in zip(first, reader.eval_batches(2), strict=True)
+    )
     with pytest.raises(DataError, match="evaluation batches"):
         reader.eval_batches(10_000)
 
 
-def test_a_tampered_shard_is_refused(corpus: tuple[DataManifest, DirectoryShardSource], tmp_path: Path) -> None:
+def test_a_tampered_shard_is_refused(
+    corpus: tuple[DataManifest, DirectoryShardSource], tmp_path: Path
+) -> None:
     manifest, source = corpus
     for info in manifest.shards:
         name = shard_file_name(info.sha256)
@@ -140,10 +165,13 @@ def test_a_tampered_shard_is_refused(corpus: tuple[DataManifest, DirectoryShardS
 def test_jsonl_and_text_files_become_documents(tmp_path: Path) -> None:
     folder = tmp_path / "corpus"
     folder.mkdir()
-    (folder / "a.jsonl").write_text("\n".join(json.dumps({"text": f"record {i} " * 40}) for i in range(60)))
+    (folder / "a.jsonl").write_text(
+        "\n".join(json.dumps({"text": f"record {i} " * 40}) for i in range(60))
+    )
     (folder / "b.txt").write_text("plain text " * 400)
     prepared = prepare_data(
-        DataConfig(paths=(str(folder),), license="CC0-1.0", shard_tokens=1024, eval_shards=1), tmp_path / "out"
+        DataConfig(paths=(str(folder),), license="CC0-1.0", shard_tokens=1024, eval_shards=1),
+        tmp_path / "out",
     )
     manifest = prepared.manifest
     assert [s.uri for s in manifest.sources] == ["file:corpus/a.jsonl", "file:corpus/b.txt"]

@@ -23,13 +23,20 @@ REPLICAS = 2
 def test_a_cluster_runs_stages_times_replicas_processes_replica_by_replica() -> None:
     topology = Topology.full(clusters=2, stages=2, data_parallel=2)
     assert topology.processes == 8
-    assert [topology.place_replica(i) for i in range(4)] == [(0, 0, 0), (0, 1, 0), (0, 0, 1), (0, 1, 1)]
+    assert [topology.place_replica(i) for i in range(4)] == [
+        (0, 0, 0),
+        (0, 1, 0),
+        (0, 0, 1),
+        (0, 1, 1),
+    ]
     assert topology.place(5) == (1, 1)
     assert topology.cluster_rank(stage=1, replica=1) == 3
     assert topology.global_rank(1, 1, 1) == 7
     described = topology.to_dict()
     assert described["world_size"] == 8 and described["data_parallel"] == 2
-    assert "data_parallel" not in Topology.full(clusters=2, stages=2).to_dict()  # D = 1 records as before
+    assert (
+        "data_parallel" not in Topology.full(clusters=2, stages=2).to_dict()
+    )  # D = 1 records as before
 
 
 def test_the_replicas_rows_are_disjoint_in_order_and_cover_the_batch() -> None:
@@ -77,7 +84,9 @@ def test_replicas_average_gradients_in_replica_order_identically(tmp_path: Path)
     context = multiprocessing.get_context("spawn")
     results = context.SimpleQueue()
     store = str(tmp_path / "store")
-    processes = [context.Process(target=_replica, args=(r, store, results)) for r in range(REPLICAS)]
+    processes = [
+        context.Process(target=_replica, args=(r, store, results)) for r in range(REPLICAS)
+    ]
     for p in processes:
         p.start()
     got = dict((rank, (sent, grads)) for rank, sent, grads in (results.get() for _ in processes))
@@ -85,7 +94,9 @@ def test_replicas_average_gradients_in_replica_order_identically(tmp_path: Path)
         p.join(timeout=60)
         assert p.exitcode == 0
 
-    expected = [ordered_tensor_sum([_grads(r)[i] for r in range(REPLICAS)]) / REPLICAS for i in range(2)]
+    expected = [
+        ordered_tensor_sum([_grads(r)[i] for r in range(REPLICAS)]) / REPLICAS for i in range(2)
+    ]
     for rank in range(REPLICAS):
         sent, grads = got[rank]
         assert sent == (5 * 7 + 11) * 4  # one float32 copy of the stage's gradients

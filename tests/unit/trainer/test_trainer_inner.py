@@ -19,7 +19,9 @@ from trainer.runtime.inner import InnerOptimizer, clip_to_norm, square_sum
 @pytest.fixture
 def one_rank_group(tmp_path: Path) -> Iterator[dist.ProcessGroup]:
     """A real gloo world of one process (the stage's pipeline group at S = 1)."""
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
     try:
         group = dist.new_group([0])
         assert group is not None
@@ -36,12 +38,26 @@ def _host_norm(grads: list[torch.Tensor]) -> float:
     return math.sqrt(total)
 
 
-def test_global_norm_is_the_host_sum_bit_for_bit_and_clips_the_same(one_rank_group: dist.ProcessGroup) -> None:
-    model = ModelConfig(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=2,
-                        num_key_value_heads=2, context=16)
+def test_global_norm_is_the_host_sum_bit_for_bit_and_clips_the_same(
+    one_rank_group: dist.ProcessGroup,
+) -> None:
+    model = ModelConfig(
+        num_hidden_layers=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        context=16,
+    )
     stage = build_stage(model, stage=0, n_stages=1, seed=3)
-    inner = InnerOptimizer(stage, InnerConfig(grad_clip=1e-3), planned_steps=10, pipeline=one_rank_group,
-                           embedding=None, device=torch.device("cpu"))
+    inner = InnerOptimizer(
+        stage,
+        InnerConfig(grad_clip=1e-3),
+        planned_steps=10,
+        pipeline=one_rank_group,
+        embedding=None,
+        device=torch.device("cpu"),
+    )
     inner.zero_grad()
     tokens = torch.randint(0, model.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
     language_model_loss(stage(tokens[:, :-1]), tokens[:, 1:]).backward()  # type: ignore[no-untyped-call]

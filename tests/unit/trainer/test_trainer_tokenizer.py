@@ -43,7 +43,9 @@ VOCAB = 600
 @pytest.fixture(scope="module")
 def bpe_corpus(tmp_path_factory: pytest.TempPathFactory) -> PreparedData:
     """A BPE of 600 tokens trained on a small stdlib corpus."""
-    config = DataConfig(stdlib_max_bytes=150_000, tokenizer_vocab_size=VOCAB, shard_tokens=2048, eval_shards=1)
+    config = DataConfig(
+        stdlib_max_bytes=150_000, tokenizer_vocab_size=VOCAB, shard_tokens=2048, eval_shards=1
+    )
     return prepare_data(config, tmp_path_factory.mktemp("bpe"))
 
 
@@ -72,7 +74,9 @@ def test_hf_files_load_in_transformers_and_encode_exactly_like_ours(
         assert theirs.eos_token is None  # type: ignore[attr-defined]  # see the tokenizer module docstring
     else:
         assert theirs.eos_token == "<|endoftext|>" and theirs.eos_token_id == ours.end_of_text == 0  # type: ignore[attr-defined]
-        assert len(ours.encode(SAMPLES[0])) < 0.7 * len(SAMPLES[0])  # merges learnt from Python code
+        assert len(ours.encode(SAMPLES[0])) < 0.7 * len(
+            SAMPLES[0]
+        )  # merges learnt from Python code
 
 
 def test_the_byte_tokenizer_file_maps_each_byte_symbol_to_its_value() -> None:
@@ -80,13 +84,20 @@ def test_the_byte_tokenizer_file_maps_each_byte_symbol_to_its_value() -> None:
     table = byte_to_unicode()
     assert document["model"]["vocab"] == {table[b]: b for b in range(256)}
     assert document["model"]["merges"] == [] and document["added_tokens"] == []
-    assert ByteTokenizer().hf_files()["tokenizer.json"] == ByteTokenizer().hf_files()["tokenizer.json"]
+    assert (
+        ByteTokenizer().hf_files()["tokenizer.json"] == ByteTokenizer().hf_files()["tokenizer.json"]
+    )
 
 
-def test_a_trained_bpe_is_identified_by_digest_and_how_it_was_trained(bpe_corpus: PreparedData) -> None:
+def test_a_trained_bpe_is_identified_by_digest_and_how_it_was_trained(
+    bpe_corpus: PreparedData,
+) -> None:
     identity = bpe_corpus.manifest.tokenizer
     raw = bpe_corpus.source.read(identity.sha256 or "")
-    assert identity.kind == "byte-level-bpe" and identity.vocab_size == VOCAB == bpe_corpus.manifest.vocab_size
+    assert (
+        identity.kind == "byte-level-bpe"
+        and identity.vocab_size == VOCAB == bpe_corpus.manifest.vocab_size
+    )
     assert identity.end_of_text == 0 and identity.end_of_text_token == "<|endoftext|>"
     assert identity.training is not None
     assert identity.training["library"].startswith("tokenizers==")
@@ -96,13 +107,20 @@ def test_a_trained_bpe_is_identified_by_digest_and_how_it_was_trained(bpe_corpus
     assert bpe_corpus.manifest.dtype == "uint16"
     vocab = json.loads(raw)["model"]["vocab"]
     assert len(vocab) == VOCAB and vocab["<|endoftext|>"] == 0
-    assert DataManifest.from_payload(json.loads(json.dumps(bpe_corpus.manifest.to_payload()))) == bpe_corpus.manifest
+    assert (
+        DataManifest.from_payload(json.loads(json.dumps(bpe_corpus.manifest.to_payload())))
+        == bpe_corpus.manifest
+    )
 
 
-def test_a_given_tokenizer_file_gives_the_same_shards_as_the_trained_one(bpe_corpus: PreparedData, tmp_path: Path) -> None:
+def test_a_given_tokenizer_file_gives_the_same_shards_as_the_trained_one(
+    bpe_corpus: PreparedData, tmp_path: Path
+) -> None:
     given = tmp_path / "tokenizer.json"
     given.write_bytes(bpe_corpus.tokenizer().hf_files()["tokenizer.json"])
-    config = DataConfig(stdlib_max_bytes=150_000, tokenizer=str(given), shard_tokens=2048, eval_shards=1)
+    config = DataConfig(
+        stdlib_max_bytes=150_000, tokenizer=str(given), shard_tokens=2048, eval_shards=1
+    )
     prepared = prepare_data(config, tmp_path / "out")
     assert prepared.manifest.tokenizer.kind == "huggingface-tokenizers"
     assert prepared.manifest.tokenizer.sha256 == bpe_corpus.manifest.tokenizer.sha256
@@ -115,31 +133,49 @@ def test_training_reads_only_its_byte_budget(tmp_path: Path) -> None:
     small = train_byte_level_bpe([text[:4400], text[4400:]], vocab_size=262, max_bytes=4400)
     full = train_byte_level_bpe([text], vocab_size=262, max_bytes=len(text))
     assert small.training["trained_bytes"] == 4400 and full.training["trained_bytes"] == len(text)
-    merges = {name: json.loads(run.tokenizer_json)["model"]["merges"] for name, run in (("small", small), ("full", full))}
+    merges = {
+        name: json.loads(run.tokenizer_json)["model"]["merges"]
+        for name, run in (("small", small), ("full", full))
+    }
     assert not any("z" in "".join(pair) for pair in merges["small"])  # never saw "zyxwv"
     assert any("z" in "".join(pair) for pair in merges["full"])
-    cut = train_byte_level_bpe(["ab" * 100, "é" * 100], vocab_size=258, max_bytes=201)  # cut inside "é"
+    cut = train_byte_level_bpe(
+        ["ab" * 100, "é" * 100], vocab_size=258, max_bytes=201
+    )  # cut inside "é"
     assert cut.training["trained_bytes"] == 200
 
 
 def test_too_little_text_for_the_vocabulary_is_a_clear_error() -> None:
-    with pytest.raises(DataError, match=r"expected a BPE vocabulary of 5000 tokens, 11 bytes of text gave only \d+"):
+    with pytest.raises(
+        DataError, match=r"expected a BPE vocabulary of 5000 tokens, 11 bytes of text gave only \d+"
+    ):
         train_byte_level_bpe(["hello world"], vocab_size=5000, max_bytes=1000)
 
 
 def test_a_tokenizer_file_and_a_vocabulary_to_train_exclude_each_other() -> None:
-    with pytest.raises(ConfigError, match=r"tokenizer_vocab_size must be None when DataConfig\.tokenizer names a file"):
+    with pytest.raises(
+        ConfigError,
+        match=r"tokenizer_vocab_size must be None when DataConfig\.tokenizer names a file",
+    ):
         DataConfig(tokenizer="t.json", tokenizer_vocab_size=1000)
-    with pytest.raises(ConfigError, match=r"tokenizer_vocab_size must be in \[258, 2\*\*31\], got 256"):
+    with pytest.raises(
+        ConfigError, match=r"tokenizer_vocab_size must be in \[258, 2\*\*31\], got 256"
+    ):
         DataConfig(tokenizer_vocab_size=256)
 
 
-def test_a_tampered_or_substituted_tokenizer_file_is_refused(bpe_corpus: PreparedData, tmp_path: Path) -> None:
+def test_a_tampered_or_substituted_tokenizer_file_is_refused(
+    bpe_corpus: PreparedData, tmp_path: Path
+) -> None:
     identity = bpe_corpus.manifest.tokenizer
     assert identity.sha256 is not None
     raw = bpe_corpus.source.read(identity.sha256)
-    (tmp_path / shard_file_name(identity.sha256)).write_bytes(raw.replace(b'"<|endoftext|>"', b'"<|endoftexu|>"', 1))
-    with pytest.raises(DataError, match=f"expected the corpus's tokenizer.json to have sha256 {identity.sha256}"):
+    (tmp_path / shard_file_name(identity.sha256)).write_bytes(
+        raw.replace(b'"<|endoftext|>"', b'"<|endoftexu|>"', 1)
+    )
+    with pytest.raises(
+        DataError, match=f"expected the corpus's tokenizer.json to have sha256 {identity.sha256}"
+    ):
         corpus_tokenizer(identity, DirectoryShardSource(tmp_path))
     claimed = TokenizerIdentity.from_payload({**identity.to_payload(), "vocab_size": 700})
     with pytest.raises(DataError, match="the file gives"):
@@ -147,13 +183,29 @@ def test_a_tampered_or_substituted_tokenizer_file_is_refused(bpe_corpus: Prepare
 
 
 def test_identities_round_trip_and_malformed_ones_are_refused() -> None:
-    assert TokenizerIdentity.from_payload(ByteTokenizer().identity.to_payload()) == ByteTokenizer().identity
-    assert ByteTokenizer().identity.to_payload() == {"kind": "bytes", "vocab_size": 256, "end_of_text": 0}
+    assert (
+        TokenizerIdentity.from_payload(ByteTokenizer().identity.to_payload())
+        == ByteTokenizer().identity
+    )
+    assert ByteTokenizer().identity.to_payload() == {
+        "kind": "bytes",
+        "vocab_size": 256,
+        "end_of_text": 0,
+    }
     with pytest.raises(RecordError, match="field end_of_text: expected a value, got nothing"):
         TokenizerIdentity.from_payload({"kind": "bytes", "vocab_size": 256})
-    with pytest.raises(RecordError, match="field sha256: expected a 64-digit lowercase hex SHA-256"):
-        TokenizerIdentity.from_payload({"kind": "huggingface-tokenizers", "vocab_size": 9, "end_of_text": 1,
-                                        "sha256": "abc", "end_of_text_token": "x"})
+    with pytest.raises(
+        RecordError, match="field sha256: expected a 64-digit lowercase hex SHA-256"
+    ):
+        TokenizerIdentity.from_payload(
+            {
+                "kind": "huggingface-tokenizers",
+                "vocab_size": 9,
+                "end_of_text": 1,
+                "sha256": "abc",
+                "end_of_text_token": "x",
+            }
+        )
     with pytest.raises(RecordError, match="field kind: expected one of 'bytes'"):
         TokenizerIdentity.from_payload({"kind": "sentencepiece", "vocab_size": 9, "end_of_text": 1})
     with pytest.raises(RecordError, match="consistent tokenizer identity"):
@@ -162,7 +214,9 @@ def test_identities_round_trip_and_malformed_ones_are_refused() -> None:
 
 def test_a_file_without_the_end_of_text_token_is_refused() -> None:
     raw = ByteTokenizer().hf_files()["tokenizer.json"]
-    with pytest.raises(DataError, match=re.escape("expected the end-of-text token '<|endoftext|>' in mine.json")):
+    with pytest.raises(
+        DataError, match=re.escape("expected the end-of-text token '<|endoftext|>' in mine.json")
+    ):
         HuggingFaceTokenizer(raw, where="mine.json")
     with pytest.raises(DataError, match=r"expected a Hugging Face tokenizers JSON in mine\.json"):
         HuggingFaceTokenizer(b"{not json", where="mine.json")
@@ -174,7 +228,10 @@ def test_the_trained_bpe_encodes_streamed_pieces_like_the_whole_text(
     tokenizer = bpe_corpus.tokenizer()
     assert tokenizer.exact_in_pieces
     monkeypatch.setattr(documents_module, "READ_CHUNK", 1000)
-    text = "".join(f"It's {i} o'clock;  the cat's\tname is Ünï{i}.\n  class C{i}:\n\tpass\r\n" for i in range(400))
+    text = "".join(
+        f"It's {i} o'clock;  the cat's\tname is Ünï{i}.\n  class C{i}:\n\tpass\r\n"
+        for i in range(400)
+    )
     path = tmp_path / "long.txt"
     path.write_text(text)
     [source] = file_sources([path], license="unknown")

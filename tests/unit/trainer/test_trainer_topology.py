@@ -30,7 +30,9 @@ def test_one_cluster_alone_is_numbered_from_zero() -> None:
 def test_scale_poison_multiplies_the_pseudo_gradient() -> None:
     start = [torch.ones(3, 2), torch.zeros(4)]
     local = [torch.full((3, 2), 0.9), torch.full((4,), 0.1)]
-    poison_local(local, start, PoisonForTesting(cluster=0, step=0, kind="scale", factor=100.0), seed=0)
+    poison_local(
+        local, start, PoisonForTesting(cluster=0, step=0, kind="scale", factor=100.0), seed=0
+    )
     torch.testing.assert_close(start[0] - local[0], torch.full((3, 2), 10.0))
     torch.testing.assert_close(start[1] - local[1], torch.full((4,), -10.0))
 
@@ -40,7 +42,9 @@ def test_noise_poison_replaces_the_pseudo_gradient_with_large_noise() -> None:
     start = [torch.randn(64, 64, generator=g)]
     honest = [start[0] - 0.01 * torch.randn(64, 64, generator=g)]
     local = [honest[0].clone()]
-    poison_local(local, start, PoisonForTesting(cluster=0, step=0, kind="noise", factor=100.0), seed=0)
+    poison_local(
+        local, start, PoisonForTesting(cluster=0, step=0, kind="noise", factor=100.0), seed=0
+    )
     delta, honest_delta = start[0] - local[0], start[0] - honest[0]
     assert float(delta.norm()) == pytest.approx(100 * float(honest_delta.norm()), rel=0.05)
     cosine = float((delta * honest_delta).sum() / (delta.norm() * honest_delta.norm()))

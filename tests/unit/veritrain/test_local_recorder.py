@@ -33,15 +33,26 @@ PROCESS = ProcessInfo(rank=0, world_size=2, cluster=0, stage=0, clusters=1, stag
 
 def files_of_stage(stage: int) -> dict[str, dict[str, torch.Tensor]]:
     return {
-        f"model-{stage + 1:05d}-of-00002.safetensors": {f"model.layers.{stage}.mlp.up_proj.weight": torch.full((2, 3), float(stage))},
-        f"inner-cluster00000-stage{stage:05d}.safetensors": {"rng.torch": torch.arange(4, dtype=torch.uint8)},
+        f"model-{stage + 1:05d}-of-00002.safetensors": {
+            f"model.layers.{stage}.mlp.up_proj.weight": torch.full((2, 3), float(stage))
+        },
+        f"inner-cluster00000-stage{stage:05d}.safetensors": {
+            "rng.torch": torch.arange(4, dtype=torch.uint8)
+        },
     }
 
 
 def record(step: int, files: dict[str, str]) -> OuterStepRecord:
     return OuterStepRecord(
-        step=step, inner_steps=3, method="diloco", metrics={"train_loss": 1.5}, data_ranges=[],
-        contribution_digests=[], applied=[], anomalies=[], files=files,
+        step=step,
+        inner_steps=3,
+        method="diloco",
+        metrics={"train_loss": 1.5},
+        data_ranges=[],
+        contribution_digests=[],
+        applied=[],
+        anomalies=[],
+        files=files,
         quorum=Quorum(id=1, clusters=(0,), joined=(), left=()),
     )
 
@@ -76,21 +87,34 @@ def test_local_recorder_writes_loadable_files_with_their_digests(tmp_path: Path)
 
 
 MANIFEST = DataManifest.from_payload(
-    json.loads((Path(__file__).resolve().parents[1] / "records" / "examples.json").read_text())["data.manifest"]["manifest"]
+    json.loads((Path(__file__).resolve().parents[1] / "records" / "examples.json").read_text())[
+        "data.manifest"
+    ]["manifest"]
 )
 
 
 def test_local_recorder_keeps_the_run_description_and_summary(tmp_path: Path) -> None:
     recorder = LocalDirectoryRecorder(tmp_path, PROCESS)
     recorder.begin(
-        RunStart(run_id="r", config={"seed": 1}, config_digest="ab", topology={"clusters": 1}, model={},
-                 data_manifest=MANIFEST, shard_source=DirectoryShardSource(tmp_path / "shards"),
-                 seed=1, resumed_from_step=None)
+        RunStart(
+            run_id="r",
+            config={"seed": 1},
+            config_digest="ab",
+            topology={"clusters": 1},
+            model={},
+            data_manifest=MANIFEST,
+            shard_source=DirectoryShardSource(tmp_path / "shards"),
+            seed=1,
+            resumed_from_step=None,
+        )
     )
     recorder.end(RunSummary(run_id="r", steps=2, tokens=10, final_metrics={}, wall_seconds=1.0))
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["shard_directory"] == str(tmp_path / "shards")
-    assert DataManifest.from_payload(json.loads((tmp_path / "data-manifest.json").read_text())) == MANIFEST
+    assert (
+        DataManifest.from_payload(json.loads((tmp_path / "data-manifest.json").read_text()))
+        == MANIFEST
+    )
     assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 2
 
 
@@ -104,14 +128,19 @@ def test_a_resumed_step_recorded_again_replaces_the_first_record(tmp_path: Path)
 def test_memory_recorder_returns_what_each_process_saved() -> None:
     sink: list[object] = []
     for stage in (0, 1):
-        process = ProcessInfo(rank=stage, world_size=2, cluster=0, stage=stage, clusters=1, stages=2)
+        process = ProcessInfo(
+            rank=stage, world_size=2, cluster=0, stage=stage, clusters=1, stages=2
+        )
         recorder = InMemoryRecorder.factory(sink)(process)
         digests = recorder.save_state(2, files_of_stage(stage), {})
         assert set(digests) == set(files_of_stage(stage))
     InMemoryRecorder(sink, PROCESS).record_outer_step(record(2, {}))
     recording = MemoryRecording(sink)
     state = recording.state(2)
-    assert torch.equal(state.tensors["model-00001-of-00002.safetensors"]["model.layers.0.mlp.up_proj.weight"], torch.zeros(2, 3))
+    assert torch.equal(
+        state.tensors["model-00001-of-00002.safetensors"]["model.layers.0.mlp.up_proj.weight"],
+        torch.zeros(2, 3),
+    )
     assert [r.step for r in recording.records] == [2]
 
 

@@ -20,8 +20,16 @@ def test_defaults_are_embedded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
 @pytest.mark.parametrize(
     ("variable", "value", "fragment"),
     [
-        ("VERITRAIN_DATABASE_URL", "mysql://x/y", "VERITRAIN_DATABASE_URL: expected a URL starting with sqlite://"),
-        ("VERITRAIN_STORE_URL", "ftp://x", "VERITRAIN_STORE_URL: expected a URL starting with file:// or s3://"),
+        (
+            "VERITRAIN_DATABASE_URL",
+            "mysql://x/y",
+            "VERITRAIN_DATABASE_URL: expected a URL starting with sqlite://",
+        ),
+        (
+            "VERITRAIN_STORE_URL",
+            "ftp://x",
+            "VERITRAIN_STORE_URL: expected a URL starting with file:// or s3://",
+        ),
         ("VERITRAIN_STORE_URL", "s3:///prefix-only", "VERITRAIN_STORE_URL: expected s3://<bucket>"),
         ("VERITRAIN_ORIGIN", "has space", "VERITRAIN_ORIGIN: expected a non-empty name"),
     ],

@@ -15,8 +15,14 @@ from attestation.keys import COSIGNATURE_V1_ALGORITHM, SigningKey
 def veritrain(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("VERITRAIN_")}
     clean.update(VERITRAIN_DATA_DIR=str(cwd / "data"), **env)
-    return subprocess.run([sys.executable, "-m", "veritrain", *args], cwd=cwd, env=clean,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "veritrain", *args],
+        cwd=cwd,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_keygen_prints_only_the_witness_vkey_and_never_overwrites(tmp_path: Path) -> None:
@@ -31,7 +37,9 @@ def test_keygen_prints_only_the_witness_vkey_and_never_overwrites(tmp_path: Path
     assert key_file.stat().st_mode & 0o777 == 0o600
     assert SigningKey.load(key_file, signature_type=COSIGNATURE_V1_ALGORITHM).public.vkey == vkey
 
-    again = veritrain("witness", "keygen", "witness.example.org/w1", "--out", "w1.key", cwd=tmp_path)
+    again = veritrain(
+        "witness", "keygen", "witness.example.org/w1", "--out", "w1.key", cwd=tmp_path
+    )
     assert again.returncode != 0 and "already exists; keys are never replaced" in again.stderr
     assert SigningKey.load(key_file, signature_type=COSIGNATURE_V1_ALGORITHM).public.vkey == vkey
 
@@ -41,9 +49,18 @@ def test_serve_refuses_bad_arguments_with_one_line(tmp_path: Path) -> None:
     log_vkey = SigningKey.generate("veritrain.local/runs/r1").public.vkey
     witness_vkey = SigningKey.generate("w2", signature_type=COSIGNATURE_V1_ALGORITHM).public.vkey
     cases = [
-        (["--key", "missing.key", "--db", "sqlite:///w.db", "--log", log_vkey], "cannot read missing.key"),
-        (["--key", "w1.key", "--db", "mysql://x/y", "--log", log_vkey], "expected a sqlite:/// or postgresql:// URL"),
-        (["--key", "w1.key", "--db", "sqlite:///w.db", "--log", witness_vkey], "--log: bad log key"),
+        (
+            ["--key", "missing.key", "--db", "sqlite:///w.db", "--log", log_vkey],
+            "cannot read missing.key",
+        ),
+        (
+            ["--key", "w1.key", "--db", "mysql://x/y", "--log", log_vkey],
+            "expected a sqlite:/// or postgresql:// URL",
+        ),
+        (
+            ["--key", "w1.key", "--db", "sqlite:///w.db", "--log", witness_vkey],
+            "--log: bad log key",
+        ),
         (["--key", "w1.key", "--db", "sqlite:///w.db"], "expected at least one trusted log"),
     ]
     for args, says in cases:
@@ -56,10 +73,15 @@ def test_serve_refuses_bad_arguments_with_one_line(tmp_path: Path) -> None:
 def test_push_needs_witnesses_and_a_ledger(tmp_path: Path) -> None:
     result = veritrain("witness", "push", cwd=tmp_path)
     assert result.returncode == 2
-    assert result.stderr == "veritrain: error: VERITRAIN_WITNESSES: expected at least one VKEY@URL, got none\n"
+    assert (
+        result.stderr
+        == "veritrain: error: VERITRAIN_WITNESSES: expected at least one VKEY@URL, got none\n"
+    )
 
     witness = SigningKey.generate("w1", signature_type=COSIGNATURE_V1_ALGORITHM).public.vkey
-    result = veritrain("witness", "push", cwd=tmp_path, VERITRAIN_WITNESSES=f"{witness}@http://127.0.0.1:9")
+    result = veritrain(
+        "witness", "push", cwd=tmp_path, VERITRAIN_WITNESSES=f"{witness}@http://127.0.0.1:9"
+    )
     assert result.returncode == 2
     assert result.stderr.startswith("veritrain: error: no ledger database at ")
     assert not (tmp_path / "data").exists()  # nothing was created

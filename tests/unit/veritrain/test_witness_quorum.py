@@ -52,10 +52,15 @@ def test_two_of_three_witnesses_on_the_verified_head_pass(log: SmallLog) -> None
     assert result.ok, result.detail
     assert result.cosigners == ("witness.test/w1", "witness.test/w2")
     assert result.checkpoint_size == 6
-    assert result.detail == "2 of 3 witnesses cosigned size 6 (quorum 2): witness.test/w1, witness.test/w2"
+    assert (
+        result.detail
+        == "2 of 3 witnesses cosigned size 6 (quorum 2): witness.test/w1, witness.test/w2"
+    )
 
 
-def test_a_larger_cosigned_checkpoint_consistent_with_the_verified_tree_passes(log: SmallLog) -> None:
+def test_a_larger_cosigned_checkpoint_consistent_with_the_verified_tree_passes(
+    log: SmallLog,
+) -> None:
     log.grow(4)
     assert check(log, cosigned(log.note(), W1, W3), quorum=2, size=4).ok
 
@@ -65,14 +70,19 @@ def test_too_few_cosigners_fail_and_say_who_cosigned(log: SmallLog) -> None:
 
     assert not result.ok
     assert result.cosigners == ("witness.test/w2",)
-    assert result.detail == "expected cosignatures from 2 of the 3 given witnesses on size 6, got 1 (witness.test/w2)"
+    assert (
+        result.detail == "expected cosignatures from 2 of the 3 given "
+        "witnesses on size 6, got 1 (witness.test/w2)"
+    )
     # Cosignatures from witnesses the verifier did not name do not count.
     other = SigningKey.generate("witness.test/other", signature_type=COSIGNATURE_V1_ALGORITHM)
     assert check(log, cosigned(log.note(), other, W2), quorum=2).cosigners == ("witness.test/w2",)
 
 
 def test_one_key_under_two_names_is_one_witness(log: SmallLog) -> None:
-    alias = SigningKey(name="witness.test/alias", seed=W1.seed, signature_type=COSIGNATURE_V1_ALGORITHM)
+    alias = SigningKey(
+        name="witness.test/alias", seed=W1.seed, signature_type=COSIGNATURE_V1_ALGORITHM
+    )
     note = cosigned(log.note(), W1, alias)
 
     result = check(log, note, quorum=2, witnesses=[W1.public.vkey, alias.public.vkey])
@@ -99,7 +109,9 @@ def test_a_rewritten_log_fails(log: SmallLog, template: Path, tmp_path: Path) ->
     served = check_quorum(rewritten.note(), rewritten.vkey, WITNESSES, 2, 6, root, rewritten.proof)
     assert not served.ok and served.cosigners == ()
     # 2. The witnessed head, checked against the rewritten log's key: not the same log.
-    other_key = check_quorum(honest_cosigned, rewritten.vkey, WITNESSES, 2, 6, root, rewritten.proof)
+    other_key = check_quorum(
+        honest_cosigned, rewritten.vkey, WITNESSES, 2, 6, root, rewritten.proof
+    )
     assert not other_key.ok and "not signed by the log key" in other_key.detail
     # 3. The rewrite signed with the original key (the verifier pins that key): the tree it
     # verified is not the tree the witnesses cosigned.
@@ -107,14 +119,18 @@ def test_a_rewritten_log_fails(log: SmallLog, template: Path, tmp_path: Path) ->
     assert not same_key.ok and "does not extend the verified tree" in same_key.detail
 
 
-def test_a_larger_cosigned_tree_from_another_history_fails(log: SmallLog, template: Path, tmp_path: Path) -> None:
+def test_a_larger_cosigned_tree_from_another_history_fails(
+    log: SmallLog, template: Path, tmp_path: Path
+) -> None:
     # The verifier checked a 4-entry tree; the witnesses cosigned a 6-entry tree whose first
     # 4 entries are not those: the consistency proof cannot lead to both roots.
     shutil.copyfile(template, tmp_path / "other.db")
     other = small_log(f"sqlite:///{tmp_path / 'other.db'}", entries=4)
     verified_root = other.ledger.latest_tree_head(other.run_id).root_hash
 
-    result = check_quorum(cosigned(log.note(), W1, W2), log.vkey, WITNESSES, 2, 4, verified_root, log.proof)
+    result = check_quorum(
+        cosigned(log.note(), W1, W2), log.vkey, WITNESSES, 2, 4, verified_root, log.proof
+    )
 
     assert not result.ok and "does not extend the verified tree" in result.detail
     assert result.cosigners == ("witness.test/w1", "witness.test/w2")

@@ -48,12 +48,18 @@ def witnesses(tmp_path: Path, log: SmallLog) -> Iterator[list[RunningWitness]]:
     running = []
     with ExitStack() as stack:
         for name in ("w1", "w2"):
-            key = SigningKey.generate(f"witness.test/{name}", signature_type=COSIGNATURE_V1_ALGORITHM)
+            key = SigningKey.generate(
+                f"witness.test/{name}", signature_type=COSIGNATURE_V1_ALGORITHM
+            )
             url = f"sqlite:///{tmp_path / f'{name}.db'}"
             upgrade(url)
-            app = create_witness_app(WitnessSettings(key=key, database_url=url, logs=TrustedLogs([log.vkey])))
+            app = create_witness_app(
+                WitnessSettings(key=key, database_url=url, logs=TrustedLogs([log.vkey]))
+            )
             base = stack.enter_context(serve_in_thread(app))
-            running.append(RunningWitness(key=key, endpoint=WitnessEndpoint(vkey=key.public.vkey, url=base)))
+            running.append(
+                RunningWitness(key=key, endpoint=WitnessEndpoint(vkey=key.public.vkey, url=base))
+            )
         yield running
 
 
@@ -78,7 +84,9 @@ def test_two_witnesses_cosign_each_new_head_and_the_api_serves_their_lines(
     note = log.ledger.cosigned_tree_head(log.run_id).note
     found = cosignatures_in(note, [w.key.public for w in witnesses])
     assert sorted(v.key.name for v in found) == ["witness.test/w1", "witness.test/w2"]
-    settings = AppSettings(database_url=_url(log), store_url=f"file://{Path(_path(log)).parent / 'objects'}")
+    settings = AppSettings(
+        database_url=_url(log), store_url=f"file://{Path(_path(log)).parent / 'objects'}"
+    )
     with TestClient(create_app(settings)) as api:
         served = api.get(f"/api/v1/runs/{log.run_id}/log/checkpoint")
         assert served.text == note
@@ -91,11 +99,15 @@ def test_two_witnesses_cosign_each_new_head_and_the_api_serves_their_lines(
     assert [o.status for o in third.outcomes] == ["up-to-date", "up-to-date"]
 
 
-def test_a_lost_answer_is_recovered_from_the_409_size(log: SmallLog, witnesses: list[RunningWitness]) -> None:
+def test_a_lost_answer_is_recovered_from_the_409_size(
+    log: SmallLog, witnesses: list[RunningWitness]
+) -> None:
     push_latest(log.ledger, log.run_id, endpoints(witnesses), policy=FAST)
     # The ledger loses what w1 returned (a crash between the witness's commit and ours).
     with log.ledger.engine.begin() as conn:
-        conn.execute(sa.delete(Cosignature).where(Cosignature.witness_key == witnesses[0].endpoint.vkey))
+        conn.execute(
+            sa.delete(Cosignature).where(Cosignature.witness_key == witnesses[0].endpoint.vkey)
+        )
     log.grow(2)
 
     result = push_latest(log.ledger, log.run_id, endpoints(witnesses), policy=FAST)
@@ -120,7 +132,10 @@ def test_a_witness_that_is_down_is_reported_and_caught_up_later(
     # Back up: the next push brings it from 0 to the newest head.
     log.grow(1)
     again = push_latest(log.ledger, log.run_id, endpoints(witnesses), policy=FAST)
-    assert [o.detail for o in again.outcomes] == ["cosigned size 6 (from 5)", "cosigned size 6 (from 0)"]
+    assert [o.detail for o in again.outcomes] == [
+        "cosigned size 6 (from 5)",
+        "cosigned size 6 (from 0)",
+    ]
 
 
 def test_a_witness_that_saw_a_larger_tree_is_reported_as_a_rollback(
@@ -130,13 +145,17 @@ def test_a_witness_that_saw_a_larger_tree_is_reported_as_a_rollback(
     push_latest(log.ledger, log.run_id, endpoints(witnesses), policy=FAST)  # both at 7
     # Our record of w1 is lost, and the log shows it an older head (a rollback to size 4).
     with log.ledger.engine.begin() as conn:
-        conn.execute(sa.delete(Cosignature).where(Cosignature.witness_key == witnesses[0].endpoint.vkey))
+        conn.execute(
+            sa.delete(Cosignature).where(Cosignature.witness_key == witnesses[0].endpoint.vkey)
+        )
 
     result = push_tree_head(log.ledger, log.run_id, endpoints(witnesses)[:1], size=4, policy=FAST)
 
     [outcome] = result.outcomes
     assert outcome.status == "refused" and outcome.http_status == 409
-    assert "cosigned size 7, beyond this head (4): the log was rolled back or forked" in outcome.detail
+    assert (
+        "cosigned size 7, beyond this head (4): the log was rolled back or forked" in outcome.detail
+    )
 
 
 def test_no_witnesses_costs_nothing(tmp_path: Path) -> None:
@@ -185,12 +204,17 @@ def test_a_witness_answering_with_a_wrong_key_is_invalid_and_nothing_is_stored(
 def test_veritrain_witnesses_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     w1 = SigningKey.generate("w1.example/a@b", signature_type=COSIGNATURE_V1_ALGORITHM).public.vkey
     w2 = SigningKey.generate("w2.example", signature_type=COSIGNATURE_V1_ALGORITHM).public.vkey
-    monkeypatch.setenv("VERITRAIN_WITNESSES", f" {w1}@http://127.0.0.1:7380/ ,{w2}@https://w2.example/prefix\n")
+    monkeypatch.setenv(
+        "VERITRAIN_WITNESSES", f" {w1}@http://127.0.0.1:7380/ ,{w2}@https://w2.example/prefix\n"
+    )
     assert [(w.name, w.url) for w in load_settings().witnesses] == [
         ("w1.example/a@b", "http://127.0.0.1:7380"),
         ("w2.example", "https://w2.example/prefix"),
     ]
-    assert load_settings().witnesses[1].add_checkpoint_url == "https://w2.example/prefix/add-checkpoint"
+    assert (
+        load_settings().witnesses[1].add_checkpoint_url
+        == "https://w2.example/prefix/add-checkpoint"
+    )
 
     log_key = SigningKey.generate("log.example").public.vkey
     for value, says in [
@@ -216,10 +240,15 @@ def test_a_witness_behind_a_slow_network_times_out_within_the_policy(log: SmallL
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         key = SigningKey.generate("witness.test/slow", signature_type=COSIGNATURE_V1_ALGORITHM)
-        endpoint = WitnessEndpoint(vkey=key.public.vkey, url=f"http://127.0.0.1:{silent.getsockname()[1]}")
+        endpoint = WitnessEndpoint(
+            vkey=key.public.vkey, url=f"http://127.0.0.1:{silent.getsockname()[1]}"
+        )
         started = time.monotonic()
         [outcome] = push_latest(
-            log.ledger, log.run_id, [endpoint], policy=PushPolicy(timeout_s=0.3, attempts=2, backoff_s=0.05)
+            log.ledger,
+            log.run_id,
+            [endpoint],
+            policy=PushPolicy(timeout_s=0.3, attempts=2, backoff_s=0.05),
         ).outcomes
         assert outcome.status == "unreachable" and "ReadTimeout" in outcome.detail
         assert time.monotonic() - started < 3

@@ -64,7 +64,11 @@ class TileClient:
         name, key_id_hex, blob = vkey.split("+", 2)
         raw = base64.b64decode(blob)
         assert raw[0] == 0x01, "signed-note: Ed25519 vkeys start with signature type 0x01"
-        self._name, self._key_id, self._key = name, bytes.fromhex(key_id_hex), Ed25519PublicKey.from_public_bytes(raw[1:])
+        self._name, self._key_id, self._key = (
+            name,
+            bytes.fromhex(key_id_hex),
+            Ed25519PublicKey.from_public_bytes(raw[1:]),
+        )
         self._tiles: dict[str, list[bytes]] = {}
         self.fetched: list[str] = []
 
@@ -98,7 +102,8 @@ class TileClient:
         return self._tiles[path]
 
     def hash_at(self, level: int, index: int, size: int) -> bytes:
-        """MTH(D[index·256**level : (index+1)·256**level]): slot index % 256 of tile index // 256."""
+        """MTH(D[index·256**level : (index+1)·256**level]): slot index % 256 of tile
+        index // 256."""
         return self.tile(level, index // WIDTH, size)[index % WIDTH]
 
     def subtree(self, height: int, index: int, size: int) -> bytes:
@@ -156,6 +161,8 @@ class TileClient:
                 bundle.append(data[offset + 2 : offset + 2 + length])
                 offset += 2 + length
             assert offset == len(data), f"bundle {n}: trailing bytes"
-            assert [leaf(e) for e in bundle] == hashes, f"bundle {n} does not match level-0 tile {n}"
+            assert [leaf(e) for e in bundle] == hashes, (
+                f"bundle {n} does not match level-0 tile {n}"
+            )
             found.extend(bundle)
         return found

@@ -23,7 +23,10 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
 
 def settings_for(run: DemoRun, *, presign: bool = True) -> AppSettings:
     return AppSettings(
-        database_url=run.database_url, store_url=run.store_url, origin=run.origin, s3_presign_downloads=presign
+        database_url=run.database_url,
+        store_url=run.store_url,
+        origin=run.origin,
+        s3_presign_downloads=presign,
     )
 
 
@@ -36,4 +39,6 @@ def client(demo_run: DemoRun) -> Iterator[TestClient]:
 @pytest.fixture
 def fresh_run(tmp_path: Path) -> DemoRun:
     """A run of this test's own, which the test may alter."""
-    return record_demo_run(f"sqlite:///{tmp_path / 'ledger.db'}", f"file://{tmp_path / 'objects'}", steps=2)
+    return record_demo_run(
+        f"sqlite:///{tmp_path / 'ledger.db'}", f"file://{tmp_path / 'objects'}", steps=2
+    )

@@ -40,7 +40,9 @@ def multipart_parts(response: Any) -> list[tuple[str, bytes]]:
     head = f"Content-Type: {response.headers['content-type']}\r\n\r\n".encode()
     message = BytesParser().parsebytes(head + response.content)
     assert message.is_multipart()
-    return [(part["Content-Range"], part.get_payload(decode=True)) for part in message.get_payload()]
+    return [
+        (part["Content-Range"], part.get_payload(decode=True)) for part in message.get_payload()
+    ]
 
 
 class DownloadContract:
@@ -66,9 +68,16 @@ class DownloadContract:
 
     @pytest.mark.parametrize(
         ("header", "start", "end"),
-        [("bytes=0-0", 0, 1), ("bytes=1000-70000", 1000, 70001), ("bytes=-1234", 300_000 - 1234, 300_000), ("bytes=299990-", 299_990, 300_000)],
+        [
+            ("bytes=0-0", 0, 1),
+            ("bytes=1000-70000", 1000, 70001),
+            ("bytes=-1234", 300_000 - 1234, 300_000),
+            ("bytes=299990-", 299_990, 300_000),
+        ],
     )
-    def test_a_single_range_is_206_with_content_range(self, http: Any, blob: Blob, header: str, start: int, end: int) -> None:
+    def test_a_single_range_is_206_with_content_range(
+        self, http: Any, blob: Blob, header: str, start: int, end: int
+    ) -> None:
         response = http.get(blob.url, headers={"Range": header})
 
         assert response.status_code == 206
@@ -77,7 +86,9 @@ class DownloadContract:
         assert response.headers["content-length"] == str(end - start)
         assert response.headers["etag"] == f'"{blob.digest}"'
 
-    def test_several_ranges_are_one_multipart_byteranges_answer(self, http: Any, blob: Blob) -> None:
+    def test_several_ranges_are_one_multipart_byteranges_answer(
+        self, http: Any, blob: Blob
+    ) -> None:
         response = http.get(blob.url, headers={"Range": "bytes=200000-200099, 0-9, 70000-139999"})
 
         assert response.status_code == 206
@@ -105,23 +116,33 @@ class DownloadContract:
         assert response.content == blob.data[:150]
 
     @pytest.mark.parametrize("header", ["bytes=300000-", "bytes=400000-500000", "bytes=-0"])
-    def test_a_range_past_the_end_is_416_naming_the_size(self, http: Any, blob: Blob, header: str) -> None:
+    def test_a_range_past_the_end_is_416_naming_the_size(
+        self, http: Any, blob: Blob, header: str
+    ) -> None:
         response = http.get(blob.url, headers={"Range": header})
 
         assert response.status_code == 416
         assert response.headers["content-range"] == f"bytes */{len(blob.data)}"
 
     @pytest.mark.parametrize("header", ["bytes=9-2", "pages=1-2", "bytes=x-y"])
-    def test_a_range_the_server_cannot_use_gets_the_whole_object(self, http: Any, blob: Blob, header: str) -> None:
+    def test_a_range_the_server_cannot_use_gets_the_whole_object(
+        self, http: Any, blob: Blob, header: str
+    ) -> None:
         response = http.get(blob.url, headers={"Range": header})
 
         assert response.status_code == 200
         assert response.content == blob.data
 
-    def test_if_range_with_the_etag_keeps_the_range_and_any_other_validator_does_not(self, http: Any, blob: Blob) -> None:
+    def test_if_range_with_the_etag_keeps_the_range_and_any_other_validator_does_not(
+        self, http: Any, blob: Blob
+    ) -> None:
         kept = http.get(blob.url, headers={"Range": "bytes=5-9", "If-Range": f'"{blob.digest}"'})
-        changed = http.get(blob.url, headers={"Range": "bytes=5-9", "If-Range": '"an-older-version"'})
-        dated = http.get(blob.url, headers={"Range": "bytes=5-9", "If-Range": "Tue, 01 Jan 2030 00:00:00 GMT"})
+        changed = http.get(
+            blob.url, headers={"Range": "bytes=5-9", "If-Range": '"an-older-version"'}
+        )
+        dated = http.get(
+            blob.url, headers={"Range": "bytes=5-9", "If-Range": "Tue, 01 Jan 2030 00:00:00 GMT"}
+        )
 
         assert (kept.status_code, kept.content) == (206, blob.data[5:10])
         assert (changed.status_code, changed.content) == (200, blob.data)
@@ -135,7 +156,9 @@ class DownloadContract:
         assert response.headers["etag"] == f'"{blob.digest}"'
         assert http.get(blob.url, headers={"If-None-Match": '"other"'}).status_code == 200
 
-    def test_an_interrupted_download_resumes_to_the_right_digest(self, http: Any, blob: Blob) -> None:
+    def test_an_interrupted_download_resumes_to_the_right_digest(
+        self, http: Any, blob: Blob
+    ) -> None:
         received = bytearray()
         with http.stream("GET", blob.url) as first:
             for chunk in first.iter_bytes():
@@ -159,14 +182,27 @@ class DownloadContract:
 
     @pytest.mark.parametrize(
         "digest",
-        ["ABCDEF" + "0" * 58, "0" * 63, "0" * 65, "g" * 64, "..." + "0" * 61, "sha256:" + "0" * 57, "%2e%2e" + "0" * 58],
+        [
+            "ABCDEF" + "0" * 58,
+            "0" * 63,
+            "0" * 65,
+            "g" * 64,
+            "..." + "0" * 61,
+            "sha256:" + "0" * 57,
+            "%2e%2e" + "0" * 58,
+        ],
     )
-    def test_a_malformed_digest_is_422_before_any_lookup(self, http: Any, blob: Blob, digest: str) -> None:
+    def test_a_malformed_digest_is_422_before_any_lookup(
+        self, http: Any, blob: Blob, digest: str
+    ) -> None:
         response = http.get(f"/api/v1/objects/{digest}")
 
         assert response.status_code == 422
 
-    @pytest.mark.parametrize("path", ["..%2F..%2F..%2Fetc%2Fpasswd", "..%2Fsha256%2F{digest}", "%2e%2e/%2e%2e/etc/passwd"])
+    @pytest.mark.parametrize(
+        "path",
+        ["..%2F..%2F..%2Fetc%2Fpasswd", "..%2Fsha256%2F{digest}", "%2e%2e/%2e%2e/etc/passwd"],
+    )
     def test_a_path_traversal_never_reaches_a_file(self, http: Any, blob: Blob, path: str) -> None:
         response = http.get("/api/v1/objects/" + path.format(digest=blob.digest))
 

@@ -27,7 +27,9 @@ class TestLocalStore(DownloadContract):
     pass
 
 
-def test_stored_checkpoint_files_are_downloadable_by_their_manifest_digest(client: TestClient, demo_run: DemoRun) -> None:
+def test_stored_checkpoint_files_are_downloadable_by_their_manifest_digest(
+    client: TestClient, demo_run: DemoRun
+) -> None:
     import hashlib
 
     for name, digest in demo_run.checkpoints[2].files.items():

@@ -36,7 +36,10 @@ def test_healthz_reports_both_back_ends(client: TestClient) -> None:
 
 
 def test_healthz_is_503_when_the_database_is_gone(tmp_path: Path) -> None:
-    settings = AppSettings(database_url=f"sqlite:///{tmp_path / 'missing' / 'ledger.db'}", store_url=f"file://{tmp_path / 'o'}")
+    settings = AppSettings(
+        database_url=f"sqlite:///{tmp_path / 'missing' / 'ledger.db'}",
+        store_url=f"file://{tmp_path / 'o'}",
+    )
     with TestClient(create_app(settings)) as client:
         response = client.get("/healthz")
 
@@ -47,7 +50,9 @@ def test_healthz_is_503_when_the_database_is_gone(tmp_path: Path) -> None:
 
 
 def test_a_database_without_the_schema_is_503_with_retry_after(tmp_path: Path) -> None:
-    settings = AppSettings(database_url=f"sqlite:///{tmp_path / 'empty.db'}", store_url=f"file://{tmp_path / 'o'}")
+    settings = AppSettings(
+        database_url=f"sqlite:///{tmp_path / 'empty.db'}", store_url=f"file://{tmp_path / 'o'}"
+    )
     with TestClient(create_app(settings)) as client:
         response = client.get("/api/v1/runs")
 
@@ -66,12 +71,46 @@ def test_prometheus_counts_requests_by_route_template_and_bytes_served(demo_run:
         found = samples(client)
 
     route = (("route", "/api/v1/objects/{sha256}"),)
-    assert found[("veritrain_http_requests_total", (("method", "GET"), ("route", "/api/v1/objects/{sha256}"), ("status", "200")))] == 1
-    assert found[("veritrain_http_requests_total", (("method", "GET"), ("route", "/api/v1/objects/{sha256}"), ("status", "206")))] == 1
-    assert found[("veritrain_http_requests_total", (("method", "GET"), ("route", "/api/v1/objects/{sha256}"), ("status", "404")))] == 1
+    assert (
+        found[
+            (
+                "veritrain_http_requests_total",
+                (("method", "GET"), ("route", "/api/v1/objects/{sha256}"), ("status", "200")),
+            )
+        ]
+        == 1
+    )
+    assert (
+        found[
+            (
+                "veritrain_http_requests_total",
+                (("method", "GET"), ("route", "/api/v1/objects/{sha256}"), ("status", "206")),
+            )
+        ]
+        == 1
+    )
+    assert (
+        found[
+            (
+                "veritrain_http_requests_total",
+                (("method", "GET"), ("route", "/api/v1/objects/{sha256}"), ("status", "404")),
+            )
+        ]
+        == 1
+    )
     assert found[("veritrain_http_response_body_bytes_total", route)] >= size + 10
-    assert found[("veritrain_http_request_duration_seconds_count", (("method", "GET"), *route))] == 3
-    assert found[("veritrain_http_requests_total", (("method", "GET"), ("route", "unmatched"), ("status", "404")))] == 1
+    assert (
+        found[("veritrain_http_request_duration_seconds_count", (("method", "GET"), *route))] == 3
+    )
+    assert (
+        found[
+            (
+                "veritrain_http_requests_total",
+                (("method", "GET"), ("route", "unmatched"), ("status", "404")),
+            )
+        ]
+        == 1
+    )
     assert not any("1111111111" in str(labels) for _, labels in found)
 
 
@@ -85,7 +124,14 @@ def test_the_cli_settings_class_satisfies_the_web_settings(tmp_path: Path) -> No
         assert client.get("/healthz").json() == {"status": "ok", "database": "ok", "store": "ok"}
 
 
-@pytest.mark.parametrize(("host", "url"), [("127.0.0.1", "http://127.0.0.1:8000"), ("0.0.0.0", "http://127.0.0.1:8000"), ("::1", "http://[::1]:8000")])
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("127.0.0.1", "http://127.0.0.1:8000"),
+        ("0.0.0.0", "http://127.0.0.1:8000"),
+        ("::1", "http://[::1]:8000"),
+    ],
+)
 def test_the_printed_url_is_one_a_person_can_open(host: str, url: str) -> None:
     assert base_url(host, 8000) == url
 

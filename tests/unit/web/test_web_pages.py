@@ -40,7 +40,9 @@ def test_the_runs_list_links_every_run(client: TestClient, demo_run: DemoRun) ->
     assert {"href": f"/runs/{demo_run.run_id}"} in links(html)
 
 
-def test_the_step_table_is_server_rendered_newest_first_with_anomalies(page: str, demo_run: DemoRun) -> None:
+def test_the_step_table_is_server_rendered_newest_first_with_anomalies(
+    page: str, demo_run: DemoRun
+) -> None:
     header, *rows = tables(page)["steps"]
 
     assert header[:3] == ["Step", "Recorded (UTC)", "Train loss"]
@@ -50,27 +52,36 @@ def test_the_step_table_is_server_rendered_newest_first_with_anomalies(page: str
     assert rows[-1][header.index("Rank")] == "8" and rows[0][header.index("Rank")] == "4"
 
 
-def test_the_step_table_shows_every_clusters_contribution_scores_next_to_the_flags(page: str) -> None:
+def test_the_step_table_shows_every_clusters_contribution_scores_next_to_the_flags(
+    page: str,
+) -> None:
     header, *rows = tables(page)["steps"]
 
     column = header.index("Contribution scores (held-out / own data)")
     assert column == header.index("Anomalies") + 1
     scores = {r[0]: r[column] for r in rows}
-    assert scores["1"] == "0: -0.05 / -0.06, 1: -0.1 / -0.12"  # the fixture's scores, held-out / own
-    assert 'title="norm 812.4 is 96x the reference 8.46 (limit 10x)"' in page  # the flagged one says why
+    assert (
+        scores["1"] == "0: -0.05 / -0.06, 1: -0.1 / -0.12"
+    )  # the fixture's scores, held-out / own
+    assert (
+        'title="norm 812.4 is 96x the reference 8.46 (limit 10x)"' in page
+    )  # the flagged one says why
 
 
 def test_every_step_on_the_page_shows_what_the_model_said(page: str, demo_run: DemoRun) -> None:
-    section = page[page.index('<section id="generations"'):page.index('<section id="data"')]
+    section = page[page.index('<section id="generations"') : page.index('<section id="data"')]
 
     steps = re.findall(r"<summary>Step (\d+)</summary>", section)
     assert [int(s) for s in steps] == list(range(demo_run.last_step, -1, -1))
     prompts = [row[0] for row in tables(section)["generations"][1:]]
-    assert prompts == ["def", "class"]  # the fixture's prompts, for the newest step (cells are stripped)
+    assert prompts == [
+        "def",
+        "class",
+    ]  # the fixture's prompts, for the newest step (cells are stripped)
 
 
 def test_the_status_says_it_is_the_servers_own_check_and_passes(page: str) -> None:
-    status = page[page.index('<section id="status"'):page.index("</section>")]
+    status = page[page.index('<section id="status"') : page.index("</section>")]
 
     assert 'class="card ok"' in status
     assert "this server's own check" in status
@@ -78,7 +89,9 @@ def test_the_status_says_it_is_the_servers_own_check_and_passes(page: str) -> No
     assert "software" in status
 
 
-def test_the_latest_checkpoint_files_link_to_their_bytes(client: TestClient, page: str, demo_run: DemoRun) -> None:
+def test_the_latest_checkpoint_files_link_to_their_bytes(
+    client: TestClient, page: str, demo_run: DemoRun
+) -> None:
     downloads = [a for a in links(page) if a.get("class") == "download"]
     latest = demo_run.checkpoints[demo_run.last_step].files
 
@@ -96,26 +109,35 @@ def test_the_data_manifest_shows_sources_licences_and_shard_counts(page: str) ->
 
 
 def test_the_genesis_shows_code_keys_and_measurements(page: str, demo_run: DemoRun) -> None:
-    genesis = page[page.index('<section id="genesis"'):]
+    genesis = page[page.index('<section id="genesis"') :]
     roles = [row[0] for row in tables(page)["keys"][1:]]
 
     assert "launch measurement" in genesis and "Reference measurements" in genesis
     assert roles[0] == "log" and demo_run.log_vkey in genesis
     assert roles[1:] == ["statement"] + [
-        f"cluster {c} {role}" for c in range(2) for role in ("contribution", "attestation", "platform root")
+        f"cluster {c} {role}"
+        for c in range(2)
+        for role in ("contribution", "attestation", "platform root")
     ]
 
 
-def test_the_verify_block_has_the_exact_commands_for_this_server(page: str, demo_run: DemoRun) -> None:
-    verify = page[page.index('<section id="verify"'):]
+def test_the_verify_block_has_the_exact_commands_for_this_server(
+    page: str, demo_run: DemoRun
+) -> None:
+    verify = page[page.index('<section id="verify"') :]
 
     assert f"veritrain verify --api http://testserver {demo_run.run_id}" in verify
-    assert f"veritrain reproduce {demo_run.run_id} --step {demo_run.last_step} --api http://testserver" in verify
+    assert (
+        f"veritrain reproduce {demo_run.run_id} --step {demo_run.last_step} --api http://testserver"
+        in verify
+    )
     assert f"veritrain note verify --vkey '{demo_run.log_vkey}' checkpoint.txt" in verify
 
 
 def test_the_chart_data_is_embedded_downsampled_json(page: str, demo_run: DemoRun) -> None:
-    embedded = re.search(r'<script type="application/json" id="chart-data">(.*?)</script>', page, re.S)
+    embedded = re.search(
+        r'<script type="application/json" id="chart-data">(.*?)</script>', page, re.S
+    )
     assert embedded is not None
     data = json.loads(embedded.group(1))
 
@@ -132,7 +154,9 @@ def test_embedded_json_cannot_close_its_script_element() -> None:
     assert json.loads(text) == {"key": "</script><script>alert(1)</script>"}
 
 
-def test_plotly_is_served_by_the_app_compressed_and_cached_forever(client: TestClient, page: str) -> None:
+def test_plotly_is_served_by_the_app_compressed_and_cached_forever(
+    client: TestClient, page: str
+) -> None:
     src = re.search(r'<script src="(/static/vendor/plotly-[0-9a-f]{16}\.min\.js)"', page)
     assert src is not None
     gzipped = client.get(src.group(1), headers={"Accept-Encoding": "gzip"})
@@ -145,7 +169,9 @@ def test_plotly_is_served_by_the_app_compressed_and_cached_forever(client: TestC
     assert client.get("/static/vendor/plotly-0000000000000000.min.js").status_code == 404
 
 
-def test_the_step_table_pages_through_long_runs(client: TestClient, demo_run: DemoRun, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_step_table_pages_through_long_runs(
+    client: TestClient, demo_run: DemoRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(run_page, "ROWS_PER_PAGE", 3)
     first = client.get(f"/runs/{demo_run.run_id}").text
     second = client.get(f"/runs/{demo_run.run_id}", params={"page": 2}).text
@@ -168,7 +194,9 @@ def test_an_unknown_run_is_a_404_page(client: TestClient) -> None:
 def test_a_tampered_entry_turns_the_status_red_and_names_the_entry(fresh_run: DemoRun) -> None:
     engine = create_engine(fresh_run.database_url)
     with engine.begin() as conn:
-        body = conn.execute(sa.select(Entry.body).where(Entry.run_id == fresh_run.run_id, Entry.index == 2)).scalar_one()
+        body = conn.execute(
+            sa.select(Entry.body).where(Entry.run_id == fresh_run.run_id, Entry.index == 2)
+        ).scalar_one()
         conn.execute(
             sa.update(Entry)
             .where(Entry.run_id == fresh_run.run_id, Entry.index == 2)
@@ -179,7 +207,7 @@ def test_a_tampered_entry_turns_the_status_red_and_names_the_entry(fresh_run: De
     with TestClient(create_app(settings_for(fresh_run))) as client:
         html = client.get(f"/runs/{fresh_run.run_id}").text
 
-    status = html[html.index('<section id="status"'):html.index("</section>")]
+    status = html[html.index('<section id="status"') : html.index("</section>")]
     assert 'class="card failed"' in status
     assert "Log audit failed at entry 2" in status
 
@@ -192,10 +220,14 @@ def test_a_run_with_only_a_bare_genesis_still_renders(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     upgrade(url)
     engine = create_engine(url)
-    Ledger(engine, origin="test.local", log_keys=InMemoryLogKeys()).create_run("bare", {"note": "no documented fields"})
+    Ledger(engine, origin="test.local", log_keys=InMemoryLogKeys()).create_run(
+        "bare", {"note": "no documented fields"}
+    )
     engine.dispose()
 
-    with TestClient(create_app(AppSettings(database_url=url, store_url=f"file://{tmp_path / 'o'}"))) as client:
+    with TestClient(
+        create_app(AppSettings(database_url=url, store_url=f"file://{tmp_path / 'o'}"))
+    ) as client:
         response = client.get("/runs/bare")
 
     assert response.status_code == 200

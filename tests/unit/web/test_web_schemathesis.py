@@ -29,7 +29,9 @@ EXAMPLES = 50
 
 def _operations() -> list[tuple[str, str]]:
     # The document does not depend on the data, so an app that is never started lists them.
-    document = create_app(AppSettings(database_url="sqlite://", store_url="file:///nonexistent")).openapi()
+    document = create_app(
+        AppSettings(database_url="sqlite://", store_url="file:///nonexistent")
+    ).openapi()
     return [(method.upper(), path) for path, item in document["paths"].items() for method in item]
 
 
@@ -39,7 +41,9 @@ def web_schema(client: TestClient) -> Any:
 
 
 @pytest.mark.parametrize(("method", "path"), _operations())
-def test_no_generated_request_breaks_the_api(web_schema: Any, demo_run: DemoRun, method: str, path: str) -> None:
+def test_no_generated_request_breaks_the_api(
+    web_schema: Any, demo_run: DemoRun, method: str, path: str
+) -> None:
     operation = web_schema[path][method]
     known = {"run": demo_run.run_id, "sha256": demo_run.checkpoints[1].manifest_object}
 
@@ -52,7 +56,9 @@ def test_no_generated_request_breaks_the_api(web_schema: Any, demo_run: DemoRun,
     strategy = operation.as_strategy()
 
     @given(case=st.one_of(strategy, strategy.map(anchored)))
-    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(
+        max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None
+    )
     def check(case: Any) -> None:
         # Every default check but one: parameters that are valid alone but not together
         # (an index at or past a given size, old > new) are 400 by the API's contract

@@ -27,7 +27,9 @@ def _db(run: DemoRun) -> sqlite3.Connection:
     return sqlite3.connect(run.database_url.removeprefix("sqlite:///"))
 
 
-def test_the_runs_row_cannot_change_what_main_or_the_run_summary_say(fresh_run: DemoRun, fresh_client: TestClient) -> None:
+def test_the_runs_row_cannot_change_what_main_or_the_run_summary_say(
+    fresh_run: DemoRun, fresh_client: TestClient
+) -> None:
     with _db(fresh_run) as db:
         db.execute("update runs set latest_step = 0, outer_steps = 7, status = 'running'")
 
@@ -53,7 +55,9 @@ def test_a_step_is_found_at_its_place_in_the_log_whatever_the_step_column_says(
         assert response.json()["manifest_root"] == fresh_run.checkpoints[step].manifest_root
 
 
-def test_an_entry_that_is_not_its_steps_record_is_a_502_naming_it(fresh_run: DemoRun, fresh_client: TestClient) -> None:
+def test_an_entry_that_is_not_its_steps_record_is_a_502_naming_it(
+    fresh_run: DemoRun, fresh_client: TestClient
+) -> None:
     with _db(fresh_run) as db:  # entry 3 (step 1) now holds step 0's body: the chain is broken
         (body,) = db.execute("select body from entries where idx = 2").fetchone()
         db.execute("update entries set body = ? where idx = 3", (body,))
@@ -66,7 +70,11 @@ def test_an_entry_that_is_not_its_steps_record_is_a_502_naming_it(fresh_run: Dem
 
 @pytest.mark.parametrize(
     ("header", "status"),
-    [("bytes=" + "9" * 4400 + "-", 416), ("bytes=0-" + "9" * 4400, 206), ("bytes=-" + "9" * 4400, 206)],
+    [
+        ("bytes=" + "9" * 4400 + "-", 416),
+        ("bytes=0-" + "9" * 4400, 206),
+        ("bytes=-" + "9" * 4400, 206),
+    ],
 )
 def test_a_range_of_thousands_of_digits_is_answered_not_crashed_on(
     client: TestClient, demo_run: DemoRun, header: str, status: int
@@ -77,7 +85,9 @@ def test_a_range_of_thousands_of_digits_is_answered_not_crashed_on(
     assert response.status_code == status
 
 
-def test_a_missing_objects_404_does_not_reveal_where_the_store_is(client: TestClient, demo_run: DemoRun) -> None:
+def test_a_missing_objects_404_does_not_reveal_where_the_store_is(
+    client: TestClient, demo_run: DemoRun
+) -> None:
     response = client.get("/api/v1/objects/" + "0" * 64)
 
     assert response.status_code == 404
@@ -86,7 +96,9 @@ def test_a_missing_objects_404_does_not_reveal_where_the_store_is(client: TestCl
     assert store_path not in response.text
 
 
-def test_every_answer_says_nosniff_and_pages_carry_their_policy(client: TestClient, demo_run: DemoRun) -> None:
+def test_every_answer_says_nosniff_and_pages_carry_their_policy(
+    client: TestClient, demo_run: DemoRun
+) -> None:
     api = client.get(f"/api/v1/runs/{demo_run.run_id}")
     page = client.get(f"/runs/{demo_run.run_id}")
     missing = client.get("/api/v1/runs/nope")

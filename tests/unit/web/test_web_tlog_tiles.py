@@ -45,11 +45,15 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TiledRun]:
     upgrade(url)
     # Recorded straight through ledger.service.Ledger: 300 entries, genesis included.
     log = small_log(url, run_id="tiled", entries=300)
-    with TestClient(create_app(AppSettings(database_url=url, store_url=f"file://{root / 'objects'}"))) as api:
+    with TestClient(
+        create_app(AppSettings(database_url=url, store_url=f"file://{root / 'objects'}"))
+    ) as api:
         yield TiledRun(log=log, api=api)
 
 
-def test_the_root_is_rebuilt_from_the_tiles_and_every_bundle_matches_the_level_0_hashes(run: TiledRun) -> None:
+def test_the_root_is_rebuilt_from_the_tiles_and_every_bundle_matches_the_level_0_hashes(
+    run: TiledRun,
+) -> None:
     client = run.client()
     checkpoint = client.checkpoint()
     assert (checkpoint.origin, checkpoint.size) == (run.log.origin, 300)
@@ -69,7 +73,9 @@ def test_a_growing_log_stays_readable_past_a_tile_boundary(tmp_path: Path) -> No
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     upgrade(url)
     log = small_log(url, run_id="growing", entries=1)
-    with TestClient(create_app(AppSettings(database_url=url, store_url=f"file://{tmp_path / 'o'}"))) as api:
+    with TestClient(
+        create_app(AppSettings(database_url=url, store_url=f"file://{tmp_path / 'o'}"))
+    ) as api:
         tiled = TiledRun(log=log, api=api)
         for target in (1, 255, 256, 257, 513):
             log.grow(target - log.ledger.get_run("growing").size)
@@ -100,7 +106,10 @@ def test_full_tiles_are_immutable_and_partial_ones_short_lived(run: TiledRun) ->
     assert full.headers["content-type"] == "application/octet-stream"
     assert len(full.content) == 8192
     assert run.get("tile/0/001.p/44").headers["cache-control"] == "public, max-age=5"
-    assert run.get("tile/entries/000").headers["cache-control"] == "public, max-age=31536000, immutable"
+    assert (
+        run.get("tile/entries/000").headers["cache-control"]
+        == "public, max-age=31536000, immutable"
+    )
     checkpoint = run.get("checkpoint")
     assert checkpoint.headers["content-type"] == "text/plain; charset=utf-8"
     assert checkpoint.headers["cache-control"] == "public, max-age=5"

@@ -52,7 +52,12 @@ def resign(note: str, key: SigningKey, **changes: object) -> str:
     """The checkpoint of ``note`` with ``changes`` (size, root_hash), signed by ``key``."""
     text, _ = open_note(note)
     checkpoint = parse_checkpoint(text)
-    fields = {"origin": checkpoint.origin, "size": checkpoint.size, "root_hash": checkpoint.root_hash, **changes}
+    fields = {
+        "origin": checkpoint.origin,
+        "size": checkpoint.size,
+        "root_hash": checkpoint.root_hash,
+        **changes,
+    }
     return sign_checkpoint(Checkpoint(**fields), key)  # type: ignore[arg-type]
 
 
@@ -84,7 +89,9 @@ def test_403_when_no_trusted_signature_verifies(client: TestClient, log: SmallLo
     # Signed under the log's name by another key (a rewritten log's new key): ignored, so
     # no trusted signature is present.
     impostor = SigningKey.generate(log.origin)
-    response = client.post("/add-checkpoint", content=add_checkpoint_body(0, [], resign(log.note(), impostor)))
+    response = client.post(
+        "/add-checkpoint", content=add_checkpoint_body(0, [], resign(log.note(), impostor))
+    )
     assert response.status_code == 403
     assert "no signature from a known key" in response.text
 
@@ -106,21 +113,34 @@ def test_400_when_the_old_size_is_past_the_checkpoint(client: TestClient, log: S
 
 
 def test_409_says_the_cosigned_size_as_text_x_tlog_size(client: TestClient, log: SmallLog) -> None:
-    assert client.post("/add-checkpoint", content=add_checkpoint_body(0, [], log.note(4))).status_code == 200
+    assert (
+        client.post("/add-checkpoint", content=add_checkpoint_body(0, [], log.note(4))).status_code
+        == 200
+    )
 
     stale = client.post("/add-checkpoint", content=add_checkpoint_body(0, [], log.note()))
     assert stale.status_code == 409
     assert stale.headers["content-type"] == "text/x.tlog.size"
     assert stale.text == "4\n"
     # A client that believes the witness is further along is told the same.
-    ahead = client.post("/add-checkpoint", content=add_checkpoint_body(5, log.proof(5, 6), log.note()))
+    ahead = client.post(
+        "/add-checkpoint", content=add_checkpoint_body(5, log.proof(5, 6), log.note())
+    )
     assert (ahead.status_code, ahead.text) == (409, "4\n")
     # With the size it was told, the client succeeds.
-    assert client.post("/add-checkpoint", content=add_checkpoint_body(4, log.proof(4, 6), log.note())).status_code == 200
+    assert (
+        client.post(
+            "/add-checkpoint", content=add_checkpoint_body(4, log.proof(4, 6), log.note())
+        ).status_code
+        == 200
+    )
 
 
 def test_422_for_a_proof_that_does_not_verify(client: TestClient, log: SmallLog) -> None:
-    assert client.post("/add-checkpoint", content=add_checkpoint_body(0, [], log.note(3))).status_code == 200
+    assert (
+        client.post("/add-checkpoint", content=add_checkpoint_body(0, [], log.note(3))).status_code
+        == 200
+    )
     proof = log.proof(3, 6)
     proof[0] = hashlib.sha256(b"tampered").digest()
 
@@ -129,14 +149,22 @@ def test_422_for_a_proof_that_does_not_verify(client: TestClient, log: SmallLog)
     assert response.status_code == 422
     assert "not consistent" in response.text
     # Nothing moved: the valid proof still applies from size 3.
-    assert client.post("/add-checkpoint", content=add_checkpoint_body(3, log.proof(3, 6), log.note())).status_code == 200
+    assert (
+        client.post(
+            "/add-checkpoint", content=add_checkpoint_body(3, log.proof(3, 6), log.note())
+        ).status_code
+        == 200
+    )
 
 
 def test_422_for_the_same_size_with_another_root(client: TestClient, log: SmallLog) -> None:
     # tlog-witness (since C2SP #280): "If the old size matches the checkpoint size, the
     # witness MUST check that the root hashes are also identical. If they don't match, the
     # witness MUST respond with a 422 Unprocessable Entity".
-    assert client.post("/add-checkpoint", content=add_checkpoint_body(0, [], log.note())).status_code == 200
+    assert (
+        client.post("/add-checkpoint", content=add_checkpoint_body(0, [], log.note())).status_code
+        == 200
+    )
     fork = resign(log.note(), log.keys(log.origin), root_hash=hashlib.sha256(b"fork").digest())
 
     response = client.post("/add-checkpoint", content=add_checkpoint_body(6, [], fork))
@@ -144,7 +172,10 @@ def test_422_for_the_same_size_with_another_root(client: TestClient, log: SmallL
     assert response.status_code == 422
     assert "equal roots" in response.text
     # The same head again is cosigned again (a fresh timestamp on the same tree).
-    assert client.post("/add-checkpoint", content=add_checkpoint_body(6, [], log.note())).status_code == 200
+    assert (
+        client.post("/add-checkpoint", content=add_checkpoint_body(6, [], log.note())).status_code
+        == 200
+    )
 
 
 def test_422_for_a_proof_from_size_0_and_for_a_size_0_tree_with_another_root(
@@ -157,9 +188,14 @@ def test_422_for_a_proof_from_size_0_and_for_a_size_0_tree_with_another_root(
 
     key = log.keys(log.origin)
     not_empty = sign_checkpoint(Checkpoint(origin=log.origin, size=0, root_hash=b"\x01" * 32), key)
-    assert client.post("/add-checkpoint", content=add_checkpoint_body(0, [], not_empty)).status_code == 422
+    assert (
+        client.post("/add-checkpoint", content=add_checkpoint_body(0, [], not_empty)).status_code
+        == 422
+    )
     empty = sign_checkpoint(Checkpoint(origin=log.origin, size=0, root_hash=EMPTY_ROOT), key)
-    assert client.post("/add-checkpoint", content=add_checkpoint_body(0, [], empty)).status_code == 200
+    assert (
+        client.post("/add-checkpoint", content=add_checkpoint_body(0, [], empty)).status_code == 200
+    )
 
 
 MALFORMED = {
@@ -175,7 +211,9 @@ MALFORMED = {
     "64 proof lines": b"old 1\n" + (base64.b64encode(b"\x00" * 32) + b"\n") * 64 + b"\n",
     "not UTF-8": b"old 0\n\n\xff\xfe\n",
     "no checkpoint": b"old 0\n\n",
-    "checkpoint without signatures": b"old 0\n\norigin\n1\n" + base64.b64encode(b"\x00" * 32) + b"\n",
+    "checkpoint without signatures": b"old 0\n\norigin\n1\n"
+    + base64.b64encode(b"\x00" * 32)
+    + b"\n",
     "control character": b"old 0\n\norigin\x01\n1\nAA==\n\n\xe2\x80\x94 k AAAAAAAA\n",
 }
 
@@ -189,8 +227,13 @@ def test_a_checkpoint_with_an_absurd_size_is_400(client: TestClient, log: SmallL
     text, signatures = open_note(log.note())
     lines = text.split("\n")
     for size in ("9" * 30, "18446744073709551615"):
-        forged = "\n".join([lines[0], size, *lines[2:]]) + "\n" + "".join(s.line() for s in signatures)
-        assert client.post("/add-checkpoint", content=add_checkpoint_body(0, [], forged)).status_code == 400
+        forged = (
+            "\n".join([lines[0], size, *lines[2:]]) + "\n" + "".join(s.line() for s in signatures)
+        )
+        assert (
+            client.post("/add-checkpoint", content=add_checkpoint_body(0, [], forged)).status_code
+            == 400
+        )
 
 
 def test_mangled_requests_are_never_a_server_error(client: TestClient, log: SmallLog) -> None:
@@ -208,7 +251,10 @@ def test_mangled_requests_are_never_a_server_error(client: TestClient, log: Smal
             else:
                 body[at:at] = rng.choice([b"\n", b" ", b"\x00", b"\xe2\x80\x94 ", b"0", b"="])
         response = client.post("/add-checkpoint", content=bytes(body))
-        assert response.status_code in (200, 400, 403, 404, 409, 422), (response.status_code, bytes(body))
+        assert response.status_code in (200, 400, 403, 404, 409, 422), (
+            response.status_code,
+            bytes(body),
+        )
 
 
 def test_a_body_over_the_limit_is_413(client: TestClient) -> None:

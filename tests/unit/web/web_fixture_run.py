@@ -55,8 +55,15 @@ from trainer.recorder import (
 from veritrain.recorder import LedgerRecorderFactory
 
 ORIGIN = "test.veritrain.local"
-MODEL = ModelConfig(vocab_size=256, context=32, num_hidden_layers=2, hidden_size=32,
-                    intermediate_size=64, num_attention_heads=2, num_key_value_heads=2)
+MODEL = ModelConfig(
+    vocab_size=256,
+    context=32,
+    num_hidden_layers=2,
+    hidden_size=32,
+    intermediate_size=64,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+)
 TOKENS_PER_SHARD = 4096
 CLUSTERS = 2
 INNER_STEPS = 8
@@ -122,20 +129,38 @@ def record_demo_run(
     the ledger at ``database_url`` and the store at ``store_url``, through the real recorder."""
     rng = random.Random(seed)
     config = TrainConfig(
-        run_id=run_id, preset="fixture", method="dilocox", model=MODEL, clusters=CLUSTERS, stages=1,
-        outer=OuterConfig(kind="dilocox", overlap=False), outer_steps=steps, inner_steps=INNER_STEPS,
+        run_id=run_id,
+        preset="fixture",
+        method="dilocox",
+        model=MODEL,
+        clusters=CLUSTERS,
+        stages=1,
+        outer=OuterConfig(kind="dilocox", overlap=False),
+        outer_steps=steps,
+        inner_steps=INNER_STEPS,
         generation=GenerationConfig(prompts=("def ", "class "), max_new_tokens=12),
-        micro_batches=2, micro_batch_size=4, seed=seed,
+        micro_batches=2,
+        micro_batch_size=4,
+        seed=seed,
     )
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
         keys = key_dir or work / "keys"
         factory = LedgerRecorderFactory(
-            database_url=database_url, store_url=store_url, key_dir=keys, cluster_key_root=work / "cluster-keys", origin=origin
+            database_url=database_url,
+            store_url=store_url,
+            key_dir=keys,
+            cluster_key_root=work / "cluster-keys",
+            origin=origin,
         )
-        # One recorder per cluster, as each cluster's own process has (cluster 0's also coordinates).
+        # One recorder per cluster, as each cluster's own process has (cluster 0's also
+        # coordinates).
         recorders = [
-            factory(ProcessInfo(rank=c, world_size=CLUSTERS, cluster=c, stage=0, clusters=CLUSTERS, stages=1))
+            factory(
+                ProcessInfo(
+                    rank=c, world_size=CLUSTERS, cluster=c, stage=0, clusters=CLUSTERS, stages=1
+                )
+            )
             for c in range(CLUSTERS)
         ]
         recorder = recorders[0]
@@ -147,9 +172,20 @@ def record_demo_run(
                 run_id=run_id,
                 config=config.to_dict(),
                 config_digest=config_digest(config),
-                topology={"clusters": CLUSTERS, "stages": 1, "world_size": CLUSTERS, "backend": "gloo", "device": "cpu",
-                          "rank": "cluster * stages + stage", "present": list(range(CLUSTERS))},
-                model={**MODEL.to_dict(), "parameter_count": MODEL.parameter_count(), "stage_blocks": [[0, 1]]},
+                topology={
+                    "clusters": CLUSTERS,
+                    "stages": 1,
+                    "world_size": CLUSTERS,
+                    "backend": "gloo",
+                    "device": "cpu",
+                    "rank": "cluster * stages + stage",
+                    "present": list(range(CLUSTERS)),
+                },
+                model={
+                    **MODEL.to_dict(),
+                    "parameter_count": MODEL.parameter_count(),
+                    "stage_blocks": [[0, 1]],
+                },
                 data_manifest=manifest,
                 shard_source=DirectoryShardSource(shard_dir),
                 seed=seed,
@@ -169,7 +205,9 @@ def record_demo_run(
                 inner_steps=INNER_STEPS,
                 method="dilocox",
                 metrics=_metrics(loss, step, rng),
-                data_ranges=[rule.data_range(c, step * INNER_STEPS, INNER_STEPS) for c in range(CLUSTERS)],
+                data_ranges=[
+                    rule.data_range(c, step * INNER_STEPS, INNER_STEPS) for c in range(CLUSTERS)
+                ],
                 contribution_digests=_contributions(run_id, step),
                 applied=[_applied(run_id, step)],
                 anomalies=list(_applied(run_id, step).anomalies),
@@ -181,12 +219,25 @@ def record_demo_run(
                 r.attest(request, own, _commitments(run_id, step, own.cluster))
                 for r, own in zip(recorders, _contributions(run_id, step), strict=True)
             ]
-            recorder.record_outer_step(replace(record, evidence=tuple(e for e in evidence if e is not None)))
+            recorder.record_outer_step(
+                replace(record, evidence=tuple(e for e in evidence if e is not None))
+            )
         if finish:
-            recorder.end(RunSummary(run_id=run_id, steps=steps, tokens=0, final_metrics={}, wall_seconds=1.0))
+            recorder.end(
+                RunSummary(run_id=run_id, steps=steps, tokens=0, final_metrics={}, wall_seconds=1.0)
+            )
         for each in recorders:
             each.close()
-    return _facts(run_id, database_url, store_url, origin, keys, steps=steps, finished=finish, manifest=manifest)
+    return _facts(
+        run_id,
+        database_url,
+        store_url,
+        origin,
+        keys,
+        steps=steps,
+        finished=finish,
+        manifest=manifest,
+    )
 
 
 def _data(config: TrainConfig, directory: Path, rng: random.Random) -> tuple[DataManifest, Path]:
@@ -200,7 +251,14 @@ def _data(config: TrainConfig, directory: Path, rng: random.Random) -> tuple[Dat
         shards.append(Shard(index=index, sha256=digest, tokens=TOKENS_PER_SHARD))
     manifest = DataManifest(
         corpus={"kind": "files", "selection": "fixture"},
-        sources=(Source(uri="file://corpus/fixture.txt", sha256=hashlib.sha256(SOURCE_TEXT).hexdigest(), bytes=len(SOURCE_TEXT), license="CC0-1.0"),),
+        sources=(
+            Source(
+                uri="file://corpus/fixture.txt",
+                sha256=hashlib.sha256(SOURCE_TEXT).hexdigest(),
+                bytes=len(SOURCE_TEXT),
+                license="CC0-1.0",
+            ),
+        ),
         tokenizer=TokenizerIdentity(kind="bytes", vocab_size=256, end_of_text=0),
         dtype="uint16",
         shard_tokens=TOKENS_PER_SHARD,
@@ -211,7 +269,9 @@ def _data(config: TrainConfig, directory: Path, rng: random.Random) -> tuple[Dat
     return manifest.with_assignment(assignment_rule(config, manifest).to_dict()), directory
 
 
-def _state_files(model: CausalLM, step: int) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any]]:
+def _state_files(
+    model: CausalLM, step: int
+) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any]]:
     """The model in two Hugging Face shards (so the index has several files), one optimizer
     file and the trainer state."""
     # A tied output projection is the embedding: stored once, as the trainer stores it.
@@ -228,7 +288,9 @@ def _state_files(model: CausalLM, step: int) -> tuple[dict[str, dict[str, torch.
 
 def _contributions(run_id: str, round_: int) -> list[ContributionDigest]:
     return [
-        ContributionDigest(cluster=c, stage=0, digest=hashlib.sha256(f"{run_id}/{round_}/{c}".encode()).hexdigest())
+        ContributionDigest(
+            cluster=c, stage=0, digest=hashlib.sha256(f"{run_id}/{round_}/{c}".encode()).hexdigest()
+        )
         for c in range(CLUSTERS)
     ]
 
@@ -236,7 +298,10 @@ def _contributions(run_id: str, round_: int) -> list[ContributionDigest]:
 def _commitments(run_id: str, step: int, cluster: int) -> InnerCommitments:
     """Made-up per-inner-step commitments of cluster ``cluster``'s one stage (the training is
     made up too)."""
-    made_up = [hashlib.sha256(f"{run_id}/{step}/{cluster}/{i}".encode()).hexdigest() for i in range(INNER_STEPS + 1)]
+    made_up = [
+        hashlib.sha256(f"{run_id}/{step}/{cluster}/{i}".encode()).hexdigest()
+        for i in range(INNER_STEPS + 1)
+    ]
     zeros = (0.0,) * FINGERPRINT_DIMS
     return InnerCommitments(
         run_id=run_id,
@@ -245,10 +310,14 @@ def _commitments(run_id: str, step: int, cluster: int) -> InnerCommitments:
         stage=0,
         start=ParameterCommitment(digest=made_up[0], tensors={"model.embed_tokens.weight": zeros}),
         inner_steps=tuple(
-            InnerStepCommitment(inner_step=step * INNER_STEPS + k, digest=made_up[k], fingerprint=zeros)
+            InnerStepCommitment(
+                inner_step=step * INNER_STEPS + k, digest=made_up[k], fingerprint=zeros
+            )
             for k in range(INNER_STEPS)
         ),
-        contributed=ParameterCommitment(digest=made_up[-1], tensors={"model.embed_tokens.weight": zeros}),
+        contributed=ParameterCommitment(
+            digest=made_up[-1], tensors={"model.embed_tokens.weight": zeros}
+        ),
     )
 
 
@@ -269,10 +338,19 @@ def _applied(run_id: str, step: int) -> AppliedRound:
         )
         for c in range(CLUSTERS)
     ]
-    flags = [AnomalyFlag(round=step, cluster=v.cluster, reason=v.reason, excluded=v.excluded) for v in verdicts if v.flags]
+    flags = [
+        AnomalyFlag(round=step, cluster=v.cluster, reason=v.reason, excluded=v.excluded)
+        for v in verdicts
+        if v.flags
+    ]
     return AppliedRound(
-        round=step, contribution_digests=_contributions(run_id, step), anomalies=flags, payload_bytes=4096 * rank,
-        rank=rank, bits=8, verdicts=verdicts,
+        round=step,
+        contribution_digests=_contributions(run_id, step),
+        anomalies=flags,
+        payload_bytes=4096 * rank,
+        rank=rank,
+        bits=8,
+        verdicts=verdicts,
     )
 
 
@@ -303,7 +381,15 @@ def _metrics(loss: float, step: int, rng: random.Random) -> dict[str, float]:
 
 
 def _facts(
-    run_id: str, database_url: str, store_url: str, origin: str, keys: Path, *, steps: int, finished: bool, manifest: DataManifest
+    run_id: str,
+    database_url: str,
+    store_url: str,
+    origin: str,
+    keys: Path,
+    *,
+    steps: int,
+    finished: bool,
+    manifest: DataManifest,
 ) -> DemoRun:
     """What the recorder stored, read back through the ledger (the test's expectations)."""
     engine = create_engine(database_url)

@@ -20,7 +20,10 @@ from trainer.outer import (
 
 
 def build_clusters(
-    config: OuterConfig, named_params: Sequence[tuple[str, torch.Tensor]], n_clusters: int, seed: int = 7
+    config: OuterConfig,
+    named_params: Sequence[tuple[str, torch.Tensor]],
+    n_clusters: int,
+    seed: int = 7,
 ) -> list[OuterAlgorithm]:
     return [
         build_outer_algorithm(
@@ -44,7 +47,9 @@ def local_drift(
         if p.dim() == 2:
             common = _low_rank(p.shape, persistent) + 0.5 * _low_rank(p.shape, this_round)
         else:
-            common = torch.randn(p.shape, generator=persistent) + 0.5 * torch.randn(p.shape, generator=this_round)
+            common = torch.randn(p.shape, generator=persistent) + 0.5 * torch.randn(
+                p.shape, generator=this_round
+            )
         out.append(scale * (common + 0.3 * torch.randn(p.shape, generator=own)))
     return out
 
@@ -66,7 +71,9 @@ def start_locals(
 
 
 def train_locals(
-    locals_: Sequence[Sequence[torch.Tensor]], named_params: Sequence[tuple[str, torch.Tensor]], round: int
+    locals_: Sequence[Sequence[torch.Tensor]],
+    named_params: Sequence[tuple[str, torch.Tensor]],
+    round: int,
 ) -> None:
     """'Inner steps': every cluster drifts from where it is (in place)."""
     for cluster, params in enumerate(locals_):
@@ -80,4 +87,6 @@ def blocking_round(
     """contribution -> all_gather (a list) -> apply, on every cluster."""
     contributions = [a.contribution(round, local) for a, local in zip(algos, locals_, strict=True)]
     gathered = [c.payload for c in contributions]
-    return [a.apply(round, gathered, local, SIGNALS) for a, local in zip(algos, locals_, strict=True)]
+    return [
+        a.apply(round, gathered, local, SIGNALS) for a, local in zip(algos, locals_, strict=True)
+    ]

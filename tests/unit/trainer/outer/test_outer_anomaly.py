@@ -11,7 +11,15 @@ from trainer.outer import OuterConfig
 KINDS = [
     OuterConfig(kind="diloco"),
     OuterConfig(kind="dilocox", overlap=False, rank=4, min_rank=2, max_rank=8, bits=8),
-    OuterConfig(kind="dilocox", overlap=False, rank=4, min_rank=2, max_rank=8, bits=4, error_feedback="buffer"),
+    OuterConfig(
+        kind="dilocox",
+        overlap=False,
+        rank=4,
+        min_rank=2,
+        max_rank=8,
+        bits=4,
+        error_feedback="buffer",
+    ),
 ]
 
 
@@ -56,18 +64,24 @@ def test_poisoned_cluster_is_flagged_in_its_round_with_two_clusters(config, name
 
 @pytest.mark.parametrize("config", KINDS, ids=["diloco", "dilocox-int8", "dilocox-int4-buffer"])
 def test_scaled_cluster_is_flagged_in_round_zero_with_two_clusters(config, named_params):
-    history = run(config, named_params, 2, poisoned_round=0, poisoned_cluster=0, how="scale", rounds=1)
+    history = run(
+        config, named_params, 2, poisoned_round=0, poisoned_cluster=0, how="scale", rounds=1
+    )
     assert [a.cluster for a in history[0][0].anomalies] == [0]
 
 
 @pytest.mark.parametrize("config", KINDS, ids=["diloco", "dilocox-int8", "dilocox-int4-buffer"])
 def test_noise_in_round_zero_with_three_clusters_is_pinned_on_the_noisy_one(config, named_params):
-    history = run(config, named_params, 3, poisoned_round=0, poisoned_cluster=2, how="noise", rounds=1)
+    history = run(
+        config, named_params, 3, poisoned_round=0, poisoned_cluster=2, how="noise", rounds=1
+    )
     assert [a.cluster for a in history[0][0].anomalies] == [2]
 
 
 def test_noise_in_round_zero_with_two_clusters_is_flagged_as_ambiguous(named_params):
-    history = run(OuterConfig(), named_params, 2, poisoned_round=0, poisoned_cluster=1, how="noise", rounds=1)
+    history = run(
+        OuterConfig(), named_params, 2, poisoned_round=0, poisoned_cluster=1, how="noise", rounds=1
+    )
     flagged = history[0][0].anomalies
     assert [a.cluster for a in flagged] == [0, 1]
     assert all("ambiguous" in a.reason for a in flagged)
@@ -75,14 +89,19 @@ def test_noise_in_round_zero_with_two_clusters_is_flagged_as_ambiguous(named_par
 
 def test_excluded_contribution_does_not_move_the_global_parameters(named_params):
     excluding = OuterConfig(anomaly_exclude=True)
-    history = run(excluding, named_params, 3, poisoned_round=0, poisoned_cluster=1, how="scale", rounds=1)
+    history = run(
+        excluding, named_params, 3, poisoned_round=0, poisoned_cluster=1, how="scale", rounds=1
+    )
     update = history[0][0]
     assert [(a.cluster, a.excluded) for a in update.anomalies] == [(1, True)]
     assert update.stats["included_clusters"] == 2.0
     # The step is the one the two honest clusters (0 and 2) alone would give.
     locals_ = start_locals(named_params, 3)
     train_locals(locals_, named_params, round=0)
-    honest_mean = [((p - a) + (p - b)) / 2 for (_, p), a, b in zip(named_params, locals_[0], locals_[2], strict=True)]
+    honest_mean = [
+        ((p - a) + (p - b)) / 2
+        for (_, p), a, b in zip(named_params, locals_[0], locals_[2], strict=True)
+    ]
     expected = sum(float(m.double().pow(2).sum()) for m in honest_mean) ** 0.5
     assert update.stats["mean_pseudo_gradient_norm"] == pytest.approx(expected, rel=1e-6)
 
@@ -100,7 +119,10 @@ def test_scaled_cluster_is_flagged_under_the_one_step_delay(named_params):
             poison(locals_[1], start, "scale")
         gathered = [a.contribution(t, loc).payload for a, loc in zip(algos, locals_, strict=True)]
         if in_flight is not None:
-            updates[t - 1] = [a.apply(t - 1, in_flight, loc, SIGNALS) for a, loc in zip(algos, locals_, strict=True)]
+            updates[t - 1] = [
+                a.apply(t - 1, in_flight, loc, SIGNALS)
+                for a, loc in zip(algos, locals_, strict=True)
+            ]
         in_flight = gathered
     assert [list(updates[t][0].anomalies) for t in range(3)] == [[], [], []]
     assert [a.cluster for a in updates[3][0].anomalies] == [1]
@@ -122,7 +144,10 @@ def test_payload_replaced_by_noise_is_flagged_under_the_one_step_delay(named_par
         seen_by_0 = list(own)
         if t == 3:
             noise = [torch.randn(p.shape, generator=g) for _, p in named_params]
-            scale = contributions[1].stats["pseudo_gradient_norm"] / sum(float(n.norm() ** 2) for n in noise) ** 0.5
+            scale = (
+                contributions[1].stats["pseudo_gradient_norm"]
+                / sum(float(n.norm() ** 2) for n in noise) ** 0.5
+            )
             seen_by_0[1] = algos[1].codec.encode(t, [n * scale for n in noise])
         if in_flight is not None:
             updates[t - 1] = algos[0].apply(t - 1, in_flight, locals_[0], SIGNALS)

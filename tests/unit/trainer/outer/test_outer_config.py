@@ -57,7 +57,9 @@ def test_outer_step_defaults_depend_on_the_overlap_and_are_recorded():
 
 
 def test_configs_are_equal_when_they_run_the_same_algorithm():
-    assert OuterConfig(kind="dilocox") == OuterConfig(kind="dilocox", outer_lr=0.5, outer_momentum=0.8)
+    assert OuterConfig(kind="dilocox") == OuterConfig(
+        kind="dilocox", outer_lr=0.5, outer_momentum=0.8
+    )
     assert OuterConfig(kind="dilocox") != OuterConfig(kind="dilocox", overlap=False)
     assert len({OuterConfig(), OuterConfig(outer_lr=0.7)}) == 1
 
@@ -66,6 +68,8 @@ def test_configs_are_equal_when_they_run_the_same_algorithm():
 def test_with_rank_admits_a_rank_outside_the_adaptive_bounds(rank):
     config = OuterConfig(kind="dilocox").with_rank(rank)
     assert config.rank == rank and config.min_rank <= rank <= config.max_rank
-    assert OuterConfig(kind="dilocox").with_rank(28) == OuterConfig(kind="dilocox")  # in bounds: unchanged
+    assert OuterConfig(kind="dilocox").with_rank(28) == OuterConfig(
+        kind="dilocox"
+    )  # in bounds: unchanged
     with pytest.raises(ConfigError, match=r"OuterConfig\.rank"):
         OuterConfig(kind="dilocox").with_rank(0)

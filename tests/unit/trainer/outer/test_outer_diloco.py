@@ -25,7 +25,9 @@ def test_first_outer_step_is_nesterov_on_the_mean_pseudo_gradient(named_params):
     updates = blocking_round(algos, locals_, round=0)
 
     # Momentum starts at zero: b = Δ̄, u = Δ̄ + 0.9·b = 1.9·Δ̄, θ₁ = θ₀ − 0.7·u.
-    for (_, p0), mean, l0, l1 in zip(named_params, expected_mean, locals_[0], locals_[1], strict=True):
+    for (_, p0), mean, l0, l1 in zip(
+        named_params, expected_mean, locals_[0], locals_[1], strict=True
+    ):
         torch.testing.assert_close(l0, p0 - 0.7 * 1.9 * mean, rtol=0, atol=1e-7)
         assert torch.equal(l0, l1), "every cluster must start the next round from the same θ"
     assert all(u.rank == 0 and u.bits == 32 for u in updates)
@@ -42,8 +44,12 @@ def test_digests_are_sha256_of_the_payload_bytes_and_agree_across_clusters(named
     assert len({c.payload.numel() for c in contributions}) == 1
     for c in contributions:
         assert c.digest == hashlib.sha256(bytes(c.payload.tolist())).hexdigest()
-    updates = [a.apply(0, gathered, local, SIGNALS) for a, local in zip(algos, locals_, strict=True)]
-    assert [list(u.contribution_digests) for u in updates] == [[c.digest for c in contributions]] * 3
+    updates = [
+        a.apply(0, gathered, local, SIGNALS) for a, local in zip(algos, locals_, strict=True)
+    ]
+    assert [list(u.contribution_digests) for u in updates] == [
+        [c.digest for c in contributions]
+    ] * 3
 
 
 def test_state_dict_round_trip_continues_bit_exactly(named_params):

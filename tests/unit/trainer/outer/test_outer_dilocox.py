@@ -32,11 +32,23 @@ def overlapped_run(algos, locals_, named_params, rounds):
     updates, in_flight = [], None
     for t in range(rounds):
         train_locals(locals_, named_params, t)
-        gathered = [a.contribution(t, local).payload for a, local in zip(algos, locals_, strict=True)]
+        gathered = [
+            a.contribution(t, local).payload for a, local in zip(algos, locals_, strict=True)
+        ]
         if in_flight is not None:
-            updates.append([a.apply(t - 1, in_flight, local, SIGNALS) for a, local in zip(algos, locals_, strict=True)])
+            updates.append(
+                [
+                    a.apply(t - 1, in_flight, local, SIGNALS)
+                    for a, local in zip(algos, locals_, strict=True)
+                ]
+            )
         in_flight = gathered
-    updates.append([a.apply(rounds - 1, in_flight, local, SIGNALS) for a, local in zip(algos, locals_, strict=True)])
+    updates.append(
+        [
+            a.apply(rounds - 1, in_flight, local, SIGNALS)
+            for a, local in zip(algos, locals_, strict=True)
+        ]
+    )
     return updates
 
 
@@ -49,7 +61,9 @@ def test_payload_length_is_identical_across_clusters_every_round(named_params):
         contributions = [a.contribution(t, local) for a, local in zip(algos, locals_, strict=True)]
         assert len({c.payload.numel() for c in contributions}) == 1, f"round {t}"
         gathered = [c.payload for c in contributions]
-        updates = [a.apply(t, gathered, local, SIGNALS) for a, local in zip(algos, locals_, strict=True)]
+        updates = [
+            a.apply(t, gathered, local, SIGNALS) for a, local in zip(algos, locals_, strict=True)
+        ]
         assert len({(u.payload_bytes, u.rank) for u in updates}) == 1
         lengths.append(updates[0].payload_bytes)
     dense = 4 * sum(p.numel() for _, p in named_params)
@@ -58,17 +72,29 @@ def test_payload_length_is_identical_across_clusters_every_round(named_params):
 
 def transmitted_vs_input(named_params, mode: str, rounds: int) -> list[float]:
     """‖Σ sent − Σ input‖ / ‖Σ input‖ after each round, one cluster, plain SGD outer step."""
-    config = compressed(rank=4, min_rank=4, max_rank=4, adaptive_rank=False, bits=4,
-                        error_feedback=mode, **PLAIN_SGD)
+    config = compressed(
+        rank=4,
+        min_rank=4,
+        max_rank=4,
+        adaptive_rank=False,
+        bits=4,
+        error_feedback=mode,
+        **PLAIN_SGD,
+    )
     algo = build_clusters(config, named_params, n_clusters=1)[0]
     local = start_locals(named_params, 1)[0]
     theta0 = [p.clone() for _, p in named_params]
     input_sum = [torch.zeros_like(p) for _, p in named_params]
-    persistent = [torch.randn(p.shape, generator=torch.Generator().manual_seed(5)) * 1e-3 for _, p in named_params]
+    persistent = [
+        torch.randn(p.shape, generator=torch.Generator().manual_seed(5)) * 1e-3
+        for _, p in named_params
+    ]
     relative = []
     for t in range(rounds):
         # A full-rank drift that persists: rank 2 can never carry it in one round.
-        drift = [f + 0.3 * d for f, d in zip(persistent, local_drift(named_params, 0, t), strict=True)]
+        drift = [
+            f + 0.3 * d for f, d in zip(persistent, local_drift(named_params, 0, t), strict=True)
+        ]
         for acc, p, d in zip(input_sum, local, drift, strict=True):
             acc.add_(d)
             p.sub_(d)
@@ -100,7 +126,9 @@ def test_without_error_feedback_the_sums_stay_apart(named_params):
 def test_gathered_rank_ordered_mean_equals_the_dense_mean_within_the_quantisation_bound(
     named_params, bits, two_sided
 ):
-    config = compressed(rank=8, max_rank=8, bits=bits, quant_block=32, two_sided=two_sided, **PLAIN_SGD)
+    config = compressed(
+        rank=8, max_rank=8, bits=bits, quant_block=32, two_sided=two_sided, **PLAIN_SGD
+    )
     algos = build_clusters(config, named_params, n_clusters=3)
     locals_ = start_locals(named_params, 3)
     train_locals(locals_, named_params, 0)
@@ -133,7 +161,9 @@ def test_gathered_rank_ordered_mean_equals_the_dense_mean_within_the_quantisatio
 
 
 @pytest.mark.parametrize("two_sided", [True, False], ids=["two-sided", "one-sided"])
-def test_int2_factors_and_int8_whole_tensors_decode_within_their_quantisers_error(named_params, two_sided):
+def test_int2_factors_and_int8_whole_tensors_decode_within_their_quantisers_error(
+    named_params, two_sided
+):
     config = compressed(rank=8, max_rank=8, bits=2, dense_bits=8, two_sided=two_sided, **PLAIN_SGD)
     algos = build_clusters(config, named_params, n_clusters=2)
     locals_ = start_locals(named_params, 2)
@@ -169,7 +199,9 @@ def test_overlap_applies_every_rounds_mean_exactly_once(named_params, proxy):
     assert [u[0].round for u in updates] == [0, 1, 2, 3, 4]
     expected = [p.clone() for _, p in named_params]
     for t in range(5):
-        for e, d0, d1 in zip(expected, local_drift(named_params, 0, t), local_drift(named_params, 1, t), strict=True):
+        for e, d0, d1 in zip(
+            expected, local_drift(named_params, 0, t), local_drift(named_params, 1, t), strict=True
+        ):
             e.sub_((d0 + d1) / 2)
     for e, g in zip(expected, algos[0].global_parameters(), strict=True):
         torch.testing.assert_close(g, e, rtol=0, atol=1e-6)
@@ -179,7 +211,9 @@ def test_overlap_applies_every_rounds_mean_exactly_once(named_params, proxy):
             assert torch.equal(p, g)
 
 
-def test_overlap_with_one_cluster_and_own_look_ahead_starts_each_round_at_the_next_theta(named_params):
+def test_overlap_with_one_cluster_and_own_look_ahead_starts_each_round_at_the_next_theta(
+    named_params,
+):
     """With one cluster the look-ahead is the outer step itself: from round 2 on, every round
     starts exactly where blocking DiLoCo would put θ."""
     config = OuterConfig(kind="dilocox", compression=False, delay_proxy="own")
@@ -204,10 +238,13 @@ def test_overlap_with_one_cluster_and_own_look_ahead_starts_each_round_at_the_ne
 def resume_matches(config, named_params, n_clusters, rounds, split, overlapped):
     """Run `rounds` rounds straight, and again with a state_dict save/load after `split` -- through
     safetensors bytes, as a checkpoint stores it (every tensor comes back row-major)."""
+
     def drive(algos, locals_, start, stop, in_flight):
         for t in range(start, stop):
             train_locals(locals_, named_params, t)
-            gathered = [a.contribution(t, local).payload for a, local in zip(algos, locals_, strict=True)]
+            gathered = [
+                a.contribution(t, local).payload for a, local in zip(algos, locals_, strict=True)
+            ]
             if not overlapped:
                 for a, local in zip(algos, locals_, strict=True):
                     a.apply(t, gathered, local, SIGNALS)
@@ -231,7 +268,9 @@ def resume_matches(config, named_params, n_clusters, rounds, split, overlapped):
     # The runtime restarts the in-flight exchange from the pending contributions.
     pending = [a.pending_contribution() for a in resumed]
     restarted = [c.payload for c in pending] if overlapped else None
-    assert (restarted is None) == (not overlapped) and all(c is not None for c in pending) == overlapped
+    assert (restarted is None) == (not overlapped) and all(
+        c is not None for c in pending
+    ) == overlapped
     drive(resumed, saved_locals, split, rounds, restarted)
 
     for a, b in zip(locals_, saved_locals, strict=True):
@@ -239,31 +278,47 @@ def resume_matches(config, named_params, n_clusters, rounds, split, overlapped):
     for a, b in zip(algos, resumed, strict=True):
         sa, sb = a.state_dict(), b.state_dict()
         assert sa.keys() == sb.keys()
-        assert all(torch.equal(sa[k], sb[k]) for k in sa), [k for k in sa if not torch.equal(sa[k], sb[k])]
+        assert all(torch.equal(sa[k], sb[k]) for k in sa), [
+            k for k in sa if not torch.equal(sa[k], sb[k])
+        ]
 
 
 @pytest.mark.parametrize("two_sided", [True, False], ids=["two-sided", "one-sided"])
 @pytest.mark.parametrize("overlapped", [False, True], ids=["blocking", "overlapped"])
 def test_state_dict_round_trip_continues_bit_exactly(named_params, overlapped, two_sided):
-    config = compressed(overlap=overlapped, delay_proxy="anchored", rank=8, bits=4, two_sided=two_sided)
+    config = compressed(
+        overlap=overlapped, delay_proxy="anchored", rank=8, bits=4, two_sided=two_sided
+    )
     resume_matches(config, named_params, n_clusters=2, rounds=6, split=3, overlapped=overlapped)
 
 
 def test_rank_shrinks_with_concentrated_energy_and_grows_only_when_the_loss_stalls(named_params):
-    config = compressed(rank=8, min_rank=2, max_rank=16, rank_energy=0.6, stall_rounds=2, adaptive_rank=True)
+    config = compressed(
+        rank=8, min_rank=2, max_rank=16, rank_energy=0.6, stall_rounds=2, adaptive_rank=True
+    )
     algos = build_clusters(config, named_params, n_clusters=2)
     locals_ = start_locals(named_params, 2)
     ranks = []
     for t in range(10):
-        loss = 3.0 - 0.1 * t if t < 5 else 2.6 if t < 8 else 2.6 - 0.1 * (t - 7)  # improve, stall, improve
+        loss = (
+            3.0 - 0.1 * t if t < 5 else 2.6 if t < 8 else 2.6 - 0.1 * (t - 7)
+        )  # improve, stall, improve
         signals = RoundSignals(mean_train_loss=loss)
         train_locals(locals_, named_params, t)
-        gathered = [a.contribution(t, local).payload for a, local in zip(algos, locals_, strict=True)]
-        updates = [a.apply(t, gathered, local, signals) for a, local in zip(algos, locals_, strict=True)]
+        gathered = [
+            a.contribution(t, local).payload for a, local in zip(algos, locals_, strict=True)
+        ]
+        updates = [
+            a.apply(t, gathered, local, signals) for a, local in zip(algos, locals_, strict=True)
+        ]
         ranks.append(updates[0].rank)
     improving_ranks = ranks[:6]
-    assert improving_ranks == sorted(improving_ranks, reverse=True), f"rank grew while improving: {ranks}"
-    assert ranks[1] < ranks[0], "the drift is rank-2 dominated: 60% of its energy needs few directions"
+    assert improving_ranks == sorted(improving_ranks, reverse=True), (
+        f"rank grew while improving: {ranks}"
+    )
+    assert ranks[1] < ranks[0], (
+        "the drift is rank-2 dominated: 60% of its energy needs few directions"
+    )
     assert ranks[7] > ranks[5], f"two stalled rounds must give rank back: {ranks}"
     assert min(ranks[7:]) == ranks[7], f"rank given back on a stall must stay: {ranks}"
     assert max(ranks) <= 16

@@ -33,7 +33,9 @@ def test_int2_packing_round_trips_every_code():
     packed = pack_codes(codes, 2)
     assert packed.numel() == 3 and torch.equal(unpack_codes(packed, 2), codes)
     # Documented layout: element 4k+j in bits 2j..2j+1, code + 2.
-    assert pack_codes(torch.tensor([-2, 0, 1, -1], dtype=torch.int8), 2).tolist() == [0 | 2 << 2 | 3 << 4 | 1 << 6]
+    assert pack_codes(torch.tensor([-2, 0, 1, -1], dtype=torch.int8), 2).tolist() == [
+        0 | 2 << 2 | 3 << 4 | 1 << 6
+    ]
 
 
 @pytest.mark.parametrize(("bits", "count"), [(4, 3), (2, 6)])
@@ -102,7 +104,9 @@ def test_encode_round_trips_at_every_width_the_codec_sends(bits):
     elif bits == 16:
         assert torch.equal(decoded, values.to(torch.bfloat16).to(torch.float32))
     else:
-        assert torch.equal(decoded, dequantize(quantize(values, bits=bits, block=64), 100, bits=bits, block=64))
+        assert torch.equal(
+            decoded, dequantize(quantize(values, bits=bits, block=64), 100, bits=bits, block=64)
+        )
 
 
 def test_a_width_it_does_not_send_is_refused():

@@ -256,7 +256,9 @@ def test_a_quorum_of_two_records_the_flag_and_excludes_nothing() -> None:
 
 
 def test_clusters_of_a_round_must_match_its_measures() -> None:
-    with pytest.raises(OuterStateError, match=r"expected 2 distinct clusters in ascending order, got \[2, 0\]"):
+    with pytest.raises(
+        OuterStateError, match=r"expected 2 distinct clusters in ascending order, got \[2, 0\]"
+    ):
         decide(RULE, measures(honest(2)), None, VerdictHistory(8), clusters=[2, 0])
 
 
@@ -275,7 +277,11 @@ def test_apply_on_a_quorum_excludes_within_it_and_keeps_the_payloads_by_cluster(
     gathered = [loops[c].contribution(0, locals_[c]).payload for c in quorum]
     updates = [loops[c].apply(0, gathered, locals_[c], SIGNALS, quorum) for c in quorum]
     for update in updates:
-        assert [(v.cluster, v.excluded) for v in update.verdicts] == [(0, False), (1, False), (3, True)]
+        assert [(v.cluster, v.excluded) for v in update.verdicts] == [
+            (0, False),
+            (1, False),
+            (3, True),
+        ]
         assert update.stats["included_clusters"] == 2.0
     loop = loops[0]
     assert isinstance(loop, OuterLoop)
