@@ -4,7 +4,8 @@
   under the tolerance, with what the bisection cost;
 * ``reproduce --cluster J`` of an honest cluster matches, downloading less than half of a full
   fetch, and over the HTTP API fetches the token windows by Range;
-* a run trained in bf16 and reproduced in fp32 passes under the tolerance and fails bitwise.
+* a run trained in bf16 with activation checkpointing verifies; reproduced in fp32 it passes under
+  the tolerance and fails bitwise.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from trainer.config import with_overrides
 from trainer.execution import Execution
 from trainer.presets import run_preset
 from trainer.runtime.forgery import Forgery
+from veritrain.recorded_run import RecordedRun
 from veritrain.reproduce import reproduce_step
 from veritrain.settings import Settings, load_settings
 from veritrain.sources import DirectSource
 from veritrain.sources.api import ApiSource
 from veritrain.training import recorder_factory
+from veritrain.verify import verify_run
 from web.settings import WebSettings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -42,6 +45,7 @@ def _record(
     inner_steps: int,
     forgery: Forgery | None = None,
     precision: str = "fp32",
+    activation_checkpointing: bool = False,
 ) -> Settings:
     """A 2-cluster, 1-stage DiLoCoX run of the tiny preset, two outer steps, into a real ledger."""
     settings = load_settings(data_dir=data_dir)
@@ -53,7 +57,11 @@ def _record(
         outer_steps=2,
         inner_steps=inner_steps,
     )
-    config = replace(config, precision=precision)  # type: ignore[arg-type]
+    config = replace(
+        config,
+        precision=precision,  # type: ignore[arg-type]
+        activation_checkpointing=activation_checkpointing,
+    )
     train(
         config,
         recorder_factory(settings),
@@ -78,8 +86,13 @@ def forged_run(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 
 @pytest.fixture(scope="module")
 def bf16_run(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """Trained the memory-saving way: bf16 autocast and every decoder layer recomputed."""
     return _record(
-        tmp_path_factory.mktemp("bf16") / "veritrain-data", "bf16", inner_steps=4, precision="bf16"
+        tmp_path_factory.mktemp("bf16") / "veritrain-data",
+        "bf16",
+        inner_steps=4,
+        precision="bf16",
+        activation_checkpointing=True,
     )
 
 
@@ -153,3 +166,14 @@ def test_a_bf16_run_reproduced_in_fp32_passes_the_tolerance_and_fails_bitwise(
     assert any(
         "commitments of cluster" in m and "digests differ" in m for m in strict.mismatched
     ), strict.render()
+
+
+def test_a_bf16_run_with_activation_checkpointing_records_both_and_verifies(
+    bf16_run: Settings,
+) -> None:
+    with DirectSource(bf16_run) as source:
+        report = verify_run(source, "bf16")
+        hyperparameters = RecordedRun.load(source, "bf16").genesis.hyperparameters
+    assert report.ok, report.render()
+    assert hyperparameters["precision"] == "bf16"
+    assert hyperparameters["activation_checkpointing"] is True

@@ -27,6 +27,7 @@ A loss that is not finite is recorded as ``LOSS_CAP`` (JSON has no infinity).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
@@ -152,6 +153,7 @@ class FullModelProbe:
         base: Mapping[str, torch.Tensor],
         deltas: Sequence[Mapping[str, torch.Tensor] | None],
         device: torch.device | None = None,
+        precision: str = "fp32",
     ) -> None:
         with torch.random.fork_rng(
             devices=[]
@@ -161,6 +163,10 @@ class FullModelProbe:
         missing = sorted(set(self.params) - set(base))
         if missing:
             raise ValueError(f"expected the global parameters of every stage, missing {missing}")
+        if precision == "fp64":
+            self.model.double()
+        self.precision = precision
+        """The run's precision: the pipeline scored under it (bf16 autocast), so must a replay."""
         self.micro_batches = micro_batches
         self.base = base
         self.deltas = deltas
@@ -174,7 +180,12 @@ class FullModelProbe:
 
     def loss(self, batches: Sequence[Batch]) -> float:
         device = next(self.model.parameters()).device
-        with torch.no_grad():
+        cast = (
+            torch.autocast(device.type, dtype=torch.bfloat16)
+            if self.precision == "bf16"
+            else contextlib.nullcontext()
+        )
+        with torch.no_grad(), cast:
             return mean_loss(
                 self.model, [(x.to(device), y.to(device)) for x, y in batches], self.micro_batches
             )

@@ -139,6 +139,7 @@ def _replay_round(
                     else None
                     for i, ok in enumerate(finite)
                 ],
+                precision=config.precision,
             )
             scores = score_contributions(
                 probe,
