@@ -33,7 +33,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from trainer.config import InnerConfig, Precision
 from trainer.model import ModelConfig, build_stage, language_model_loss
-from trainer.runtime.inner import autocast, clip_to_norm, inner_adamw, parameter_dtype, square_sum
+from trainer.precision import autocast, parameter_dtype
+from trainer.runtime.inner import clip_to_norm, inner_adamw, square_sum
 
 MEMORY_EVENT = "[memory]"
 """The profiler's name for an allocation (positive bytes) or a free (negative)."""

@@ -27,17 +27,20 @@ A loss that is not finite is recorded as ``LOSS_CAP`` (JSON has no infinity).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from records.outer_step import ContributionScore
 from trainer.model import CausalLM, ModelConfig, language_model_loss
+from trainer.precision import autocast, parameter_dtype
+
+if TYPE_CHECKING:  # trainer.config imports trainer.outer
+    from trainer.config import Precision
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 LOSS_CAP = 1e30
@@ -153,7 +156,7 @@ class FullModelProbe:
         base: Mapping[str, torch.Tensor],
         deltas: Sequence[Mapping[str, torch.Tensor] | None],
         device: torch.device | None = None,
-        precision: str = "fp32",
+        precision: Precision = "fp32",
     ) -> None:
         with torch.random.fork_rng(
             devices=[]
@@ -163,8 +166,7 @@ class FullModelProbe:
         missing = sorted(set(self.params) - set(base))
         if missing:
             raise ValueError(f"expected the global parameters of every stage, missing {missing}")
-        if precision == "fp64":
-            self.model.double()
+        self.model.to(dtype=parameter_dtype(precision))
         self.precision = precision
         """The run's precision: the pipeline scored under it (bf16 autocast), so must a replay."""
         self.micro_batches = micro_batches
@@ -180,12 +182,7 @@ class FullModelProbe:
 
     def loss(self, batches: Sequence[Batch]) -> float:
         device = next(self.model.parameters()).device
-        cast = (
-            torch.autocast(device.type, dtype=torch.bfloat16)
-            if self.precision == "bf16"
-            else contextlib.nullcontext()
-        )
-        with torch.no_grad(), cast:
+        with torch.no_grad(), autocast(self.precision, device):
             return mean_loss(
                 self.model, [(x.to(device), y.to(device)) for x, y in batches], self.micro_batches
             )

@@ -33,7 +33,6 @@ and activations in float64, a reference a re-execution can be compared against.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,22 +41,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from trainer.config import InnerConfig, Precision
+from trainer.config import InnerConfig
 from trainer.errors import CheckpointError
 from trainer.model import TIED_HEAD, StageModel
-
-
-def parameter_dtype(precision: Precision) -> torch.dtype:
-    """The dtype parameters (and so gradients and optimiser states) are held in."""
-    return torch.float64 if precision == "fp64" else torch.float32
-
-
-def autocast(precision: Precision, device: torch.device) -> contextlib.AbstractContextManager[None]:
-    """The context the forward and backward passes run in: bf16 autocast on ``device``'s type
-    for ``bf16``, nothing otherwise."""
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 def learning_rate(config: InnerConfig, step: int, planned_steps: int) -> float:

@@ -23,7 +23,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 
 from trainer.config import Precision
 from trainer.model import StageModel, language_model_loss
-from trainer.runtime.inner import autocast
+from trainer.precision import autocast
 
 
 class PipelineRunner:

@@ -64,6 +64,7 @@ from trainer.hf_repo import TokenizerExport, repo_json_files
 from trainer.model import TIED_HEAD, build_stage, stage_layout
 from trainer.outer import build_outer_algorithm, next_inner_steps
 from trainer.outer.protocol import Contribution, OuterAlgorithm
+from trainer.precision import parameter_dtype
 from trainer.recorder import (
     ClusterEvidence,
     ContributionDigest,
@@ -86,7 +87,7 @@ from trainer.runtime.exchange import (
     shard_length,
 )
 from trainer.runtime.forgery import Forgery
-from trainer.runtime.inner import InnerOptimizer, InnerStepStats, parameter_dtype
+from trainer.runtime.inner import InnerOptimizer, InnerStepStats
 from trainer.runtime.launch import Links, init_cluster_world, torchrun_rank
 from trainer.runtime.lighthouse import SETTINGS_KEY, LighthouseSettings
 from trainer.runtime.membership import (

@@ -8,7 +8,7 @@ import torch
 
 from trainer.config import TrainConfig
 from trainer.model import ModelConfig, build_stage, language_model_loss
-from trainer.runtime.inner import autocast
+from trainer.precision import autocast
 
 MODEL = ModelConfig(
     num_hidden_layers=3,
