@@ -82,6 +82,20 @@ def base_url(host: str, port: int) -> str:
     return f"http://{shown}:{port}"
 
 
+def bound_socket(host: str = DEFAULT_HOST, port: int = 0) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (0: a free port) for uvicorn's ``sockets=``.
+
+    The protocol is named (IPPROTO_TCP), not left 0: asyncio turns Nagle's algorithm off only
+    on connections whose socket says TCP, and a connection accepted from a listening socket
+    made with protocol 0 says 0. With Nagle on, every small answer waited out the client's
+    delayed ACK: ~50 ms a request instead of ~10 (measured: the API on loopback, 2 cores)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
+
+
 @contextmanager
 def serve_in_thread(
     settings: WebSettings, *, host: str = DEFAULT_HOST, port: int = 0
@@ -89,9 +103,7 @@ def serve_in_thread(
     """Serve the app from a background thread for the duration of the ``with`` block and
     yield its base URL (``http://127.0.0.1:<port>``); ``port=0`` picks a free port. The
     server is stopped (open connections finished) when the block exits."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    sock = bound_socket(host, port)
     bound_port = sock.getsockname()[1]
     config = uvicorn.Config(create_app(settings), log_level="warning", lifespan="on")
     server = uvicorn.Server(config)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +18,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+
+from web.server import bound_socket
 
 Rewrite = Callable[[str, Any], Any]
 """(request path, decoded JSON answer) -> the JSON to send instead."""
@@ -54,8 +55,7 @@ def _app(upstream: str, rewrite: Rewrite) -> Starlette:
 @contextlib.contextmanager
 def lying_proxy(upstream: str, rewrite: Rewrite) -> Iterator[str]:
     """Serve the proxy in front of ``upstream`` and yield its URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock = bound_socket("127.0.0.1")
     server = uvicorn.Server(uvicorn.Config(_app(upstream, rewrite), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

@@ -168,7 +168,9 @@ def spawn(entry: Callable[[int, Spec, Any], None], spec: Spec, processes: int) -
     # on a small machine), and no process inherits the caller's threads or state as plain fork
     # would.
     context = mp.get_context("forkserver")
-    context.set_forkserver_preload(["torch", "torch.distributed", "trainer.runtime.worker"])
+    context.set_forkserver_preload(
+        ["torch", "torch.distributed", "torch.distributed.pipelining", "trainer.runtime.worker"]
+    )
     results = context.SimpleQueue()
     environment = dict(os.environ)
     environment.setdefault("RUST_LOG", "warn")  # torchft's native side logs every quorum at INFO

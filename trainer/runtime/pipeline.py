@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from trainer.config import Precision
 from trainer.model import StageModel, language_model_loss
@@ -46,6 +45,12 @@ class PipelineRunner:
         self.device = device
         self.is_first = stage == 0
         self.is_last = stage == stages - 1
+        # Imported here, not at the top: torch.distributed.pipelining pulls in dynamo, DTensor
+        # and sympy (seconds on 2 cores), and `verify`, `reproduce` and the web server import
+        # the trainer without ever building a pipeline. Training processes have it preloaded
+        # by the launcher's forkserver (launch.py).
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
         pipeline_stage = PipelineStage(module, stage, stages, device, group=group)
         schedule_class = Schedule1F1B if schedule == "1f1b" else ScheduleGPipe
         self._schedule = schedule_class(pipeline_stage, micro_batches, loss_fn=language_model_loss)

@@ -21,6 +21,7 @@ from starlette.types import ASGIApp
 from ledger.db import create_engine
 from ledger.keyring import InMemoryLogKeys
 from ledger.service import Ledger
+from web.server import bound_socket
 
 ORIGIN_PREFIX = "test.veritrain.local"
 
@@ -80,9 +81,7 @@ def add_checkpoint_body(old: int, proof: Sequence[bytes], note: str) -> bytes:
 def serve_in_thread(app: ASGIApp) -> Iterator[str]:
     """Serve ``app`` with uvicorn on a free loopback port for the ``with`` block; yield its
     base URL. The server stops (and its lifespan closes) when the block exits."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock = bound_socket("127.0.0.1")
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
