@@ -52,7 +52,7 @@ from records import (
 )
 from records.commitments import InnerCommitments
 from records.generations import GenerationsRef
-from records.genesis import ClusterKeys
+from records.genesis import ClusterKeys, CodeIdentity, DependencyIdentity
 from records.outer_step import (
     UNCOMPRESSED_BITS,
     AppliedExchange,
@@ -123,6 +123,12 @@ class LedgerRecorderFactory:
     policy: PolicyChoice = field(default_factory=PolicyChoice)
     witnesses: tuple[WitnessEndpoint, ...] = ()
     """C2SP tlog-witnesses every new tree head is pushed to (``VERITRAIN_WITNESSES``)."""
+    code: CodeIdentity = field(default_factory=code_identity)
+    dependencies: DependencyIdentity = field(default_factory=dependency_identity)
+    """What this host runs, measured once by the launcher that builds the factory (hashing the
+    source tree and listing the installed distributions takes most of a second) rather than
+    again by each of its processes: they are forked from that launcher's code and virtual
+    environment."""
 
     def cluster_key_dir(self, cluster: int) -> Path:
         return self.cluster_key_dirs.get(cluster, self.cluster_key_root / f"cluster-{cluster}")
@@ -154,7 +160,7 @@ class LedgerRecorder:
             stage=self._process.stage,
             store=self._store,
             launch_measurement=reference_launch_measurement(
-                code_identity(), dependency_identity(), run.config_digest
+                self._settings.code, self._settings.dependencies, run.config_digest
             ),
         )
         if self._process.stage != SPEAKER_STAGE:
@@ -251,7 +257,7 @@ class LedgerRecorder:
         # Witnesses cosign every new head from a background thread: one that is down or does
         # not know the log yet never holds up training (veritrain/witnessing.py).
         self._pusher = BackgroundPusher(ledger, self._settings.witnesses)
-        code, dependencies = code_identity(), dependency_identity()
+        code, dependencies = self._settings.code, self._settings.dependencies
         try:
             ledger.get_run(run.run_id)
             exists = True

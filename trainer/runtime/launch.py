@@ -160,16 +160,29 @@ def init_cluster_world(backend: str, rank: int, size: int, store: tuple[str, int
     dist.init_process_group(backend, store=client, rank=rank, world_size=size, timeout=TIMEOUT)
 
 
-def spawn(entry: Callable[[int, Spec, Any], None], spec: Spec, processes: int) -> Any:
+def spawn(
+    entry: Callable[[int, Spec, Any], None],
+    spec: Spec,
+    processes: int,
+    *,
+    preload: Sequence[str] = (),
+) -> Any:
     """Run ``entry(index, spec, results)`` in ``processes`` spawned processes and return what
-    the coordinating one put in ``results`` (or None)."""
+    the coordinating one put in ``results`` (or None). ``preload`` names modules the processes
+    will import (a recorder's), imported once by the forkserver when this process starts it."""
     # forkserver: one clean server process imports torch and the trainer once, then forks the
     # processes from it -- every launch after the first skips the imports (seconds per process
     # on a small machine), and no process inherits the caller's threads or state as plain fork
     # would.
     context = mp.get_context("forkserver")
     context.set_forkserver_preload(
-        ["torch", "torch.distributed", "torch.distributed.pipelining", "trainer.runtime.worker"]
+        [
+            "torch",
+            "torch.distributed",
+            "torch.distributed.pipelining",
+            "trainer.runtime.worker",
+            *preload,
+        ]
     )
     results = context.SimpleQueue()
     environment = dict(os.environ)
