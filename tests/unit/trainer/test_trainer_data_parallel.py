@@ -75,7 +75,9 @@ def _replica(rank: int, store_path: str, results: Any) -> None:
         world = dist.group.WORLD
         assert world is not None
         sent = average_gradients(params, world)
-        results.put((rank, sent, [p.grad.clone() for p in params if p.grad is not None]))
+        # numpy arrays travel by value; a tensor would travel as a shared-memory file
+        # descriptor, lost when this process exits before the test reads the queue.
+        results.put((rank, sent, [p.grad.numpy().copy() for p in params if p.grad is not None]))
     finally:
         dist.destroy_process_group()
 
@@ -101,7 +103,7 @@ def test_replicas_average_gradients_in_replica_order_identically(tmp_path: Path)
         sent, grads = got[rank]
         assert sent == (5 * 7 + 11) * 4  # one float32 copy of the stage's gradients
         for have, want in zip(grads, expected, strict=True):
-            assert torch.equal(have, want)  # bit for bit, on every replica
+            assert torch.equal(torch.from_numpy(have), want)  # bit for bit, on every replica
 
 
 @pytest.mark.parametrize("length", [12, 13, 1])
