@@ -55,15 +55,17 @@ class PipelineRunner:
         schedule_class = Schedule1F1B if schedule == "1f1b" else ScheduleGPipe
         self._schedule = schedule_class(pipeline_stage, micro_batches, loss_fn=language_model_loss)
 
-    def train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> float | None:
+    def train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
         """Forward and backward of one batch; gradients accumulate into ``.grad``. Returns the
-        batch's mean loss on the last stage, None elsewhere."""
+        batch's mean loss on the last stage as a 0-d float32 tensor on the device, None
+        elsewhere: reading it is left to the caller, once per round, so the inner loop never
+        waits for the device (issue #15)."""
         losses: list[torch.Tensor] = []
         with autocast(self.precision, self.device):
             self._schedule.step(
                 *self._inputs(inputs), **self._targets(targets, losses), return_outputs=False
             )
-        return self._mean(losses)
+        return self._mean_tensor(losses)
 
     def evaluate(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float | None:
         """Mean loss over ``batches`` (forward only); None except on the last stage."""
@@ -85,8 +87,12 @@ class PipelineRunner:
     def _targets(self, targets: torch.Tensor, losses: list[torch.Tensor]) -> dict[str, Any]:
         return {"target": targets.to(self.device), "losses": losses} if self.is_last else {}
 
-    def _mean(self, losses: list[torch.Tensor]) -> float | None:
+    def _mean_tensor(self, losses: list[torch.Tensor]) -> torch.Tensor | None:
         if not self.is_last:
             return None
         # Micro-batches are equal in size, so the batch mean is the mean of their means.
-        return float(torch.stack([loss.detach().float() for loss in losses]).mean().item())
+        return torch.stack([loss.detach().float() for loss in losses]).mean()
+
+    def _mean(self, losses: list[torch.Tensor]) -> float | None:
+        mean = self._mean_tensor(losses)
+        return None if mean is None else float(mean.item())

@@ -781,7 +781,7 @@ class _Process:
         self, step: int, first: int, H: int, allreduce: dist.ProcessGroup | None, clusters: int
     ) -> tuple[list[float], InnerStepStats, float, float, int]:
         self.progress.start_step(step, H)
-        losses: list[float] = []
+        losses: list[torch.Tensor] = []  # read from the device once, after the round
         comm = 0.0
         sent = 0
         last: InnerStepStats | None = None
@@ -811,7 +811,9 @@ class _Process:
                 self.commitments.after_inner_step(i)
             self.progress.advance()
         assert last is not None  # H >= 1
-        return losses, last, time.perf_counter() - started - comm, comm, sent
+        # One host sync for the round's losses (float32 each, then Python floats as before).
+        read = torch.stack(losses).tolist() if losses else []
+        return read, last, time.perf_counter() - started - comm, comm, sent
 
     def _cluster_numbers(
         self, losses: list[float], last: InnerStepStats, compute_per_step: float
