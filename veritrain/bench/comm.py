@@ -25,7 +25,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,7 +34,7 @@ from typing import Any, Literal
 from trainer.api import default_data_dir
 from trainer.config import TrainConfig
 from trainer.data.build import prepare_data
-from trainer.outer.accounting import allreduce_bytes_per_outer_step
+from trainer.outer.accounting import allgather_bytes_per_outer_step, allreduce_bytes_per_outer_step
 from trainer.planner import Placement, bandwidth_for_comm_fraction, plan
 from trainer.presets import MODEL_PRESETS, run_preset
 from veritrain.bench.comm_results import LinkReport, assemble, compute_per_inner_step
@@ -220,7 +220,9 @@ def run_comm_bench(
                 setup,
                 data_dir=data_dir,
                 workdir=workdir / "link",
-                timeout_s=schedule.timeout_s,
+                timeout_s=link_time_limit(
+                    _link_runs(base, schedule), parameters, rate, schedule.timeout_s
+                ),
             )
         data = assemble(
             convergence=convergence,
@@ -383,6 +385,28 @@ def measure_link(netns: NetnsLink, *, seconds: float) -> float:
         if listening.poll() is None:
             listening.kill()
         listening.wait()
+
+
+def link_time_limit(
+    runs: Sequence[LinkRun], parameters: int, link_mbit: float, compute_s: float
+) -> float:
+    """How long the link runs may take: ``compute_s`` (the schedule's limit) plus twice the time
+    the link needs for the most bytes the runs can send -- AllReduce's gradients every inner
+    step, and a dense fp32 payload per outer step for DiLoCo and DiLoCoX (an upper bound:
+    DiLoCoX compresses it). A fixed limit failed at qwen2-12m, where AllReduce alone needs
+    ~255 s an inner step on the 1.68 Mbit/s link the bench derives."""
+    wire = 0.0
+    for run in runs:
+        c = run.config
+        if c.method == "allreduce":
+            wire += c.outer_steps * allreduce_bytes_per_outer_step(
+                parameters=parameters, n_clusters=c.clusters, inner_steps=c.inner_steps
+            )
+        else:
+            wire += c.outer_steps * allgather_bytes_per_outer_step(
+                payload_bytes=4 * parameters, n_clusters=c.clusters
+            )
+    return compute_s + 2.0 * wire * 8 / (link_mbit * 1e6)
 
 
 def _link_runs(base: TrainConfig, schedule: Schedule) -> list[LinkRun]:
