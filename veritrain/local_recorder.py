@@ -122,9 +122,10 @@ class LocalDirectoryRecorder(SignsNothing):
         # The log line first, record.json last: record.json says the step is complete, so a run
         # killed between the two resumes from the step before and records this one again (the
         # later line wins in read_records), instead of resuming after a step its log lacks.
+        payload = record.to_dict()
         with (self.root / "records.jsonl").open("a") as log:
-            log.write(json.dumps(record.to_dict(), sort_keys=True) + "\n")
-        _write_json(directory / RECORD, record.to_dict())
+            log.write(json.dumps(payload, sort_keys=True) + "\n")
+        _write_json(directory / RECORD, payload)
 
     def end(self, summary: RunSummary) -> None:
         _write_json(self.root / "summary.json", summary.to_dict())

@@ -215,14 +215,13 @@ def run_comm_bench(
         with _link(shaping, base.clusters, rate, config.delay_ms, workdir) as (setup, measured):
             if measured is not None:
                 say(f"  preflight: the link carries {measured:.3g} Mbit/s")
+            runs = _link_runs(base, schedule)
             link_runs = run_on_link(
-                _link_runs(base, schedule),
+                runs,
                 setup,
                 data_dir=data_dir,
                 workdir=workdir / "link",
-                timeout_s=link_time_limit(
-                    _link_runs(base, schedule), parameters, rate, schedule.timeout_s
-                ),
+                timeout_s=link_time_limit(runs, parameters, rate, schedule.timeout_s),
             )
         data = assemble(
             convergence=convergence,
