@@ -74,8 +74,16 @@ class RunChannel:
         self.connect_timeout = connect_timeout
         self._store = _connect(address, connect_timeout)
 
-    def put(self, key: str, message: Any) -> None:
-        self._store.set(self.prefix + key, json.dumps(message, sort_keys=True))
+    def put(self, key: str, message: Any, *, confirmed: bool = False) -> None:
+        """Write ``message`` under ``key``. TCPStore's ``set`` is not acknowledged: it returns
+        once the bytes are handed to the socket. With ``confirmed`` the call also waits for an
+        answer on the same connection (the store serves a connection's commands in order), so
+        the message is readable before anything this process sends next over another
+        connection -- a torchft quorum request, which on a slow link can otherwise arrive first."""
+        full = self.prefix + key
+        self._store.set(full, json.dumps(message, sort_keys=True))
+        if confirmed:
+            self._store.check([full])
 
     def get(self, key: str) -> Any | None:
         """The message under ``key``, or None when nobody wrote it yet (does not wait)."""

@@ -13,7 +13,9 @@ ask for one and still send heartbeats. For every round a process
    as clusters), so the exchange of each stage shard runs only between its own stage;
 3. reads the round's contributors off the channel: the members that posted a header for the
    round (torchft forms a quorum only once every process of every member asked, and each
-   asks only after posting, so every member sees the same set);
+   asks only once the channel has acknowledged its header -- a store write is otherwise not
+   acknowledged, and on a slow link the quorum request could arrive first -- so every member
+   sees the same set);
 4. after the exchange, reports to its manager whether the wire delivered (``should_commit``):
    a failed exchange makes torchft give the next quorum a new id, so the broken group is
    rebuilt.
@@ -254,9 +256,11 @@ def latest_key(cluster: int, stage: int) -> str:
 
 def post_header(channel: RunChannel, header: ContributionHeader) -> None:
     """Commit to a payload: the header first, then the pointer to it (a reader that sees the
-    pointer finds the header)."""
+    pointer finds the header). Both are in the store before this returns: the process asks
+    for the round's quorum next, and every member must find every other member's header
+    once the quorum forms (or the stages of a cluster could count different contributors)."""
     channel.put(header_key(header.round, header.cluster, header.stage), header.to_message())
-    channel.put(latest_key(header.cluster, header.stage), header.round)
+    channel.put(latest_key(header.cluster, header.stage), header.round, confirmed=True)
 
 
 class _QuorumGroup(ProcessGroupGloo):  # type: ignore[misc]
