@@ -194,8 +194,10 @@ class OuterStepRecord:
     """Contributors that stopped beating before they quoted (they left the run during the
     step): the step is recorded without their quotes."""
     commitments: Sequence[InnerCommitments] = ()
-    """Every (cluster, stage)'s per-inner-step commitments, in that order (each process also
-    hands its own to ``Recorder.publish_contribution``, which stores and signs them)."""
+    """When re-executing a step: every (cluster, stage)'s per-inner-step commitments, in that
+    order, for reproduce to compare with the signed ones. Empty in a training run, where each
+    process hands its own to ``Recorder.publish_contribution``, which stores and signs them
+    and the entry names them (they stay off the link between clusters)."""
 
     @property
     def flagged_clusters(self) -> list[int]:
