@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from records.outer_step import ContributionScore
 from trainer.data.reader import Batch, BatchReader
+from trainer.errors import WorkerError
 from trainer.outer.config import OuterConfig
 from trainer.outer.contribution_score import score_contributions
 from trainer.outer.judge import Examination, scored_batches
@@ -57,10 +58,7 @@ class PipelineJudge:
         self.device = device
 
     def combine(self, statistics: ContributionStatistics) -> ContributionStatistics:
-        stages = gather_floats(statistics.to_floats(), self.group, self.device)
-        return ContributionStatistics.combine(
-            [ContributionStatistics.from_floats(s) for s in stages]
-        )
+        return combine_stage_statistics(statistics, self.group, self.device)
 
     def score(
         self, examination: Examination, statistics: ContributionStatistics, finite: Sequence[bool]
@@ -87,6 +85,23 @@ class PipelineJudge:
                 for param, value in zip(self.params, saved, strict=True):
                     param.copy_(value)
             self.sync_tied()
+
+
+def combine_stage_statistics(
+    statistics: ContributionStatistics, group: dist.ProcessGroup, device: torch.device
+) -> ContributionStatistics:
+    """Every stage's statistics of the round summed in stage order (``combine`` above). The
+    stages first agree on how many contributions they judge: stages that disagree (they read
+    different contributors for the round) get a clear error rather than gloo aborting the
+    process on an all-gather of mismatched sizes."""
+    counts = [int(c[0]) for c in gather_floats([float(statistics.clusters)], group, device)]
+    if len(set(counts)) != 1:
+        raise WorkerError(
+            "the stages of this cluster judge different numbers of contributions for the round "
+            f"({counts}, in stage order): they did not read the same contributors"
+        )
+    stages = gather_floats(statistics.to_floats(), group, device)
+    return ContributionStatistics.combine([ContributionStatistics.from_floats(s) for s in stages])
 
 
 class _PipelineProbe:
