@@ -3,13 +3,13 @@ layout, the replicas' rows of a batch, and a gradient average every replica gets
 
 from __future__ import annotations
 
-import multiprocessing
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
+from unit.trainer.gloo_ranks import run_gloo_ranks
 
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError
@@ -65,36 +65,19 @@ def _grads(rank: int) -> list[torch.Tensor]:
     return [torch.randn(5, 7, generator=g) * 1e8, torch.randn(11, generator=g) * 1e-8]
 
 
-def _replica(rank: int, store_path: str, results: Any) -> None:
-    store = dist.FileStore(store_path, REPLICAS)  # type: ignore[attr-defined]  # public, not re-exported in the stubs
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=REPLICAS)
-    try:
-        params = [torch.zeros_like(g, requires_grad=True) for g in _grads(rank)]
-        for p, g in zip(params, _grads(rank), strict=True):
-            p.grad = g.clone()
-        world = dist.group.WORLD
-        assert world is not None
-        sent = average_gradients(params, world)
-        # numpy arrays travel by value; a tensor would travel as a shared-memory file
-        # descriptor, lost when this process exits before the test reads the queue.
-        results.put((rank, sent, [p.grad.numpy().copy() for p in params if p.grad is not None]))
-    finally:
-        dist.destroy_process_group()
+def _replica() -> tuple[int, list[Any]]:
+    rank = dist.get_rank()
+    params = [torch.zeros_like(g, requires_grad=True) for g in _grads(rank)]
+    for p, g in zip(params, _grads(rank), strict=True):
+        p.grad = g.clone()
+    world = dist.group.WORLD
+    assert world is not None
+    sent = average_gradients(params, world)
+    return sent, [p.grad.numpy().copy() for p in params if p.grad is not None]
 
 
 def test_replicas_average_gradients_in_replica_order_identically(tmp_path: Path) -> None:
-    context = multiprocessing.get_context("spawn")
-    results = context.SimpleQueue()
-    store = str(tmp_path / "store")
-    processes = [
-        context.Process(target=_replica, args=(r, store, results)) for r in range(REPLICAS)
-    ]
-    for p in processes:
-        p.start()
-    got = dict((rank, (sent, grads)) for rank, sent, grads in (results.get() for _ in processes))
-    for p in processes:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    got = run_gloo_ranks(_replica, REPLICAS, tmp_path)
 
     expected = [
         ordered_tensor_sum([_grads(r)[i] for r in range(REPLICAS)]) / REPLICAS for i in range(2)

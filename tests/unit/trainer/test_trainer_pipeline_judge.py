@@ -4,11 +4,11 @@ clear error instead of gloo aborting the process."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from unit.trainer.gloo_ranks import run_gloo_ranks
 
 from trainer.errors import WorkerError
 from trainer.outer.verdict import ContributionStatistics
@@ -21,36 +21,18 @@ def _statistics(clusters: int, scale: float) -> ContributionStatistics:
     return ContributionStatistics.measure(payloads, previous=None, digests=digests)
 
 
-def _stage(rank: int, store: str, clusters: list[int], results: mp.Queue) -> None:  # type: ignore[type-arg]
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+def _stage(clusters: list[int]) -> tuple[str, object, object]:
+    rank = dist.get_rank()
+    mine = _statistics(clusters[rank], scale=float(rank + 1))
     try:
-        mine = _statistics(clusters[rank], scale=float(rank + 1))
-        try:
-            combined = combine_stage_statistics(mine, dist.group.WORLD, torch.device("cpu"))
-            results.put((rank, "ok", combined.gram, combined.digests))
-        except WorkerError as exc:
-            results.put((rank, "error", str(exc), None))
-    finally:
-        dist.destroy_process_group()
+        combined = combine_stage_statistics(mine, dist.group.WORLD, torch.device("cpu"))
+    except WorkerError as exc:
+        return "error", str(exc), None
+    return "ok", combined.gram, combined.digests
 
 
 def _run(tmp_path: Path, clusters: list[int]) -> dict[int, tuple[str, object, object]]:
-    context = mp.get_context("spawn")
-    results = context.Queue()
-    processes = [
-        context.Process(target=_stage, args=(r, str(tmp_path / "store"), clusters, results))
-        for r in range(2)
-    ]
-    for p in processes:
-        p.start()
-    got = {}
-    for _ in processes:
-        rank, status, a, b = results.get(timeout=120)
-        got[rank] = (status, a, b)
-    for p in processes:
-        p.join(timeout=60)
-        assert p.exitcode == 0
-    return got
+    return run_gloo_ranks(_stage, 2, tmp_path, clusters)
 
 
 def test_stages_that_agree_sum_their_statistics(tmp_path: Path) -> None:
