@@ -16,8 +16,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from e2e.forger import Forger, Payloads
 
 from ledger.db import upgrade
+from records.versions import GENESIS
+from veritrain.recorded_run import RecordedRun
+from veritrain.settings import Settings
+from veritrain.sources import DirectSource
+from veritrain.verify import verify_run
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 RECORDED = sorted(p.name for p in FIXTURES.iterdir() if (p / "ledger.db").is_file())
@@ -51,3 +57,42 @@ def test_a_run_recorded_by_an_earlier_version_verifies(run_id: str, tmp_path: Pa
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"VERIFIED: run '{run_id}'" in result.stdout, result.stdout
     assert "FAIL" not in result.stdout
+
+
+def test_a_new_run_names_its_rules_in_the_newest_genesis(recorded_run: Settings) -> None:
+    with DirectSource(recorded_run) as source:
+        run = RecordedRun.load(source)
+        report = verify_run(source, run.run_id)
+
+    assert run.genesis.schema == "veritrain/run.genesis/v2" == GENESIS.current
+    assert run.genesis.rules.to_payload() == {
+        "verdict": "veritrain.verdict/v1",
+        "assignment": "veritrain.affine-window-permutation/v1",
+        "tolerance": "veritrain.tolerance/v1",
+        "commitments": "veritrain.inner-commitments/v1",
+    }
+    assert report.ok, report.render()
+
+
+def test_verify_refuses_a_run_that_names_a_rule_it_does_not_implement(
+    fresh_run: Settings,
+) -> None:
+    def name_a_later_verdict_rule(payloads: Payloads) -> Payloads:
+        payloads[0][1]["rules"]["verdict"] = "veritrain.verdict/v9"
+        return payloads
+
+    with DirectSource(fresh_run) as source:
+        run_id = source.latest_run_id()
+    Forger(fresh_run, run_id).rewrite(name_a_later_verdict_rule)
+    with DirectSource(fresh_run) as source:
+        report = verify_run(source, run_id)
+
+    assert not report.ok
+    assert [f.message for f in report.results[10].failures] == [
+        "the genesis names the verdict rule 'veritrain.verdict/v9', which this veritrain does "
+        "not implement (it judges by veritrain.verdict/v1): the run cannot be judged by its own "
+        "rules; upgrade veritrain"
+    ]
+    assert [n for n, r in sorted(report.results.items()) if not r.passed] == [8, 10, 12], (
+        "only the checks that judge by the genesis' rules are refused:\n" + report.render()
+    )
