@@ -1,8 +1,10 @@
 """Checks 10 and 11: what the genesis commits to, recomputed, and the ``run.final`` entry,
 recomputed from the last outer step.
 
-10. The genesis reads as a configuration the trainer accepts exactly (``TrainConfig``), its
-    config digest is the SHA-256 of that configuration's canonical JSON, its method, seed,
+10. The genesis names only rules this veritrain implements (veritrain/rules.py; otherwise the
+    run is refused, not judged by other rules), reads as a configuration the trainer accepts
+    exactly (``TrainConfig``; fields added since the run was recorded read as their defaults),
+    its config digest is the SHA-256 of that configuration's canonical JSON, its method, seed,
     topology and model agree with the configuration, its TEE reference digests are the
     recorded code, dependency and config digests, every cluster's enrolled keys carry proofs of
     possession for this run and configuration, and its verification policy lies within the
