@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from records import Genesis, RecordError, parse_record
+from records.entry import READERS
 from records.fields import Fields
 from records.rules import RULES_V1, Rules
 from records.versions import FORMATS, GENESIS, Format, UnsupportedVersion
@@ -202,3 +204,15 @@ def test_a_rule_verify_does_not_implement_is_refused_by_name() -> None:
         "which this veritrain does not implement (it judges by veritrain.tolerance/v1): the run "
         "cannot be judged by its own rules; upgrade veritrain"
     )
+
+
+def test_the_versions_table_of_docs_records_lists_every_version() -> None:
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "records.md").read_text()
+    section = doc[doc.index("## Versions") :]
+    rows = re.findall(r"^\| `([a-z._-]+)`(?: \(object\))? \| ([^|]+) \|", section, re.M)
+    documented = {name: tuple(int(v) for v in re.findall(r"v(\d+)", cell)) for name, cell in rows}
+
+    assert documented == {f.name: f.versions for f in FORMATS}
+    assert {kind: fmt.name for kind, (fmt, _) in READERS.items()} == {
+        kind: kind for kind in READERS
+    }, "an entry kind's format carries the kind's name"
