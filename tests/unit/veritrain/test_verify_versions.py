@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from attestation.canonical import canonical_digest, canonical_json
+from records.rules import RULES_V1
 from veritrain.recorded_run import RecordedRun
 from veritrain.verify.commitment_checks import check_genesis
 from veritrain.verify.report import Report
@@ -72,12 +73,7 @@ def test_a_genesis_naming_a_rule_verify_does_not_implement_is_refused(
 ) -> None:
     def name_rules(payload: dict[str, Any]) -> None:
         payload["schema"] = "veritrain/run.genesis/v2"
-        payload["rules"] = {
-            "verdict": "veritrain.verdict/v1",
-            "assignment": "veritrain.affine-window-permutation/v1",
-            "tolerance": "veritrain.tolerance/v1",
-            "commitments": "veritrain.inner-commitments/v1",
-        } | rules
+        payload["rules"] = RULES_V1.to_payload() | rules
 
     failures = genesis_check(name_rules)
 
