@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from records.data_manifest import TokenizerIdentity
-from records.fields import Fields, schema
+from records.fields import Fields
+from records.rules import IMPLIED, Rules
+from records.versions import GENESIS
 
-SCHEMA = "veritrain/run.genesis/v1"
+SCHEMA = GENESIS.current
 METHODS = ("allreduce", "diloco", "dilocox")
 POLICY_MODES = ("bitwise", "tolerance")
 
@@ -462,10 +464,18 @@ class Genesis:
     keys: RunKeys
     tee: TeeReference
     verification_policy: VerificationPolicy
+    rules: Rules
+    """The rules the run is judged by, each with its version (written from genesis v2 on; a
+    v1 genesis implies ``records.rules.RULES_V1``)."""
     schema: str = field(default=SCHEMA)
 
+    @property
+    def version(self) -> int:
+        """The schema version (``GENESIS.versions``) this genesis was written in."""
+        return GENESIS.version_of_id(self.schema)
+
     def to_payload(self) -> dict[str, Any]:
-        return {
+        payload = {
             "schema": self.schema,
             "run_id": self.run_id,
             "method": self.method,
@@ -481,11 +491,14 @@ class Genesis:
             "tee": self.tee.to_payload(),
             "verification_policy": self.verification_policy.to_payload(),
         }
+        if self.version >= 2:
+            payload["rules"] = self.rules.to_payload()
+        return payload
 
     @classmethod
     def from_payload(cls, payload: Any, *, where: str = "run.genesis") -> Genesis:
         f = Fields(payload, where=where)
-        schema(f, SCHEMA)
+        version = GENESIS.version_of(f)
         value = cls(
             run_id=f.string("run_id", nonempty=True),
             method=f.string("method", choices=METHODS),
@@ -500,6 +513,8 @@ class Genesis:
             keys=RunKeys.read(f.obj("keys")),
             tee=TeeReference.read(f.obj("tee")),
             verification_policy=VerificationPolicy.read(f.obj("verification_policy")),
+            rules=Rules.read(f.obj("rules")) if f.since(2) else IMPLIED[version],
+            schema=GENESIS.schema(version),
         )
         f.exactly()
         if len(value.keys.clusters) != value.topology.clusters:

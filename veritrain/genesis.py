@@ -30,6 +30,7 @@ from veritrain.hardware import training_hardware
 from veritrain.keyring import KeyRing
 from veritrain.model_signature import load_or_create_key, public_pem
 from veritrain.policy import PolicyChoice
+from veritrain.rules import WRITTEN
 
 
 def reference_launch_measurement(
@@ -92,4 +93,5 @@ def run_genesis(
         verification_policy=policy.recorded(
             hardware=training_hardware(topology.device, torch_version=dependencies.torch)
         ),
+        rules=WRITTEN,
     )

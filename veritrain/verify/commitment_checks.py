@@ -1,8 +1,10 @@
 """Checks 10 and 11: what the genesis commits to, recomputed, and the ``run.final`` entry,
 recomputed from the last outer step.
 
-10. The genesis reads as a configuration the trainer accepts exactly (``TrainConfig``), its
-    config digest is the SHA-256 of that configuration's canonical JSON, its method, seed,
+10. The genesis names only rules this veritrain implements (veritrain/rules.py; otherwise the
+    run is refused, not judged by other rules), reads as a configuration the trainer accepts
+    exactly (``TrainConfig``; fields added since the run was recorded read as their defaults),
+    its config digest is the SHA-256 of that configuration's canonical JSON, its method, seed,
     topology and model agree with the configuration, its TEE reference digests are the
     recorded code, dependency and config digests, every cluster's enrolled keys carry proofs of
     possession for this run and configuration, and its verification policy lies within the
@@ -14,6 +16,9 @@ recomputed from the last outer step.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from attestation.canonical import canonical_digest, canonical_json
 from attestation.enrolment import Enrolment, verify_possession
 from attestation.errors import AttestationError
@@ -24,6 +29,7 @@ from trainer.config import TrainConfig
 from trainer.errors import TrainerError
 from veritrain.policy import policy_problems
 from veritrain.recorded_run import RecordedRun
+from veritrain.rules import unimplemented
 from veritrain.verify.report import Report
 
 
@@ -40,6 +46,11 @@ def check_genesis(report: Report, run: RecordedRun) -> TrainConfig | None:
         return None
     genesis = entry.record
     result.checked = 1
+    # 10.0 The run is judged by the rules its genesis names, or not at all (veritrain/rules.py).
+    if refused := unimplemented(genesis.rules):
+        for problem in refused:
+            result.fail(problem, index=0)
+        return None
 
     # 10a. The configuration: readable by the trainer, exactly, and hashing to the digest.
     recomputed = canonical_digest(dict(genesis.hyperparameters))
@@ -58,9 +69,9 @@ def check_genesis(report: Report, run: RecordedRun) -> TrainConfig | None:
             index=0,
         )
         config = None
-    if config is not None and canonical_json(config.to_dict()) != canonical_json(
-        dict(genesis.hyperparameters)
-    ):
+    if config is not None and canonical_json(
+        _as_recorded(config.to_dict(), genesis.hyperparameters)
+    ) != canonical_json(dict(genesis.hyperparameters)):
         result.fail(
             "the recorded hyperparameters do not read back "
             "as themselves (fields the trainer would change)",
@@ -182,3 +193,11 @@ def check_final(report: Report, run: RecordedRun, config: TrainConfig | None) ->
             f"but its configuration plans {config.outer_steps}",
             index=entry.index,
         )
+
+
+def _as_recorded(current: Any, recorded: Any) -> Any:
+    """``current`` without the configuration fields added after ``recorded`` was written: a
+    run recorded before a field existed ran as its default does (docs/records.md, "Versions")."""
+    if isinstance(current, dict) and isinstance(recorded, Mapping):
+        return {k: _as_recorded(v, recorded[k]) for k, v in current.items() if k in recorded}
+    return current

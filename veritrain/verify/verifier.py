@@ -24,8 +24,9 @@ outer step):
 8. the data manifest matches its entry; shards are re-hashed; the assignment rule and every
    step's data ranges are recomputed;
 9. the metrics table equals the metrics signed in the entries;
-10. the genesis: config digest recomputed, configuration consistent, TEE reference and
-    verification policy within the published bounds;
+10. the genesis: it names only rules this veritrain implements (docs/records.md, "Versions"),
+    config digest recomputed, configuration consistent, TEE reference and verification policy
+    within the published bounds;
 11. ``run.final`` recomputed from the last outer step;
 12. every applied exchange's verdicts follow from the recorded numbers by the genesis' rules,
     and (for a sample of steps) the numbers themselves -- statistics, contribution scores -- and
