@@ -45,7 +45,9 @@ def verify(
     witness: Annotated[
         list[str] | None,
         typer.Option(
-            help="A witness's C2SP verifier key (type 0x04), repeatable: require its cosignature."
+            help="A witness's C2SP verifier key (type 0x04), repeatable: require its "
+            "cosignature. VKEY@URL also asks the witness at URL what it holds now, and fails "
+            "on a log rolled back to a head it once cosigned."
         ),
     ] = None,
     quorum: Annotated[
