@@ -79,3 +79,25 @@ def fetch_view(
         checkpoint=checkpoint,
         timestamp=cosigned[0].cosignature.timestamp,
     )
+
+
+def fetch_origins(
+    endpoint: WitnessEndpoint, *, client: httpx.Client, timeout_s: float = 10.0
+) -> list[tuple[str, int]]:
+    """Every log ``endpoint`` has cosigned, as (origin, size): ``GET <url>/origins``, which
+    ``veritrain witness serve`` answers (not part of tlog-witness). Raise
+    :class:`WitnessViewError` when there is no such list."""
+    url = f"{endpoint.url}/origins"
+    try:
+        response = client.get(url, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise WitnessViewError(f"no answer from {url}: {type(exc).__name__}: {exc}") from None
+    if response.status_code != 200:
+        raise WitnessViewError(f"{url} answered HTTP {response.status_code}")
+    origins: list[tuple[str, int]] = []
+    for line in response.text.splitlines():
+        origin, _, size = line.rpartition(" ")
+        if not origin or not size.isdigit():
+            raise WitnessViewError(f"{url}: expected '<origin> <size>' lines, got {line[:80]!r}")
+        origins.append((origin, int(size)))
+    return origins

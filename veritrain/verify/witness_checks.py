@@ -32,7 +32,7 @@ from veritrain.verify.report import CheckResult, Report
 from veritrain.verify.witness_freshness import ViewVerdict, judge_view
 from veritrain.verify.witness_quorum import QuorumResult, check_quorum
 from veritrain.witness_endpoints import WitnessEndpoint, parse_witness_option
-from veritrain.witness_views import WitnessView, WitnessViewError, fetch_view
+from veritrain.witness_views import WitnessView, WitnessViewError, fetch_origins, fetch_view
 
 
 def check_witnesses(
@@ -44,6 +44,7 @@ def check_witnesses(
     *,
     witnesses: Sequence[str],
     quorum: int,
+    origin_pinned: bool = False,
 ) -> tuple[str, ...]:
     """1d. The witness quorum (or, without witnesses given, who cosigned). ``witnesses`` are
     ``VKEY`` or ``VKEY@URL`` items; a witness given a URL counts only if it still holds the
@@ -90,7 +91,9 @@ def check_witnesses(
         result.notes.append(f"witnessed: {verdict.detail}")
         result.notes.append(_UNASKED.format(", ".join(unasked)))
         return verdict.cosigners
-    return _check_current(result, verdict, head, endpoints, unasked, consistency)
+    counted = _check_current(result, verdict, head, endpoints, unasked, consistency)
+    _check_one_origin(result, run.run_id, head, endpoints, origin_pinned=origin_pinned)
+    return counted
 
 
 _UNASKED = (
@@ -142,6 +145,50 @@ def _check_current(
     if unasked:
         result.notes.append(_UNASKED.format(", ".join(unasked)))
     return counted
+
+
+def _check_one_origin(
+    result: CheckResult,
+    run_id: str,
+    head: TrustedHead,
+    endpoints: list[WitnessEndpoint],
+    *,
+    origin_pinned: bool,
+) -> None:
+    """1f. One run id, one log: does a witness also cosign another origin that claims this run
+    (a split view: a second history under another origin prefix, which witnesses accept as a
+    new log)? Without ``--vkey`` that is a failure -- nothing tells the verifier which log is
+    the run; with the log key pinned it is named in a note."""
+    verified = head.checkpoint.origin
+    others: list[str] = []
+    asked: list[str] = []
+    with httpx.Client(follow_redirects=False) as client:
+        for endpoint in endpoints:
+            try:
+                origins = fetch_origins(endpoint, client=client)
+            except WitnessViewError as exc:
+                result.notes.append(f"{endpoint.name}: its list of logs was not read: {exc}")
+                continue
+            asked.append(endpoint.name)
+            others += [
+                f"{origin} (size {size}, cosigned by {endpoint.name})"
+                for origin, size in origins
+                if origin != verified and origin.endswith(f"/runs/{run_id}")
+            ]
+    if not others:
+        if asked:
+            result.notes.append(
+                f"one log for run {run_id!r}: {', '.join(asked)} cosign no other origin for it"
+            )
+        return
+    line = (
+        f"another log claims run {run_id!r}: {'; '.join(others)}; this one is {verified} "
+        "(a split view under another origin, or another operator's run of the same name)"
+    )
+    if origin_pinned:
+        result.notes.append(f"{line}; the pinned --vkey says which log is the run")
+    else:
+        result.fail(f"{line}: pin the run's log key with --vkey, from its publisher")
 
 
 def _name(vkey: str) -> str:

@@ -1,10 +1,15 @@
-"""A rollback to a head the witnesses once cosigned (issue 23, item 1).
+"""Witnesses asked directly, not through the log server (issue 23, items 1 and 8).
 
-The operator keeps the cosignatures collected at an earlier size, deletes the later entries
-(the last outer step and ``run.final``) and serves the old head with those cosignatures. Every
-signature is genuine and the log is self-consistent, so a first-time verifier that only checks
-cosignatures is fooled; a verifier that asks the witnesses themselves what they hold now
-(``--witness VKEY@URL``) is not -- directly, through ``--api``, and on the command line."""
+A rollback to a head the witnesses once cosigned: the operator keeps the cosignatures
+collected at an earlier size, deletes the later entries (the last outer step and
+``run.final``) and serves the old head with those cosignatures. Every signature is genuine and
+the log is self-consistent, so a first-time verifier that only checks cosignatures is fooled;
+a verifier that asks the witnesses themselves what they hold now (``--witness VKEY@URL``) is
+not -- directly, through ``--api``, and on the command line.
+
+A split view under another origin: the operator runs a second log for the same run id under
+another origin prefix, which the witnesses accept as a new log. Asked which logs they cosign,
+they name both, and a verifier that did not pin the log key fails."""
 
 from __future__ import annotations
 
@@ -12,12 +17,13 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from e2e.recorded_runs import RUN_ID
 from e2e.test_verify_api import _cli
-from unit.ledger.witness_helpers import serve_in_thread
+from unit.ledger.witness_helpers import SmallLog, serve_in_thread, small_log
 
 from attestation.keys import COSIGNATURE_V1_ALGORITHM, SigningKey
 from ledger.db import create_engine, upgrade
@@ -36,13 +42,26 @@ ROLLED_BACK_SIZE = 5
 """genesis, data manifest, outer steps 0-2: the last step (3) and run.final are dropped."""
 
 
+@dataclass
+class Witnessed:
+    settings: Settings
+    witnesses: list[str]
+    """``VKEY@URL`` of each witness."""
+    endpoints: list[WitnessEndpoint]
+    log_vkey: str
+    """The recorded run's log key."""
+    other_log: SmallLog
+    """A second log for the same run id, under another origin, that the witnesses trust."""
+
+
 @pytest.fixture
-def witnessed(fresh_run: Settings, tmp_path: Path) -> Iterator[tuple[Settings, list[str]]]:
-    """The recorded run, cosigned by two live witnesses at size 5 and then at its full size;
-    yields the settings and the witnesses as ``VKEY@URL``."""
+def witnessed(fresh_run: Settings, tmp_path: Path) -> Iterator[Witnessed]:
+    """The recorded run, cosigned by two live witnesses at size 5 and then at its full size."""
     engine = create_engine(fresh_run.database_url)
     ledger = Ledger(engine)
     [log_key] = ledger.keys(RUN_ID, role="log")
+    upgrade(f"sqlite:///{tmp_path / 'other.db'}")
+    other_log = small_log(f"sqlite:///{tmp_path / 'other.db'}", run_id=RUN_ID, entries=5)
     with ExitStack() as stack:
         stack.callback(engine.dispose)
         endpoints = []
@@ -53,13 +72,22 @@ def witnessed(fresh_run: Settings, tmp_path: Path) -> Iterator[tuple[Settings, l
             url = f"sqlite:///{tmp_path / f'{name}.db'}"
             upgrade(url)
             app = create_witness_app(
-                WitnessSettings(key=key, database_url=url, logs=TrustedLogs([log_key.vkey]))
+                WitnessSettings(
+                    key=key, database_url=url, logs=TrustedLogs([log_key.vkey, other_log.vkey])
+                )
             )
             base = stack.enter_context(serve_in_thread(app))
             endpoints.append(WitnessEndpoint(vkey=key.public.vkey, url=base))
         assert push_tree_head(ledger, RUN_ID, endpoints, size=ROLLED_BACK_SIZE).ok
         assert push_latest(ledger, RUN_ID, endpoints).size == 7
-        yield fresh_run, [f"{e.vkey}@{e.url}" for e in endpoints]
+        stack.callback(other_log.ledger.engine.dispose)
+        yield Witnessed(
+            settings=fresh_run,
+            witnesses=[f"{e.vkey}@{e.url}" for e in endpoints],
+            endpoints=endpoints,
+            log_vkey=log_key.vkey,
+            other_log=other_log,
+        )
 
 
 def roll_back(settings: Settings, size: int) -> None:
@@ -80,26 +108,29 @@ def check_1(report: Report) -> list[str]:
     return [f.message for f in report.results[1].failures]
 
 
-def verify(source: RunSource, witnesses: list[str]) -> Report:
-    return verify_run(source, RUN_ID, witnesses=witnesses, quorum=2)
+def verify(source: RunSource, witnesses: list[str], vkey: str | None = None) -> Report:
+    return verify_run(source, RUN_ID, witnesses=witnesses, quorum=2, vkey=vkey)
 
 
-def test_the_honest_run_is_held_now_by_both_witnesses(
-    witnessed: tuple[Settings, list[str]],
-) -> None:
-    settings, witnesses = witnessed
+def test_the_honest_run_is_held_now_by_both_witnesses(witnessed: Witnessed) -> None:
+    settings, witnesses = witnessed.settings, witnessed.witnesses
     with DirectSource(settings) as source:
         report = verify(source, witnesses)
     assert report.ok, report.render()
     notes = report.results[1].notes
     assert any(n.startswith("witness.test/w1 holds this head now") for n in notes), notes
     assert report.summary["witnessed by"] == "witness.test/w1, witness.test/w2"
+    assert (
+        f"one log for run {RUN_ID!r}: witness.test/w1, witness.test/w2 cosign no other "
+        "origin for it" in notes
+    )
+    assert report.summary["log origin"] == f"{settings.origin}/runs/{RUN_ID}"
 
 
 def test_a_rollback_to_a_cosigned_head_fails_for_a_first_time_verifier(
-    witnessed: tuple[Settings, list[str]], serve_app: Callable[[WebSettings], str], tmp_path: Path
+    witnessed: Witnessed, serve_app: Callable[[WebSettings], str], tmp_path: Path
 ) -> None:
-    settings, witnesses = witnessed
+    settings, witnesses = witnessed.settings, witnessed.witnesses
     roll_back(settings, ROLLED_BACK_SIZE)
     keys_only = [w.split("@", 1)[0] for w in witnesses]
     expected = (
@@ -153,3 +184,28 @@ def test_a_rollback_to_a_cosigned_head_fails_for_a_first_time_verifier(
     assert result.returncode == 1, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert [f["message"] for f in report["checks"][0]["failures"]] == failures
+
+
+def test_a_second_log_for_the_run_under_another_origin_is_named(witnessed: Witnessed) -> None:
+    settings, witnesses = witnessed.settings, witnessed.witnesses
+    # The witnesses accept the second origin as a new log and cosign it.
+    assert push_latest(witnessed.other_log.ledger, RUN_ID, witnessed.endpoints).ok
+    other = witnessed.other_log.origin
+    assert other != f"{settings.origin}/runs/{RUN_ID}"
+
+    with DirectSource(settings) as source:
+        unpinned = verify(source, witnesses)
+        pinned = verify(source, witnesses, vkey=witnessed.log_vkey)
+
+    claim = (
+        f"another log claims run {RUN_ID!r}: {other} (size 5, cosigned by witness.test/w1); "
+        f"{other} (size 5, cosigned by witness.test/w2); this one is "
+        f"{settings.origin}/runs/{RUN_ID} (a split view under another origin, or another "
+        "operator's run of the same name)"
+    )
+    assert not unpinned.ok
+    assert check_1(unpinned) == [f"{claim}: pin the run's log key with --vkey, from its publisher"]
+    # With the log key learned from the run's publisher, the verifier knows which log is the
+    # run: the other is named, and the run verifies.
+    assert pinned.ok, pinned.render()
+    assert f"{claim}; the pinned --vkey says which log is the run" in pinned.results[1].notes
