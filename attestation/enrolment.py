@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 from dataclasses import dataclass
 
 from attestation.canonical import canonical_json
@@ -75,3 +76,23 @@ def verify_possession(enrolment: Enrolment, key: PublicKey, proof: str) -> None:
             f"{key.vkey}: the proof of possession does not verify "
             f"for run {enrolment.run_id!r} and configuration {enrolment.config_digest[:16]}…: {exc}"
         ) from None
+
+
+FINGERPRINT_PURPOSE = "veritrain/cluster-keys/v1"
+
+
+def cluster_fingerprint(*, contribution: str, attestation: str, platform_root: str) -> str:
+    """One hex SHA-256 that names a cluster's three enrolled keys, for a person to compare.
+
+    A cluster's operator computes it from its own key folder (``veritrain cluster-keys``) and
+    compares it with the one a run's page and ``veritrain verify --json`` show: equal means
+    the genesis enrols the keys the cluster holds, not keys the coordinator made in its place.
+    Over the canonical JSON of the three verifier keys (the ``PublicKey.vkey`` form, so one
+    key written two ways has one fingerprint)."""
+    keys = {
+        "attestation": PublicKey.from_vkey(attestation).vkey,
+        "contribution": PublicKey.from_vkey(contribution).vkey,
+        "platform_root": PublicKey.from_vkey(platform_root).vkey,
+        "purpose": FINGERPRINT_PURPOSE,
+    }
+    return hashlib.sha256(canonical_json(keys)).hexdigest()

@@ -67,6 +67,21 @@ class ClusterKeyFolder:
     def platform_root(self, run_id: str, cluster: int) -> SigningKey:
         return self._key(run_id, cluster, "platform")
 
+    def held_keys(self, run_id: str) -> dict[str, str]:
+        """The verifier keys this folder holds for ``run_id`` (contribution, attestation,
+        platform_root), read, never created: what the cluster's operator compares with the
+        genesis (``veritrain cluster-keys``). Raise FileNotFoundError if one is missing."""
+        check_run_id(run_id)
+        folder = self.root / "runs" / run_id
+        return {
+            role: SigningKey.load(folder / f"{stem}.key").public.vkey
+            for role, stem in (
+                ("contribution", "contribution"),
+                ("attestation", "attestation"),
+                ("platform_root", "platform"),
+            )
+        }
+
     def enrol(self, run_id: str, config_digest: str, cluster: int) -> ClusterKeys:
         """The cluster's public keys with proofs of possession for this run and configuration
         (deterministic: Ed25519 signatures are, so a resumed cluster enrols identically)."""

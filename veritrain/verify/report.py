@@ -70,6 +70,8 @@ class Report:
     source: str
     results: dict[int, CheckResult] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
+    cluster_keys: list[dict[str, Any]] = field(default_factory=list)
+    """Each cluster's enrolled keys and fingerprint, and which were pinned (check 10)."""
 
     def check(self, number: int) -> CheckResult:
         return self.results.setdefault(number, CheckResult(number))
@@ -88,6 +90,7 @@ class Report:
             "source": self.source,
             "ok": self.ok,
             "summary": self.summary,
+            "cluster_keys": self.cluster_keys,
             "checks": [
                 {
                     "number": r.number,

@@ -44,6 +44,7 @@ from records import Genesis
 from veritrain.errors import SourceError
 from veritrain.recorded_run import RecordedRun
 from veritrain.sources import RunSource
+from veritrain.verify.cluster_key_checks import check_cluster_keys
 from veritrain.verify.commitment_checks import check_final, check_genesis
 from veritrain.verify.data_checks import check_data, load_data
 from veritrain.verify.evidence_checks import check_contributions, check_quotes, check_statements
@@ -64,8 +65,10 @@ def verify_run(
     seen_heads: SeenHeads | None = None,
     witnesses: Sequence[str] = (),
     quorum: int | None = None,
+    cluster_keys: Sequence[tuple[int, str]] = (),
 ) -> Report:
-    """Run every check on ``run_id`` (default: the most recent run) and return the report."""
+    """Run every check on ``run_id`` (default: the most recent run) and return the report.
+    ``cluster_keys``: (cluster, vkey) pairs an auditor learned out of band (``--cluster-key``)."""
     run_id = run_id or source.latest_run_id()
     report = Report(run_id=run_id, source=source.description)
     try:
@@ -90,12 +93,14 @@ def verify_run(
         source,
         witnesses=witnesses,
         quorum=len(witnesses) if quorum is None else quorum,
+        origin_pinned=vkey is not None,
     )
     check_chain(report, run, note, head)
     check_inclusion(report, run, source, head)
     config = check_genesis(report, run)
     genesis = run.genesis_entry.record if run.genesis_entry is not None else None
     genesis = genesis if isinstance(genesis, Genesis) else None
+    report.cluster_keys = check_cluster_keys(report, genesis, cluster_keys)
     data = load_data(report, run, source)
     check_statements(report, run, genesis, source, data.manifest.shard_digests if data else None)
     check_quotes(report, run, genesis, source)
@@ -115,6 +120,7 @@ def verify_run(
     }
     if head is not None:
         report.summary["tree size"] = head.checkpoint.size
+        report.summary["log origin"] = head.checkpoint.origin
     if witnesses:
         report.summary["witnessed by"] = ", ".join(cosigners) or "none"
     if report.ok:
