@@ -173,9 +173,12 @@ class ClusterKeys:
     platform_root: str
     """The cluster's platform key, which endorses its attestation key (the software TEE's
     "vendor"; a hardware TEE's vendor chain takes its place)."""
+    hardware: HardwareClass | None = None
+    """The hardware class the cluster's own process measured, covered by both proofs
+    (enrolment v2); absent from runs recorded before it existed."""
 
     def to_payload(self) -> dict[str, Any]:
-        return {
+        payload: dict[str, Any] = {
             "cluster": self.cluster,
             "contribution": self.contribution,
             "contribution_proof": self.contribution_proof,
@@ -183,6 +186,9 @@ class ClusterKeys:
             "attestation_proof": self.attestation_proof,
             "platform_root": self.platform_root,
         }
+        if self.hardware is not None:
+            payload["hardware"] = self.hardware.to_payload()
+        return payload
 
     @classmethod
     def read(cls, f: Fields) -> ClusterKeys:
@@ -193,6 +199,7 @@ class ClusterKeys:
             attestation=f.string("attestation", nonempty=True),
             attestation_proof=f.string("attestation_proof", nonempty=True),
             platform_root=f.string("platform_root", nonempty=True),
+            hardware=HardwareClass.read(f.obj("hardware")) if f.has("hardware") else None,
         )
         f.exactly()
         return value
