@@ -152,8 +152,8 @@ def check_revision_files(
         if TRAINER_STATE in files:
             _trainer_state(result, entry, step, genesis, source, files[TRAINER_STATE])
     result.notes.append(
-        f"every file of {len(revisions)} revision(s) recomputed from the genesis and the data "
-        f"manifest ({len(checked)} distinct model-repo files)"
+        f"{len(revisions)} revision(s): every file but the tensors recomputed from the genesis "
+        f"and the data manifest ({len(checked)} distinct model-repo files), and no other file"
     )
 
 
