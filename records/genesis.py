@@ -175,9 +175,12 @@ class ClusterKeys:
     platform_root: str
     """The cluster's platform key, which endorses its attestation key (the software TEE's
     "vendor"; a hardware TEE's vendor chain takes its place)."""
+    hardware: HardwareClass | None = None
+    """The hardware class the cluster's own process measured, covered by both proofs
+    (enrolment v2); absent from runs recorded before it existed."""
 
     def to_payload(self) -> dict[str, Any]:
-        return {
+        payload: dict[str, Any] = {
             "cluster": self.cluster,
             "contribution": self.contribution,
             "contribution_proof": self.contribution_proof,
@@ -185,6 +188,9 @@ class ClusterKeys:
             "attestation_proof": self.attestation_proof,
             "platform_root": self.platform_root,
         }
+        if self.hardware is not None:
+            payload["hardware"] = self.hardware.to_payload()
+        return payload
 
     @classmethod
     def read(cls, f: Fields) -> ClusterKeys:
@@ -195,6 +201,13 @@ class ClusterKeys:
             attestation=f.string("attestation", nonempty=True),
             attestation_proof=f.string("attestation_proof", nonempty=True),
             platform_root=f.string("platform_root", nonempty=True),
+            # Genesis v2 (this release) added the class each cluster signs at enrolment;
+            # optional there, since a resumed v1-era cluster may enrol without it.
+            hardware=(
+                HardwareClass.read(f.obj("hardware"))
+                if f.since(2) and f.has("hardware")
+                else None
+            ),
         )
         f.exactly()
         return value

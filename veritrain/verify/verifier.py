@@ -19,7 +19,9 @@ outer step):
    before the entry, and binds the previous leaf and the statement;
 6. every contribution is signed by its cluster, and the exchanges applied name signed rounds
    in order, none twice or missing, combining exactly the contributions signed;
-7. every checkpoint manifest hashes to its digest and root; files are re-hashed; every
+7. every checkpoint manifest hashes to its digest and root; files are re-hashed; every file
+   of every revision besides the tensors (model config, tokenizer files, index, trainer state)
+   is recomputed from the genesis and the data manifest, and no other file is there; every
    step's generations object hashes to its digest and answers the configured prompts;
 8. the data manifest matches its entry; shards are re-hashed; the assignment rule and every
    step's data ranges are recomputed;
@@ -51,6 +53,7 @@ from veritrain.verify.evidence_checks import check_contributions, check_quotes, 
 from veritrain.verify.log_checks import check_chain, check_inclusion, check_tree_head, remember
 from veritrain.verify.object_checks import check_checkpoints, check_generations, check_metrics
 from veritrain.verify.report import Report
+from veritrain.verify.revision_checks import check_revision_files
 from veritrain.verify.seen_heads import SeenHeads
 from veritrain.verify.verdict_checks import check_verdicts
 from veritrain.verify.witness_checks import check_witnesses
@@ -106,7 +109,10 @@ def verify_run(
     check_quotes(report, run, genesis, source)
     check_contributions(report, run, genesis, source)
     signed_root = head.checkpoint.root_hash if head else b""
-    check_checkpoints(report, run, genesis, source, deep=deep, signed_root=signed_root)
+    revisions = check_checkpoints(report, run, genesis, source, deep=deep, signed_root=signed_root)
+    check_revision_files(
+        report, run, genesis, config, data.manifest if data else None, source, revisions
+    )
     check_generations(report, run, source, config)
     check_data(report, run, source, data, config, deep=deep, signed_root=signed_root)
     check_metrics(report, run, source)
