@@ -64,7 +64,7 @@ def test_an_honest_run_under_other_settings_passes_the_generation_check(
     recorded_run: Settings,
 ) -> None:
     with DirectSource(recorded_run) as source:
-        comparison = reproduce_step(source, None, STEP, execution=Execution(threads=2))
+        comparison = reproduce_step(source, None, STEP, execution=Execution(precision="fp64"))
 
     assert comparison.mode == "tolerance"
     assert comparison.ok, comparison.render()

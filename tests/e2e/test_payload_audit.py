@@ -83,7 +83,11 @@ def test_an_honest_cluster_under_other_settings_matches_its_payload(
     scaled_run: Settings,
 ) -> None:
     with DirectSource(scaled_run) as source:
-        comparison = reproduce_step(source, RUN, 1, cluster=0, execution=Execution(threads=2))
+        # float64 drifts from the fp32 record (unlike another thread count, which the trainer's
+        # fixed-thread kernels reproduce bit for bit here): an honest cross-hardware stand-in.
+        comparison = reproduce_step(
+            source, RUN, 1, cluster=0, execution=Execution(precision="fp64")
+        )
 
     assert comparison.ok, comparison.render()
     assert comparison.mode == "tolerance"
