@@ -15,7 +15,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -261,6 +261,8 @@ class Reexecution:
     files: CheckpointFiles
     """The state after the step, as the original run saved it (empty for a one-cluster re-run,
     which stops at its contribution)."""
+    payloads: Mapping[tuple[int, int], bytes] = field(default_factory=dict)
+    """(cluster, stage) -> the payload bytes each re-run process sent in the step."""
 
     @property
     def contribution_digests(self) -> dict[tuple[int, int], str]:
@@ -356,7 +358,7 @@ def reexecute_outer_step(
             f"expected one record from re-executing step {step}, got {len(records)}"
         )
     files = recording.state(step) if cluster is None else CheckpointFiles()
-    return Reexecution(step=step, record=records[0], files=files)
+    return Reexecution(step=step, record=records[0], files=files, payloads=recording.payloads(step))
 
 
 def _spec(
