@@ -1,0 +1,94 @@
+"""Training on an accelerator: the outer step, the verdicts and the contribution scores never mix
+a tensor on the training device with one on the host (issue 22: on a GPU the first outer step
+failed in the contribution-score probe, then in the outer Nesterov step).
+
+CI has no GPU: ``meta`` stands for it (fake_accelerator.py), and PyTorch refuses to mix meta
+and CPU tensors exactly as it refuses to mix CUDA and CPU ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from unit.trainer.fake_accelerator import ACCELERATOR, FakeAccelerator
+
+from trainer.model import CausalLM
+from trainer.outer import OuterConfig, RoundSignals, build_outer_algorithm
+from trainer.outer.contribution_score import FullModelProbe, score_contributions
+from trainer.presets import MODEL_PRESETS
+from trainer.runtime.pipeline_judge import PipelineJudge, _PipelineProbe
+
+MODEL = MODEL_PRESETS["tiny"]
+CONFIGS = {
+    "diloco": OuterConfig(kind="diloco"),
+    "dilocox": OuterConfig(kind="dilocox", overlap=False, rank=4, min_rank=2, max_rank=8, bits=4),
+}
+
+
+def _parameters_on_the_accelerator() -> list[tuple[str, torch.Tensor]]:
+    model = CausalLM(MODEL).to(ACCELERATOR)
+    return [(name, p.detach()) for name, p in model.named_parameters()]
+
+
+def _two_clusters(config: OuterConfig, named: list[tuple[str, torch.Tensor]]) -> list[Any]:
+    return [
+        build_outer_algorithm(config, named_params=named, cluster=c, n_clusters=2, seed=7)
+        for c in range(2)
+    ]
+
+
+def test_an_outer_step_with_parameters_on_the_accelerator_keeps_them_there() -> None:
+    for kind, config in CONFIGS.items():
+        named = _parameters_on_the_accelerator()
+        with FakeAccelerator():
+            loops = _two_clusters(config, named)
+            locals_ = [[p.clone() for _, p in named] for _ in loops]
+            sent = [loop.contribution(0, local) for loop, local in zip(loops, locals_, strict=True)]
+            payloads = [c.payload.cpu() for c in sent]  # as the exchange delivers them
+            signals = RoundSignals(mean_train_loss=1.0)
+            for loop, local in zip(loops, locals_, strict=True):
+                update = loop.apply(0, payloads, local, signals)
+                assert update.round == 0, kind
+        for local in locals_:  # the next round starts where it trains: on the accelerator
+            assert {t.device for t in local} == {ACCELERATOR}, kind
+        for loop in loops:  # the outer state stays on the host
+            assert {t.device for t in loop.global_parameters()} == {torch.device("cpu")}, kind
+
+
+def test_contribution_scores_load_each_candidate_onto_the_accelerator() -> None:
+    named = _parameters_on_the_accelerator()
+    params = [p for _, p in named]
+    with FakeAccelerator():
+        loop = _two_clusters(CONFIGS["dilocox"], named)[0]
+        loop.note_round_data(0, first_inner_step=0, inner_steps=1)
+        sent = loop.contribution(0, [p.clone() for p in params])
+        payload = sent.payload.cpu()  # as the exchange delivers it (exchange.py)
+        examination = loop.examine(0, [payload, payload])
+        judge = PipelineJudge(
+            CONFIGS["dilocox"],
+            params=params,
+            sync_tied=lambda: None,
+            runner=None,  # type: ignore[arg-type]  # load() evaluates nothing
+            reader=None,  # type: ignore[arg-type]
+            group=None,  # type: ignore[arg-type]
+            last_stage_rank=0,
+            device=ACCELERATOR,
+        )
+        probe = _PipelineProbe(judge, examination)
+        for candidate in (None, 0, 1):  # θ, then θ − Δ_i of each cluster
+            probe.load(candidate)
+    assert {p.device for p in params} == {ACCELERATOR}
+
+
+def test_the_whole_model_probe_scores_on_the_accelerator() -> None:
+    named = _parameters_on_the_accelerator()
+    base = {name: torch.zeros(p.shape) for name, p in named}  # θ and Δ_i come from the host
+    delta = {name: torch.ones(p.shape) for name, p in named}
+    batch = (torch.zeros(2, 8, dtype=torch.long), torch.zeros(2, 8, dtype=torch.long))
+    with FakeAccelerator():
+        probe = FullModelProbe(
+            MODEL, micro_batches=1, base=base, deltas=[delta], device=ACCELERATOR
+        )
+        scores = score_contributions(probe, finite=[True], held_out=[batch], own=[[batch]])
+    assert len(scores) == 1 and scores[0] is not None
+    assert {p.device for p in probe.model.parameters()} == {ACCELERATOR}
