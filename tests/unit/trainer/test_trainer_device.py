@@ -7,15 +7,21 @@ and CPU tensors exactly as it refuses to mix CUDA and CPU ones."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from unit.trainer.fake_accelerator import ACCELERATOR, FakeAccelerator
 
+from trainer.api import train
+from trainer.errors import ConfigError
 from trainer.model import CausalLM
 from trainer.outer import OuterConfig, RoundSignals, build_outer_algorithm
 from trainer.outer.contribution_score import FullModelProbe, score_contributions
-from trainer.presets import MODEL_PRESETS
+from trainer.presets import MODEL_PRESETS, RUN_PRESETS
+from trainer.runtime.determinism import check_devices
 from trainer.runtime.pipeline_judge import PipelineJudge, _PipelineProbe
 
 MODEL = MODEL_PRESETS["tiny"]
@@ -92,3 +98,23 @@ def test_the_whole_model_probe_scores_on_the_accelerator() -> None:
         scores = score_contributions(probe, finite=[True], held_out=[batch], own=[[batch]])
     assert len(scores) == 1 and scores[0] is not None
     assert {p.device for p in probe.model.parameters()} == {ACCELERATOR}
+
+
+def test_a_cluster_needs_a_gpu_per_process_and_clusters_may_share_them() -> None:
+    check_devices("cuda", 1, visible=1)  # C clusters x S1 on one GPU: separate worlds share it
+    check_devices("cuda", 4, visible=8)
+    with pytest.raises(ConfigError) as raised:
+        check_devices("cuda", 2, visible=1)  # S2 on one GPU: NCCL's "Duplicate GPU detected"
+    assert str(raised.value) == (
+        "each cluster runs stages x data_parallel = 2 processes, one per GPU, but 1 CUDA "
+        "device(s) are visible: use stages x data_parallel <= 1 (e.g. --stages 1), or --device cpu"
+    )
+    check_devices("cpu", 16, visible=0)
+
+
+def test_training_on_too_few_gpus_fails_before_anything_starts(tmp_path: Path) -> None:
+    stages = torch.cuda.device_count() + 1  # one more than this host has, on any host
+    config = replace(RUN_PRESETS["tiny"], device="cuda", stages=stages, clusters=1)
+    with pytest.raises(ConfigError, match=r"--device cpu"):
+        train(config, lambda info: None, data_dir=tmp_path / "data", quiet=True)  # type: ignore[arg-type,return-value]
+    assert not (tmp_path / "data").exists()  # refused before preparing data or spawning
