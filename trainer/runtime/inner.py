@@ -217,12 +217,15 @@ class InnerOptimizer:
                 raise CheckpointError(
                     f"expected AdamW state {keys} for {name}, got only some of them"
                 )
-            # Moments follow the parameter's dtype: a state saved at one precision resumes at
-            # another (an fp64 re-execution of an fp32 run); the step counter stays a CPU scalar.
+            # Moments follow the parameter's dtype and device: a state saved at one precision or
+            # on one device resumes at another (an fp64 re-execution of an fp32 run, a CPU
+            # re-execution of a CUDA step). The step counter is a CPU scalar, except for the
+            # fused CUDA kernel, which reads it on the parameter's device.
+            step_device = p.device if self.optimizer.defaults.get("fused") else "cpu"
             self.optimizer.state[p] = {
                 k: state[f"{name}.{k}"].clone().to(p.device, p.dtype)
                 if k != "step"
-                else state[f"{name}.{k}"].clone()
+                else state[f"{name}.{k}"].clone().to(step_device)
                 for k in keys
             }
 
