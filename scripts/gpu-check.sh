@@ -25,13 +25,16 @@ fail() {
   exit 2
 }
 
-command -v "$PY" >/dev/null 2>&1 || fail "no Python interpreter '$PY' (set PYTHON=/path/to/python3)"
+command -v "$PY" >/dev/null 2>&1 ||
+  fail "no Python interpreter '$PY' (set PYTHON=/path/to/python3)"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 RUST_LOG=warn
 
 # 1. What must be there before anything runs: torch, a CUDA device, every module the steps import.
-"$PY" -c "import torch" 2>/dev/null || fail "missing Python package 'torch' for $PY: install a CUDA build of PyTorch (>= 2.7) and run again"
+"$PY" -c "import torch" 2>/dev/null ||
+  fail "missing Python package 'torch' for $PY: install a CUDA build of PyTorch (>= 2.7), run again"
 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" ||
-  fail "no CUDA device visible to $PY (torch $("$PY" -c 'import torch; print(torch.__version__)')): run this on a GPU host"
+  fail "no CUDA device visible to $PY" \
+    "(torch $("$PY" -c 'import torch; print(torch.__version__)')): run this on a GPU host"
 missing=$("$PY" - <<'EOF'
 import importlib
 for module in ("veritrain.cli.main", "trainer.api", "veritrain.reproduce", "veritrain.verify",
@@ -43,7 +46,8 @@ for module in ("veritrain.cli.main", "trainer.api", "veritrain.reproduce", "veri
         break
 EOF
 )
-[ -z "$missing" ] || fail "missing Python package '$missing' for $PY: install it (../shared/gpu/wheels.sh fetches the wheels) and run again"
+[ -z "$missing" ] || fail "missing Python package '$missing' for $PY: install it" \
+  "(../shared/gpu/wheels.sh fetches the wheels) and run again"
 
 mkdir -p "$OUT" || fail "cannot create $OUT"
 OUT=$(cd "$OUT" && pwd)

@@ -100,6 +100,10 @@ def test_the_whole_model_probe_scores_on_the_accelerator() -> None:
     assert {p.device for p in probe.model.parameters()} == {ACCELERATOR}
 
 
+def _no_recorder(info: Any) -> Any:
+    raise AssertionError("no process should start, so no recorder should be asked for")
+
+
 def test_a_cluster_needs_a_gpu_per_process_and_clusters_may_share_them() -> None:
     check_devices("cuda", 1, visible=1)  # C clusters x S1 on one GPU: separate worlds share it
     check_devices("cuda", 4, visible=8)
@@ -116,5 +120,5 @@ def test_training_on_too_few_gpus_fails_before_anything_starts(tmp_path: Path) -
     stages = torch.cuda.device_count() + 1  # one more than this host has, on any host
     config = replace(RUN_PRESETS["tiny"], device="cuda", stages=stages, clusters=1)
     with pytest.raises(ConfigError, match=r"--device cpu"):
-        train(config, lambda info: None, data_dir=tmp_path / "data", quiet=True)  # type: ignore[arg-type,return-value]
+        train(config, _no_recorder, data_dir=tmp_path / "data", quiet=True)
     assert not (tmp_path / "data").exists()  # refused before preparing data or spawning
