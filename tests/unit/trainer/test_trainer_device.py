@@ -21,6 +21,7 @@ from trainer.model import CausalLM
 from trainer.outer import OuterConfig, RoundSignals, build_outer_algorithm
 from trainer.outer.contribution_score import FullModelProbe, score_contributions
 from trainer.presets import MODEL_PRESETS, RUN_PRESETS
+from trainer.runtime.commitments import StageCommitments
 from trainer.runtime.determinism import check_devices
 from trainer.runtime.pipeline_judge import PipelineJudge, _PipelineProbe
 
@@ -122,3 +123,27 @@ def test_training_on_too_few_gpus_fails_before_anything_starts(tmp_path: Path) -
     with pytest.raises(ConfigError, match=r"--device cpu"):
         train(config, _no_recorder, data_dir=tmp_path / "data", quiet=True)
     assert not (tmp_path / "data").exists()  # refused before preparing data or spawning
+
+
+class _CountingAccelerator(FakeAccelerator):
+    """Counts the copies off the device (``.to("cpu")`` of a meta tensor)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.copies_to_host = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is torch.ops.aten._to_copy.default and args[0].device.type == "meta":
+            self.copies_to_host += 1
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+def test_an_inner_step_commitment_copies_the_parameters_off_the_device_once() -> None:
+    named = _parameters_on_the_accelerator()
+    commitments = StageCommitments(named, run_id="run", cluster=0, stage=0)
+    with _CountingAccelerator() as device:
+        commitments.begin(0)
+        before = device.copies_to_host
+        commitments.after_inner_step(0)
+        per_inner_step = device.copies_to_host - before
+    assert per_inner_step == len(named)  # digest and fingerprint share one copy
