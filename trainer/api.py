@@ -31,6 +31,7 @@ from trainer.hf_repo import TokenizerExport
 from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
 from trainer.recorder import OuterStepRecord, RecorderFactory, RunSummary
 from trainer.runtime.channel import ChannelAddress, RunChannel
+from trainer.runtime.determinism import check_devices
 from trainer.runtime.forgery import Forgery
 from trainer.runtime.launch import (
     Links,
@@ -97,6 +98,7 @@ def train(
             data_dir=data_dir,
             quiet=quiet,
         )
+    check_devices(config.device, config.stages * config.data_parallel)
     prepared = data or prepare_data(config.data, data_dir or default_data_dir())
     topology = Topology.full(config.clusters, config.stages, config.data_parallel)
     _check_resumable(resume_state, config)
@@ -150,6 +152,10 @@ def train_cluster(
             f"a run of {config.clusters} clusters needs "
             "the lighthouse they meet at (--lighthouse URL)"
         )
+    per_cluster = config.stages * config.data_parallel
+    # under torchrun a cluster may span hosts: each needs a GPU per process it runs
+    on_this_host = int(os.environ.get("LOCAL_WORLD_SIZE", per_cluster)) if under_torchrun() else 0
+    check_devices(config.device, on_this_host or per_cluster)
     prepared = data or prepare_data(config.data, data_dir or default_data_dir())
     topology = Topology(
         clusters=config.clusters,
@@ -304,6 +310,8 @@ def reexecute_outer_step(
         raise CheckpointError(
             f"expected the state after step {step - 1} to re-execute step {step}, got none"
         )
+    executed = execution.applied_to(config) if execution is not None else config
+    check_devices(executed.device, config.stages * config.data_parallel)
     prepared = data or prepare_data(config.data, data_dir or default_data_dir())
     present = (
         (cluster,)
@@ -346,7 +354,6 @@ def reexecute_outer_step(
             mode=mode,
             quiet=True,
         )
-        executed = execution.applied_to(config) if execution is not None else config
         spec = replace(
             spec, resume=staged, payloads=dict(payloads or {}), config=executed, forgery=forgery
         )

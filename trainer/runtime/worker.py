@@ -165,8 +165,13 @@ class WorkerSpec:
 
 def spawned_entry(index: int, spec: WorkerSpec, results: Any) -> None:
     """Entry point of a spawned process; the coordinator puts the run summary in ``results``."""
+    cluster, stage, replica = spec.topology.place_replica(index)
     summary = run_process(
-        index, spec, local_rank=index, store=spec.links.stores[spec.topology.place(index)[0]]
+        index,
+        spec,
+        # a cluster's rank picks its GPU: clusters on one host share the host's GPUs
+        local_rank=spec.topology.cluster_rank(stage, replica),
+        store=spec.links.stores[cluster],
     )
     if summary is not None:
         results.put(summary)
