@@ -5,8 +5,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# The exact PyTorch of make demo/test and CI, the CPU build from PyTorch's CPU index (PyPI's wheel
-# of the same version pulls several GB of CUDA libraries); pyproject asks only torch>=2.7.
+# The exact PyTorch of make demo/test and CI, installed first so that the project's torch>=2.7 is
+# already satisfied: pip takes the CPU wheel of this version where the machine provides one (as CI
+# does); pyproject itself asks only torch>=2.7, so a GPU host keeps the CUDA torch it has.
 TORCH  := 2.13.0
 
 .PHONY: demo test venv services-start services-stop lint typecheck clean
@@ -16,7 +17,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==$(TORCH) --index-url https://download.pytorch.org/whl/cpu
+	$(BIN)/pip install --quiet torch==$(TORCH)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
