@@ -12,6 +12,7 @@ import sys
 import typer
 
 from veritrain.cli import (
+    audit,
     bench,
     db,
     demo,
@@ -44,6 +45,7 @@ app.command("serve")(serve.serve)
 app.command("runs")(runs.runs)
 app.command("verify")(verify.verify)
 app.command("reproduce")(reproduce.reproduce)
+app.command("audit")(audit.audit)
 app.command("plan")(plan.plan)
 
 
