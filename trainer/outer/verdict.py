@@ -408,9 +408,7 @@ def _check_direction(
 ) -> None:
     thresholds = [_direction_threshold(rule, measures, history, i) for i in range(len(measures))]
     low = [
-        i
-        for i, m in enumerate(measures)
-        if m.agreement is not None and m.agreement < thresholds[i]
+        i for i, m in enumerate(measures) if m.agreement is not None and m.agreement < thresholds[i]
     ]
     note = ""
     if len(measures) == 2 and len(low) == 2:
@@ -431,9 +429,7 @@ def _direction_threshold(
     if rule.name == V1:
         typical = _median([v for r in history.agreements for v in r])
     else:
-        others = [
-            m.agreement for j, m in enumerate(measures) if j != i and m.agreement is not None
-        ]
+        others = [m.agreement for j, m in enumerate(measures) if j != i and m.agreement is not None]
         typical = _median(others) if len(measures) >= 3 else None
     if typical is None:
         return rule.min_cosine
