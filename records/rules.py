@@ -25,6 +25,9 @@ RULE_NAME = re.compile(r"[a-z0-9]+(\.[a-z0-9-]+)+/v[1-9][0-9]*")
 VERDICT_V1 = "veritrain.verdict/v1"
 """trainer/outer/verdict.py: the contribution checks (flags non_finite ... own_data) with the
 thresholds of ``OuterConfig`` in the genesis' hyperparameters (docs/outer-algorithm.md §4)."""
+VERDICT_V2 = "veritrain.verdict/v2"
+"""The same checks, with ``direction`` judged against the round's other clusters instead of
+the run's history (trainer/outer/verdict.py; honest updates decorrelate together late in a run)."""
 ASSIGNMENT_V1 = "veritrain.affine-window-permutation/v1"
 """trainer/data/assignment.py: which token windows each cluster reads at each inner step (the
 data manifest's ``assignment.rule`` names it too)."""

@@ -19,7 +19,7 @@ import rfc8785
 from trainer.data.config import DataConfig
 from trainer.errors import ConfigError
 from trainer.model import ModelConfig, stage_layout
-from trainer.outer.config import OuterConfig
+from trainer.outer.config import RECORDED_WITHOUT_RULE, OuterConfig
 
 Method = Literal["allreduce", "diloco", "dilocox"]
 METHODS: tuple[Method, ...] = ("allreduce", "diloco", "dilocox")
@@ -264,6 +264,11 @@ class TrainConfig:
         for name, section in sections.items():
             if name in values:
                 values[name] = section(**_known(section, values[name], f"TrainConfig.{name}"))
+        outer = dict(data.get("outer") or {})
+        if "anomaly_rule" not in outer:  # written before the rules had versions
+            values["outer"] = replace(
+                values.get("outer", OuterConfig()), anomaly_rule=RECORDED_WITHOUT_RULE
+            )
         method = values.get("method", "diloco")
         if method in ("diloco", "dilocox") and "kind" not in dict(data.get("outer") or {}):
             values["outer"] = replace(values.get("outer", OuterConfig()), kind=method)
@@ -299,6 +304,9 @@ def load_config_file(path: Path) -> TrainConfig:
         ) from exc
     if not isinstance(data, dict):
         raise ConfigError(f"expected an object at the top of {path}, got {type(data).__name__}")
+    outer = data.setdefault("outer", {})
+    if isinstance(outer, dict):  # a new run: the current rules unless the file names others
+        outer.setdefault("anomaly_rule", OuterConfig().anomaly_rule)
     return TrainConfig.from_dict(data)
 
 

@@ -24,13 +24,14 @@ from records.genesis import (
     TeeReference,
     Topology,
 )
+from trainer.config import TrainConfig
 from trainer.recorder import RunStart
 from veritrain.errors import RecorderError
 from veritrain.hardware import hardware_differences, training_hardware
 from veritrain.keyring import KeyRing
 from veritrain.model_signature import load_or_create_key, public_pem
 from veritrain.policy import PolicyChoice
-from veritrain.rules import WRITTEN
+from veritrain.rules import written_for
 
 
 def reference_launch_measurement(
@@ -103,5 +104,6 @@ def run_genesis(
             ),
         ),
         verification_policy=policy.recorded(hardware=hardware),
-        rules=WRITTEN,
+        # The configuration chooses the verdict rule; the genesis names the same one.
+        rules=written_for(TrainConfig.from_dict(dict(run.config)).outer.anomaly_rule),
     )

@@ -11,32 +11,41 @@ the name to :data:`IMPLEMENTED`, and point :data:`WRITTEN` at it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from records.rules import (
     ASSIGNMENT_V1,
     COMMITMENTS_V1,
     TOLERANCE_V1,
     VERDICT_V1,
+    VERDICT_V2,
     Rules,
 )
 from veritrain.errors import VeritrainError
 
 WRITTEN = Rules(
-    verdict=VERDICT_V1,
+    verdict=VERDICT_V2,
     assignment=ASSIGNMENT_V1,
     tolerance=TOLERANCE_V1,
     commitments=COMMITMENTS_V1,
 )
-"""The rules a run trained by this code relies on (the trainer's own names: trainer/outer/
-verdict.py and trainer/data/assignment.py ``RULE_NAME``)."""
+"""The rules a run trained by this code relies on by default (the trainer's own names: trainer/
+outer/verdict.py and trainer/data/assignment.py ``RULE_NAME``); the verdict rule is the one the
+run's configuration chooses (``outer.anomaly_rule``, :func:`written_for`)."""
 
 IMPLEMENTED: Mapping[str, tuple[str, ...]] = {
-    "verdict": (VERDICT_V1,),
+    "verdict": (VERDICT_V1, VERDICT_V2),
     "assignment": (ASSIGNMENT_V1,),
     "tolerance": (TOLERANCE_V1,),
     "commitments": (COMMITMENTS_V1,),
 }
 """Rule kind -> every version of it this veritrain can judge a run by, oldest first."""
+
+
+def written_for(verdict_rule: str) -> Rules:
+    """What a new genesis names for a run whose configuration judges by ``verdict_rule``: the
+    configuration chooses it (``outer.anomaly_rule``) and the genesis names the same rule."""
+    return replace(WRITTEN, verdict=verdict_rule)
 
 
 class UnknownRule(VeritrainError):

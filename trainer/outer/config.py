@@ -20,6 +20,12 @@ QuantBits = Literal[2, 4, 8, 16, 32]
 DenseBits = Literal[8, 16]
 DelayProxy = Literal["none", "own", "eager", "anchored"]
 ErrorFeedback = Literal["local", "buffer", "none"]
+VerdictRuleName = Literal["veritrain.verdict/v1", "veritrain.verdict/v2"]
+VERDICT_RULES: tuple[VerdictRuleName, ...] = ("veritrain.verdict/v1", "veritrain.verdict/v2")
+RECORDED_WITHOUT_RULE: VerdictRuleName = "veritrain.verdict/v1"
+"""The rules a configuration that names none was judged by: it was written before the rules had
+versions (``TrainConfig.from_dict`` reads it so, and ``to_dict`` leaves v1 unnamed, so an old
+genesis reads back as itself)."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -96,6 +102,13 @@ class OuterConfig:
     anomaly_checks: bool = True
     """Judge every cluster's contribution to every round (one verdict per cluster, the same in
     every stage); off: no verdicts, every contribution is averaged."""
+    anomaly_rule: VerdictRuleName = "veritrain.verdict/v2"
+    """Which version of the rules judges the contributions (trainer/outer/verdict.py), fixed at
+    genesis so that a run is verified by the rules it was trained under. ``v2`` (new runs):
+    rule 4 (``direction``) compares a cluster's cosine with this round's other clusters' cosines,
+    not with the recent rounds' -- honest pseudo-gradients decorrelate together as the loss
+    flattens, and v1's reference from earlier rounds flagged both honest clusters of ``veritrain
+    demo`` at its last step. ``v1``: runs recorded before v2."""
     anomaly_exclude: bool = True
     """Leave flagged contributions out of the average when ``anomaly_exclude_min_clusters`` or
     more clusters are present and the unflagged ones are a majority (non-finite contributions
@@ -189,6 +202,12 @@ class OuterConfig:
         _require(self, "rank_energy", 0.0 < self.rank_energy <= 1.0, "in (0, 1]")
         _require(self, "stall_rounds", self.stall_rounds >= 1, ">= 1")
         _require(self, "stall_tolerance", self.stall_tolerance >= 0.0, ">= 0")
+        _require(
+            self,
+            "anomaly_rule",
+            self.anomaly_rule in VERDICT_RULES,
+            " or ".join(repr(r) for r in VERDICT_RULES),
+        )
         _require(self, "anomaly_norm_ratio", self.anomaly_norm_ratio > 1.0, "> 1")
         _require(
             self, "anomaly_min_norm_ratio", 0.0 <= self.anomaly_min_norm_ratio < 1.0, "in [0, 1)"
@@ -252,15 +271,22 @@ class OuterConfig:
     def __eq__(self, other: object) -> bool:
         # Two configs are equal when they run the same algorithm: an unset outer lr equals the
         # value it resolves to, so ``OuterConfig(**c.to_dict()) == c``.
-        return isinstance(other, OuterConfig) and self.to_dict() == other.to_dict()
+        return isinstance(other, OuterConfig) and self._algorithm() == other._algorithm()
 
     def __hash__(self) -> int:
-        return hash(tuple(sorted(self.to_dict().items())))
+        return hash(tuple(sorted(self._algorithm().items())))
+
+    def _algorithm(self) -> dict[str, Any]:
+        return {**self.to_dict(), "anomaly_rule": self.anomaly_rule}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form for the run's genesis entry, with the outer lr and momentum that are
-        actually used written out (``OuterConfig(**d)`` gives the same algorithm back)."""
-        return {**asdict(self), "outer_lr": self.lr, "outer_momentum": self.momentum}
+        actually used written out (``OuterConfig(**d)`` gives the same algorithm back; except
+        that v1 verdict rules are left unnamed, which ``TrainConfig.from_dict`` reads as v1)."""
+        data = {**asdict(self), "outer_lr": self.lr, "outer_momentum": self.momentum}
+        if self.anomaly_rule == RECORDED_WITHOUT_RULE:
+            del data["anomaly_rule"]  # as runs before rule versions recorded it
+        return data
 
 
 def _require(config: OuterConfig, name: str, ok: bool, expected: str) -> None:

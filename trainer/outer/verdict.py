@@ -22,10 +22,14 @@ them. The rules, per cluster ``i``
    fraction of the inner steps; only this round's norms make that reference: norms shrink from
    round to round as training settles).
 4. ``direction``: ``a_i = cos(Δ_i, mean of the other clusters' Δ)`` below
-   ``max(min_cosine, cosine_ratio · A)``, ``A`` the median of recently accepted agreements.
-   With two clusters the two agreements are one number; the tie is broken by each cluster's
-   cosine with the previous applied mean (the lower is flagged if below half the higher),
-   otherwise both are flagged "ambiguous".
+   ``max(min_cosine, cosine_ratio · A)``. Under ``veritrain.verdict/v2`` ``A`` is the median of
+   this round's other clusters' agreements (with three or more clusters; with two, the two
+   agreements are one number and only ``min_cosine`` applies): honest pseudo-gradients
+   decorrelate together as the loss flattens, so a reference from earlier rounds lags and flags
+   them. Under ``veritrain.verdict/v1`` (runs recorded before v2) ``A`` is the median of the
+   recently accepted agreements. With two clusters both below the threshold, the tie is broken
+   by each cluster's cosine with the previous applied mean (the lower is flagged if below half
+   the higher), otherwise both are flagged "ambiguous".
 5. ``replayed``: a stage's payload is byte-identical to a payload of one of the last
    ``history`` rounds (same stage, any cluster): a replay, or zeros sent again.
 6. ``held_out`` (contribution scores, contribution_score.py): applied alone, Δ_i lowers the
@@ -57,11 +61,17 @@ from dataclasses import dataclass
 import torch
 
 from records.outer_step import VERDICT_FLAGS, ClusterVerdict, ContributionScore
-from trainer.outer.config import OuterConfig
+from trainer.outer.config import OuterConfig, VerdictRuleName
 from trainer.outer.errors import OuterStateError
 
-RULE_NAME = "veritrain.verdict/v1"
-"""Names the rules above; a change of any rule gets a new name."""
+V1: VerdictRuleName = "veritrain.verdict/v1"
+V2: VerdictRuleName = "veritrain.verdict/v2"
+"""The versions of the rules above (``OuterConfig.anomaly_rule``, recorded in the genesis); a
+change of any rule gets a new name, and every version stays decidable for the runs it judged."""
+RULE_NAME: VerdictRuleName = V2
+"""The rule a new run's configuration chooses by default (``OuterConfig.anomaly_rule``)."""
+SCORE_SEED_NAME = "veritrain.verdict/v1"
+"""What the scored windows' seed is derived from; every version keeps v1's (:func:`score_seed`)."""
 TIE_BREAK = 0.5
 """With two clusters, a cosine with the previous mean below this share of the other cluster's
 singles out the culprit."""
@@ -72,6 +82,8 @@ DIGEST_BYTES = 32
 class VerdictRule:
     """The thresholds of the rules (from ``OuterConfig``, recorded in the genesis)."""
 
+    name: VerdictRuleName
+    """The version of the rules (module docstring)."""
     norm_ratio: float
     min_norm_ratio: float
     min_cosine: float
@@ -87,6 +99,7 @@ class VerdictRule:
     @classmethod
     def from_config(cls, config: OuterConfig) -> VerdictRule:
         return cls(
+            name=config.anomaly_rule,
             norm_ratio=config.anomaly_norm_ratio,
             min_norm_ratio=config.anomaly_min_norm_ratio,
             min_cosine=config.anomaly_min_cosine,
@@ -395,13 +408,10 @@ def _check_direction(
     failures: list[dict[str, str]],
     clusters: Sequence[int],
 ) -> None:
-    typical = _median([v for r in history.agreements for v in r])
-    threshold = (
-        max(rule.min_cosine, rule.cosine_ratio * typical)
-        if typical is not None
-        else rule.min_cosine
-    )
-    low = [i for i, m in enumerate(measures) if m.agreement is not None and m.agreement < threshold]
+    thresholds = [_direction_threshold(rule, measures, history, i) for i in range(len(measures))]
+    low = [
+        i for i, m in enumerate(measures) if m.agreement is not None and m.agreement < thresholds[i]
+    ]
     note = ""
     if len(measures) == 2 and len(low) == 2:
         low, note = _break_tie(rule, measures, clusters)
@@ -409,8 +419,23 @@ def _check_direction(
         agreement = measures[i].agreement
         assert agreement is not None
         failures[i]["direction"] = (
-            f"cosine with the other clusters is {agreement:.3f}, expected >= {threshold:.3g}{note}"
+            f"cosine with the other clusters is {agreement:.3f}, "
+            f"expected >= {thresholds[i]:.3g}{note}"
         )
+
+
+def _direction_threshold(
+    rule: VerdictRule, measures: Sequence[Measures], history: VerdictHistory, i: int
+) -> float:
+    """Rule 4's threshold for cluster ``i`` under the rule's version (module docstring)."""
+    if rule.name == V1:
+        typical = _median([v for r in history.agreements for v in r])
+    else:
+        others = [m.agreement for j, m in enumerate(measures) if j != i and m.agreement is not None]
+        typical = _median(others) if len(measures) >= 3 else None
+    if typical is None:
+        return rule.min_cosine
+    return max(rule.min_cosine, rule.cosine_ratio * typical)
 
 
 def _break_tie(
@@ -466,7 +491,7 @@ def score_seed(round: int, digests: Sequence[Sequence[str]]) -> bytes:
     """Seed of the windows a round is scored on: fixed by every cluster's payloads of the round
     (cluster order, stages in order), which no cluster knows before it has sent its own -- so a
     lazy cluster cannot train on just the windows it will be scored on."""
-    h = hashlib.sha256(f"{RULE_NAME}/score/{round}".encode())
+    h = hashlib.sha256(f"{SCORE_SEED_NAME}/score/{round}".encode())
     for per_stage in digests:
         for digest in per_stage:
             h.update(bytes.fromhex(digest))

@@ -10,6 +10,8 @@ configuration, so the ledger records an honest-looking run. Kinds:
   the outer step): no forward, backward or optimiser step, yet it commits and goes on;
 * ``other_window``: at that inner step it trains on the windows the rule assigns to a global
   inner step ``WINDOW_OFFSET`` later (data it was not assigned);
+* ``other_data``: the same at every inner step of the outer step (a lazy cluster that trains
+  honestly, on data other than its assignment);
 * ``lr_scale``: its inner learning rate is ``factor`` times the schedule's for the whole outer
   step;
 * ``contribution_scale``: its pseudo-gradient is ``factor`` times what it trained (through
@@ -27,11 +29,17 @@ from typing import Literal
 from trainer.config import PoisonForTesting
 
 ForgeryKind = Literal[
-    "skip_inner_step", "other_window", "lr_scale", "contribution_scale", "payload_scale"
+    "skip_inner_step",
+    "other_window",
+    "lr_scale",
+    "contribution_scale",
+    "payload_scale",
+    "other_data",
 ]
 FORGERY_KINDS: tuple[ForgeryKind, ...] = (
     "skip_inner_step",
     "other_window",
+    "other_data",
     "lr_scale",
     "contribution_scale",
     "payload_scale",
@@ -72,8 +80,8 @@ class Forgery:
 
     def window_step(self, cluster: int, step: int, offset: int, inner_step: int) -> int:
         """The global inner step whose windows ``cluster`` reads at ``inner_step``."""
-        forged = (
-            self.kind == "other_window" and self._here(cluster, step) and offset == self.inner_step
+        forged = self._here(cluster, step) and (
+            self.kind == "other_data" or (self.kind == "other_window" and offset == self.inner_step)
         )
         return inner_step + WINDOW_OFFSET if forged else inner_step
 

@@ -12,8 +12,14 @@ algorithm, verdicts and contribution scores (poison_run.py). Per seed:
 
 Reported: per attack the detection rate over attacked rounds and which rules fired, the
 false-positive rate of the clean runs, and the final held-out loss of each attack run with and
-without exclusion against the clean run's. Targets: detection >= 95 %, false positives <= 2 %,
+without exclusion against the clean run's. Targets: detection >= 95 %, false positives <= 1 %,
 loss with exclusion within 2 % of clean.
+
+Besides the verdicts, every round the attacker's contribution is re-executed as ``veritrain
+audit`` re-executes a drawn pair (poison_run.py): per attack, how many attacked pairs that
+catches and how many honest ones (its rounds before the attack) it wrongly catches, and the
+smallest sample K of the run's T x C pairs that ``veritrain audit --sample K`` needs to catch the
+attacker with probability >= 95 % (veritrain/audit/spot_check.py).
 """
 
 from __future__ import annotations
@@ -34,11 +40,12 @@ from trainer.data.build import prepare_data
 from trainer.data.reader import BatchReader
 from trainer.presets import run_preset
 from trainer.runtime.determinism import make_deterministic
+from veritrain.audit.spot_check import catch_probability
 from veritrain.bench.poison_run import SCENARIOS, PoisonRun, Scenario, attacked_rounds, simulate
 from veritrain.errors import BenchError
 
 DETECTION_TARGET = 0.95
-FALSE_POSITIVE_TARGET = 0.02
+FALSE_POSITIVE_TARGET = 0.01
 LOSS_TARGET = 0.02
 """Final loss with exclusion at most this much (relative) above the clean run's."""
 
@@ -89,10 +96,37 @@ class AttackResult:
     """Flags on the honest clusters of the attack runs (with exclusion)."""
     losses_excluded: list[float] = field(default_factory=list)
     losses_kept: list[float] = field(default_factory=list)
+    reexecuted_caught: int = 0
+    """Attacked rounds whose re-executed contribution did not match what the attacker sent."""
+    reexecuted_honest: int = 0
+    """Rounds before the attack that were re-executed (honest pairs) ..."""
+    reexecuted_honest_caught: int = 0
+    """... and of them, those re-execution wrongly caught."""
+    pairs: int = 0
+    """(outer step, cluster) pairs of one run: T x C."""
 
     @property
     def detection_rate(self) -> float:
         return self.detected_rounds / self.active_rounds if self.active_rounds else 0.0
+
+    @property
+    def reexecution_rate(self) -> float:
+        return self.reexecuted_caught / self.active_rounds if self.active_rounds else 0.0
+
+    def audit_sample_for(self, probability: float, seeds: int) -> int | None:
+        """Smallest K for which ``veritrain audit --sample K`` of one run catches the attacker
+        with at least ``probability`` (its attacked pairs: those re-execution catches)."""
+        if not self.pairs or not seeds:
+            return None
+        lazy = self.reexecuted_caught // seeds
+        return next(
+            (
+                k
+                for k in range(1, self.pairs + 1)
+                if catch_probability(self.pairs, lazy, k) >= probability
+            ),
+            None,
+        )
 
 
 @dataclass(kw_only=True)
@@ -120,6 +154,14 @@ class PoisonBenchResult:
                 "active_rounds": a.active_rounds,
                 "rules": dict(sorted(a.rules.items())),
                 "honest_flags": a.honest_flags,
+                "reexecution_rate": a.reexecution_rate,
+                "reexecuted_caught": a.reexecuted_caught,
+                "reexecuted_honest": a.reexecuted_honest,
+                "reexecuted_honest_caught": a.reexecuted_honest_caught,
+                "pairs_per_run": a.pairs,
+                "audit_sample_for_95": a.audit_sample_for(
+                    DETECTION_TARGET, int(self.config.get("seeds", 1))
+                ),
                 "final_loss_with_exclusion": excluded,
                 "final_loss_without_exclusion": kept,
                 "loss_gap_with_exclusion": excluded / clean - 1.0,
@@ -153,16 +195,27 @@ class PoisonBenchResult:
             f"clean runs: false positives {self.false_positives}/{self.honest_judgements} "
             f"({100 * self.false_positive_rate:.1f} %), final loss {d['clean_final_loss']:.4f}",
             f"{'attack':<20} {'detected':>10} {'rate':>7}  {'loss excl.':>10} {'loss kept':>10}"
-            "  rules",
+            f"  {'re-exec':>8} {'K95':>4}  rules",
         ]
+        honest_pairs = sum(a["reexecuted_honest"] for a in d["attacks"].values())
+        honest_caught = sum(a["reexecuted_honest_caught"] for a in d["attacks"].values())
         for name, a in d["attacks"].items():
             rules = ", ".join(f"{k} {v}" for k, v in a["rules"].items())
             detected = f"{a['detected_rounds']}/{a['active_rounds']}"
+            reexecuted = f"{a['reexecuted_caught']}/{a['active_rounds']}"
+            k95 = "-" if a["audit_sample_for_95"] is None else str(a["audit_sample_for_95"])
             lines.append(
                 f"{name:<20} {detected:>10} {100 * a['detection_rate']:>6.1f}%"
                 f"  {100 * a['loss_gap_with_exclusion']:>+9.2f}%"
-                f" {100 * a['loss_gap_without_exclusion']:>+9.2f}%  {rules}"
+                f" {100 * a['loss_gap_without_exclusion']:>+9.2f}%"
+                f"  {reexecuted:>8} {k95:>4}  {rules}"
             )
+        lines.append(
+            "re-exec: attacked rounds whose re-executed contribution did not match (honest "
+            f"rounds re-executed: {honest_pairs}, wrongly caught: {honest_caught}); K95: the "
+            "smallest `veritrain audit --sample K` of one run's "
+            f"{c['outer_steps'] * c['clusters']} pairs that catches the attacker with >= 95 %"
+        )
         return lines
 
 
@@ -206,6 +259,14 @@ def run_poison_bench(
             run = PoisonRun(config=run_config, scenario=scenario, attacker=attacker)
             say(f"seed {seed}: {scenario} (cluster {attacker}), with exclusion")
             excluded = simulate(run, reader)
+            outcome.pairs = run_config.outer_steps * config.clusters
+            attacked = set(attacked_rounds(run))
+            for t, caught in enumerate(excluded.reexecuted):
+                if t in attacked:
+                    outcome.reexecuted_caught += caught
+                else:
+                    outcome.reexecuted_honest += 1
+                    outcome.reexecuted_honest_caught += caught
             for t in attacked_rounds(run):
                 mine = excluded.verdicts[t][attacker]
                 outcome.active_rounds += 1

@@ -14,13 +14,20 @@ What is the trainer's and what is simulated:
   verdict C times; here it is computed once).
 
 The attacker trains like the others (or lazily) and sends what its attack makes of its
-pseudo-gradient. It does not apply exchanges itself: after every round it adopts the honest
+pseudo-gradient. Every round the attacker's contribution is also re-executed, as ``veritrain
+audit`` re-executes a drawn (outer step, cluster) pair: its H inner steps taken again honestly,
+on its assigned windows, from its state at the round's start; the pair is caught when the
+re-executed local parameters or the payload they give differ from what it trained and sent
+(``RunOutcome.reexecuted``).
+
+The attacker does not apply exchanges itself: after every round it adopts the honest
 clusters' state (a real attacker could do as it likes; this one keeps training from the
 global model so its attack stays of the same kind all run long).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +39,13 @@ from records.outer_step import ClusterVerdict
 from trainer.config import TrainConfig
 from trainer.data.reader import Batch, BatchReader
 from trainer.model import CausalLM, language_model_loss
-from trainer.outer import FullModelJudge, OuterLoop, RoundSignals, build_outer_algorithm
+from trainer.outer import (
+    FullModelJudge,
+    OuterLoop,
+    RoundSignals,
+    build_outer_algorithm,
+    payload_digest,
+)
 from trainer.outer.contribution_score import mean_loss
 from trainer.runtime.inner import clip_to_norm, inner_adamw, learning_rate, sum_of_squares
 from trainer.runtime.poison import Attack, attacked
@@ -83,6 +96,9 @@ class RunOutcome:
     """Per round, every cluster's verdict (as the honest clusters reached it)."""
     final_eval_loss: float = math.nan
     seconds: float = 0.0
+    reexecuted: list[bool] = field(default_factory=list)
+    """Per round: whether re-executing the attacker's contribution caught it (empty: a clean
+    run, nothing re-executed)."""
 
 
 def simulate(
@@ -121,6 +137,16 @@ def simulate(
     for t in range(T):
         attacking = run.scenario is not None and t >= run.first_attacked_round
         losses = []
+        honest_again: list[torch.Tensor] | None = None
+        if run.scenario is not None:  # the auditor's re-execution, from the round's start
+            honest_again = _reexecute(
+                config,
+                models[run.attacker],
+                optimizers[run.attacker],
+                reader,
+                run.attacker,
+                first=t * H,
+            )
         for c, (model, optimizer) in enumerate(zip(models, optimizers, strict=True)):
             lazy = run.scenario if attacking and c == run.attacker else None
             losses += _train_round(config, model, optimizer, reader, c, first=t * H, lazy=lazy)
@@ -133,6 +159,7 @@ def simulate(
         ]
         if run.scenario is not None:
             a = run.attacker
+            trained_payload = gathered[a]
             delta = loops[a].codec.expand(t, loops[a].codec.coordinates(t, gathered[a]))
             history.append(delta)
             if attacking and run.scenario in SENT:
@@ -144,6 +171,12 @@ def simulate(
                     earlier=history[t - REPLAY_LAG] if t >= REPLAY_LAG else None,
                 )
                 gathered[a] = loops[a].codec.encode(t, sent)
+        if honest_again is not None:
+            same_training = all(
+                torch.equal(x, y) for x, y in zip(honest_again, locals_[run.attacker], strict=True)
+            )
+            same_payload = payload_digest(gathered[run.attacker]) == payload_digest(trained_payload)
+            outcome.reexecuted.append(not (same_training and same_payload))
         updates = [loops[c].apply(t, gathered, locals_[c], signals) for c in honest]
         outcome.verdicts.append(list(updates[0].verdicts))
         if run.scenario is not None:  # the attacker adopts the honest clusters' state
@@ -181,6 +214,25 @@ def _train_round(
             _inner_step(config, model, optimizer, reader.train_batch(cluster, read_at), i)
         )
     return losses
+
+
+def _reexecute(
+    config: TrainConfig,
+    model: CausalLM,
+    optimizer: torch.optim.Optimizer,
+    reader: BatchReader,
+    cluster: int,
+    *,
+    first: int,
+) -> list[torch.Tensor]:
+    """``cluster``'s H inner steps taken honestly from a copy of its state at the round's start
+    (the training RNG is saved and put back, so the run itself goes on unchanged)."""
+    again = _clone(model)
+    again_optimizer = inner_adamw(again.parameters(), config.inner)
+    again_optimizer.load_state_dict(copy.deepcopy(optimizer.state_dict()))
+    with torch.random.fork_rng(devices=[]):
+        _train_round(config, again, again_optimizer, reader, cluster, first=first, lazy=None)
+    return [p.data for p in again.parameters()]
 
 
 def _inner_step(

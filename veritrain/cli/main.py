@@ -12,6 +12,7 @@ import sys
 import typer
 
 from veritrain.cli import (
+    audit,
     bench,
     cluster_keys,
     db,
@@ -46,6 +47,7 @@ app.command("runs")(runs.runs)
 app.command("verify")(verify.verify)
 app.command("cluster-keys")(cluster_keys.cluster_keys)
 app.command("reproduce")(reproduce.reproduce)
+app.command("audit")(audit.audit)
 app.command("plan")(plan.plan)
 
 

@@ -86,7 +86,15 @@ def check_genesis(report: Report, run: RecordedRun) -> TrainConfig | None:
             index=0,
         )
 
-    # 10b. What the genesis says besides the configuration must agree with it.
+    # 10b. What the genesis says besides the configuration must agree with it -- the verdict
+    # rule it names included: the configuration chooses it (``outer.anomaly_rule``) and check 12
+    # replays the configuration's, so the two must be one.
+    if config is not None and genesis.rules.verdict != config.outer.anomaly_rule:
+        result.fail(
+            f"rules.verdict: expected {config.outer.anomaly_rule!r} (the configuration's "
+            f"outer.anomaly_rule), got {genesis.rules.verdict!r}",
+            index=0,
+        )
     if genesis.run_id != run.run_id:
         result.fail(f"run id: expected {run.run_id!r}, got {genesis.run_id!r}", index=0)
     if config is not None:

@@ -3,7 +3,8 @@
 
 12a. From the records, every step: each applied round judges exactly the clusters of the quorum
      recorded by the step that contributed it (the rules, medians and majority count those
-     only), and the rules of trainer/outer/verdict.py with the genesis' thresholds, replayed
+     only), and the rules of trainer/outer/verdict.py in the version and with the thresholds
+     of the genesis (``outer.anomaly_rule``; absent: v1), replayed
      round by round on the numbers each verdict records (norm, cosines, scores; which payloads
      repeat an earlier round's comes from the recorded digests), give exactly the recorded
      flags, reasons and exclusions -- a flag dropped, added or not acted on fails here.
@@ -120,7 +121,8 @@ def check_verdicts(
             except _ERRORS as exc:
                 result.fail(f"verdicts not recomputed: {exc}", index=entry.index, step=step.step)
     result.notes.append(
-        f"rules replayed on every round; {len(chosen)} of {len(steps)} steps recomputed from their "
+        f"rules {config.outer.anomaly_rule} (the genesis') replayed on every round; "
+        f"{len(chosen)} of {len(steps)} steps recomputed from their "
         f"contributions ({mode}: {why})"
     )
 

@@ -2,7 +2,8 @@
 tiny preset in one process (veritrain/bench/poison_run.py), a short run, the attack active from
 round 2. Each attack is caught in every round it is active, by the rule that should catch it,
 and left out of the mean -- except the cluster that trains on other data, which the online rules
-cannot tell from an honest one (docs/outer-algorithm.md §4)."""
+cannot tell from an honest one (docs/outer-algorithm.md §4): re-executing its contribution, as
+``veritrain audit`` does for a drawn pair, catches it."""
 
 from __future__ import annotations
 
@@ -90,6 +91,16 @@ def test_a_cluster_trained_on_other_data_passes_the_online_rules(
         assert mine is not None and 0.5 * gains[1] < -mine.held_out < 2 * gains[1]
 
 
+def test_re_executing_the_lazy_cluster_catches_it_in_every_round_it_was_lazy_only(
+    setup: tuple[TrainConfig, BatchReader],
+) -> None:
+    """What ``veritrain audit`` does to a drawn pair: the attacker's H inner steps taken again
+    on its assigned windows. The cluster that trained on other data, which no verdict flags, is
+    caught in each round it was lazy; its honest rounds match bit for bit."""
+    attack, outcome = run(setup, "lazy_other_data")
+    assert outcome.reexecuted == [t in attacked_rounds(attack) for t in range(4)]
+
+
 def test_the_result_reports_rates_and_loss_gaps() -> None:
     result = PoisonBenchResult(
         config={"preset": "tiny", "clusters": 4, "outer_steps": 8, "inner_steps": 20, "seeds": 1}
@@ -105,3 +116,21 @@ def test_the_result_reports_rates_and_loss_gaps() -> None:
     assert d["attacks"]["scale"]["loss_gap_with_exclusion"] == pytest.approx(0.01)
     assert d["attacks"]["scale"]["meets_targets"] is True
     assert any(line.startswith("scale") and "6/6" in line for line in result.lines())
+
+
+def test_the_result_reports_the_audit_sample_that_catches_a_lazy_cluster() -> None:
+    result = PoisonBenchResult(
+        config={"preset": "tiny", "clusters": 4, "outer_steps": 5, "inner_steps": 10, "seeds": 1}
+    )
+    result.clean_losses = [2.0]
+    result.attacks["lazy_other_data"] = AttackResult(
+        active_rounds=3,
+        reexecuted_caught=3,
+        reexecuted_honest=2,
+        pairs=20,
+        losses_excluded=[2.0],
+        losses_kept=[2.0],
+    )
+    d = result.to_dict()["attacks"]["lazy_other_data"]
+    assert (d["detection_rate"], d["reexecution_rate"]) == (0.0, 1.0)
+    assert d["audit_sample_for_95"] == 12  # 1 - C(17,12)/C(20,12) = 0.951; K = 11 gives 0.93

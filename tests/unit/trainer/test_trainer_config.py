@@ -91,3 +91,20 @@ def test_learning_rate_warms_up_linearly_then_decays_to_the_floor() -> None:
     assert learning_rate(inner, 12, 20) == pytest.approx(0.55)  # halfway down the cosine
     assert learning_rate(inner, 20, 20) == pytest.approx(0.1)
     assert learning_rate(inner, 50, 20) == pytest.approx(0.1)  # adaptive H may run past the plan
+
+
+def test_a_recorded_configuration_that_names_no_verdict_rule_is_judged_by_v1() -> None:
+    recorded = run_preset("tiny").to_dict()
+    del recorded["outer"]["anomaly_rule"]  # a genesis written before the rules had versions
+    config = TrainConfig.from_dict(recorded)
+    assert config.outer.anomaly_rule == "veritrain.verdict/v1"
+    assert config.to_dict() == recorded  # reads back as itself: check 10 passes
+
+
+def test_a_new_run_records_the_current_verdict_rule(tmp_path: Path) -> None:
+    assert run_preset("tiny").to_dict()["outer"]["anomaly_rule"] == "veritrain.verdict/v2"
+    path = tmp_path / "run.toml"
+    path.write_text('method = "diloco"\n')
+    assert load_config_file(path).outer.anomaly_rule == "veritrain.verdict/v2"
+    path.write_text('method = "diloco"\n[outer]\nanomaly_rule = "veritrain.verdict/v1"\n')
+    assert load_config_file(path).outer.anomaly_rule == "veritrain.verdict/v1"

@@ -288,3 +288,45 @@ def test_apply_on_a_quorum_excludes_within_it_and_keeps_the_payloads_by_cluster(
     stored = read_exchange(exchange_tensors(loop.applied_payloads()))
     assert sorted(stored[0]) == quorum
     assert all(torch.equal(stored[0][c], p) for c, p in zip(quorum, gathered, strict=True))
+
+
+# The agreements `veritrain demo` recorded (2 honest clusters, DiLoCoX, 6 rounds): honest
+# pseudo-gradients decorrelate as the loss flattens. Under v1 the last round's 0.20 fell below
+# 0.3 x the median of the earlier rounds (0.71) and both honest clusters were flagged.
+DEMO_AGREEMENTS = [0.777, 0.712, 0.813, 0.456, 0.299, 0.200]
+DEMO_PREVIOUS = [(None, None), (0.021, 0.043), (0.060, 0.077), (0.159, 0.150), (0.107, 0.104)]
+
+
+def demo_flags(rule: VerdictRule) -> list[list[tuple[str, ...]]]:
+    history = VerdictHistory(rule.history)
+    flags = []
+    for t, agreement in enumerate(DEMO_AGREEMENTS):
+        previous = DEMO_PREVIOUS[t] if t < len(DEMO_PREVIOUS) else (0.191, 0.185)
+        round_measures = [
+            Measures(norm=4.0, agreement=agreement, previous=p, repeated=False) for p in previous
+        ]
+        verdicts = decide(rule, round_measures, None, history)
+        history.accept(verdicts)
+        flags.append([v.flags for v in verdicts])
+    return flags
+
+
+def test_an_honest_two_cluster_run_whose_agreement_falls_is_not_flagged() -> None:
+    assert RULE.name == "veritrain.verdict/v2"  # what a new run records
+    assert demo_flags(RULE) == [[(), ()]] * len(DEMO_AGREEMENTS)
+
+
+def test_runs_recorded_under_v1_are_still_judged_by_v1() -> None:
+    v1 = VerdictRule.from_config(OuterConfig(anomaly_rule="veritrain.verdict/v1"))
+    assert demo_flags(v1)[-1] == [("direction",), ("direction",)]  # what such a run recorded
+
+
+def test_v2_flags_a_direction_far_below_this_rounds_other_clusters() -> None:
+    contributions = honest(4)
+    g = torch.Generator().manual_seed(9)
+    contributions[2] = [
+        0.05 * c + torch.randn(c.shape, generator=g) for c in contributions[2]
+    ]  # mostly its own direction: a cosine of a few hundredths, the others' about 0.6
+    verdicts = decide(RULE, measures(contributions), None, VerdictHistory(8))
+    assert [v.flags for v in verdicts] == [(), (), ("direction",), ()]
+    assert "expected >= " in verdicts[2].reason
