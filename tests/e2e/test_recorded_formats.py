@@ -66,7 +66,7 @@ def test_a_new_run_names_its_rules_in_the_newest_genesis(recorded_run: Settings)
 
     assert run.genesis.schema == "veritrain/run.genesis/v2" == GENESIS.current
     assert run.genesis.rules.to_payload() == {
-        "verdict": "veritrain.verdict/v1",
+        "verdict": "veritrain.verdict/v2",
         "assignment": "veritrain.affine-window-permutation/v1",
         "tolerance": "veritrain.tolerance/v1",
         "commitments": "veritrain.inner-commitments/v1",
@@ -90,8 +90,8 @@ def test_verify_refuses_a_run_that_names_a_rule_it_does_not_implement(
     assert not report.ok
     assert [f.message for f in report.results[10].failures] == [
         "the genesis names the verdict rule 'veritrain.verdict/v9', which this veritrain does "
-        "not implement (it judges by veritrain.verdict/v1): the run cannot be judged by its own "
-        "rules; upgrade veritrain"
+        "not implement (it judges by veritrain.verdict/v1, veritrain.verdict/v2): the run cannot "
+        "be judged by its own rules; upgrade veritrain"
     ]
     # Check 7 recomputes the revision files from the configuration, 8 the data ranges, 12 the
     # verdicts: none of them can judge a run whose rules this veritrain does not implement.

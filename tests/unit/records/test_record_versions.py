@@ -41,7 +41,7 @@ def v2_genesis() -> dict[str, Any]:
     payload = v1_genesis()
     payload["schema"] = "veritrain/run.genesis/v2"
     payload["rules"] = {
-        "verdict": "veritrain.verdict/v1",
+        "verdict": "veritrain.verdict/v2",
         "assignment": "veritrain.affine-window-permutation/v1",
         "tolerance": "veritrain.tolerance/v1",
         "commitments": "veritrain.inner-commitments/v1",
@@ -188,7 +188,7 @@ def test_new_runs_name_the_rules_the_trainer_runs_and_verify_implements() -> Non
 
 def test_a_rule_verify_does_not_implement_is_refused_by_name() -> None:
     later = Rules(
-        verdict="veritrain.verdict/v2",
+        verdict="veritrain.verdict/v3",
         assignment=RULES_V1.assignment,
         tolerance="veritrain.tolerance/v3",
         commitments=RULES_V1.commitments,
@@ -198,8 +198,9 @@ def test_a_rule_verify_does_not_implement_is_refused_by_name() -> None:
         require_implemented(later)
 
     assert str(raised.value) == (
-        "the genesis names the verdict rule 'veritrain.verdict/v2', which this veritrain does "
-        "not implement (it judges by veritrain.verdict/v1): the run cannot be judged by its own "
+        "the genesis names the verdict rule 'veritrain.verdict/v3', which this veritrain does "
+        "not implement (it judges by veritrain.verdict/v1, veritrain.verdict/v2): the run cannot "
+        "be judged by its own "
         "rules; upgrade veritrain; the genesis names the tolerance rule 'veritrain.tolerance/v3', "
         "which this veritrain does not implement (it judges by veritrain.tolerance/v1): the run "
         "cannot be judged by its own rules; upgrade veritrain"
