@@ -55,6 +55,7 @@ def example_paths(run: DemoRun, client: TestClient) -> dict[str, str]:
         ),
         "/api/models/{run}/revision/{revision}": f"/api/models/{run.run_id}/revision/main",
         "/api/models/{run}/tree/{revision}": f"/api/models/{run.run_id}/tree/main",
+        "/api/models/{run}/refs": f"/api/models/{run.run_id}/refs",
     }
 
 
