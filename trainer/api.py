@@ -423,9 +423,14 @@ def _tokenizer_export(prepared: PreparedData) -> TokenizerExport:
     """The tokenizer files and special ids every checkpoint carries, so that a checkpoint
     folder is a Hugging Face model repo ``AutoTokenizer`` loads (bytes included: a BPE over the
     256 byte symbols with no merges), and a run and its re-execution write the same files.
-    Generation stops at the corpus's end-of-text id."""
+    Generation stops at the corpus's end-of-text id, which also pads a batch (the id
+    tokenizer_config.json names for both, trainer/data/tokenizer.py)."""
     tokenizer = prepared.tokenizer()
-    return TokenizerExport(files=tokenizer.hf_files(), eos_token_id=tokenizer.end_of_text)
+    return TokenizerExport(
+        files=tokenizer.hf_files(),
+        eos_token_id=tokenizer.end_of_text,
+        pad_token_id=tokenizer.end_of_text,
+    )
 
 
 def _next_step(state: CheckpointFiles, config: TrainConfig) -> int:
