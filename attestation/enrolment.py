@@ -1,5 +1,6 @@
 """Proofs of possession: a cluster enrols a key in a run by signing, with that key, a
-statement naming the run, its configuration and the key's role.
+statement naming the run, its configuration and the key's role -- and, since enrolment v2, the
+hardware class the cluster's own process measured (veritrain/hardware.py).
 
 A genesis lists each cluster's contribution and attestation keys with these proofs, so a
 verifier knows that whoever enrolled a key held its private half when the run was created,
@@ -10,13 +11,17 @@ statement is small and fixed::
     {"cluster": j, "config_digest": "<hex>", "purpose": "veritrain/enrolment/v1",
      "role": "contribution" | "attestation", "run_id": "<run>"}
 
-and the proof is the key's Ed25519 signature over those bytes, base64 encoded.
+or, for v2, the same with ``"purpose": "veritrain/enrolment/v2"`` and ``"hardware": "<hex>"``,
+the SHA-256 of the canonical JSON of the cluster's hardware class: what the operator, who
+never holds a cluster's keys, cannot change. The proof is the key's Ed25519 signature over
+those bytes, base64 encoded. Runs recorded before v2 carry v1 proofs and no hardware class.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 from dataclasses import dataclass
 
 from attestation.canonical import canonical_json
@@ -24,6 +29,8 @@ from attestation.errors import AttestationError
 from attestation.keys import PublicKey, SigningKey
 
 PURPOSE = "veritrain/enrolment/v1"
+PURPOSE_V2 = "veritrain/enrolment/v2"
+"""v2 adds the digest of the hardware class the cluster measured."""
 ROLES = ("contribution", "attestation")
 
 
@@ -37,21 +44,25 @@ class Enrolment:
     config_digest: str
     cluster: int
     role: str
+    hardware: str | None = None
+    """Hex SHA-256 of the canonical JSON of the hardware class the cluster's process measured
+    (v2); None for a v1 enrolment, which names none."""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"role: expected one of {ROLES}, got {self.role!r}")
 
     def message(self) -> bytes:
-        return canonical_json(
-            {
-                "cluster": self.cluster,
-                "config_digest": self.config_digest,
-                "purpose": PURPOSE,
-                "role": self.role,
-                "run_id": self.run_id,
-            }
-        )
+        statement: dict[str, object] = {
+            "cluster": self.cluster,
+            "config_digest": self.config_digest,
+            "purpose": PURPOSE if self.hardware is None else PURPOSE_V2,
+            "role": self.role,
+            "run_id": self.run_id,
+        }
+        if self.hardware is not None:
+            statement["hardware"] = self.hardware
+        return canonical_json(statement)
 
 
 def prove_possession(enrolment: Enrolment, key: SigningKey) -> str:
@@ -73,5 +84,31 @@ def verify_possession(enrolment: Enrolment, key: PublicKey, proof: str) -> None:
         raise EnrolmentError(
             f"cluster {enrolment.cluster} {enrolment.role} key "
             f"{key.vkey}: the proof of possession does not verify "
-            f"for run {enrolment.run_id!r} and configuration {enrolment.config_digest[:16]}…: {exc}"
+            f"for run {enrolment.run_id!r} and configuration {enrolment.config_digest[:16]}…"
+            + (
+                f" and hardware class {enrolment.hardware[:16]}…"
+                if enrolment.hardware is not None
+                else ""
+            )
+            + f": {exc}"
         ) from None
+
+
+FINGERPRINT_PURPOSE = "veritrain/cluster-keys/v1"
+
+
+def cluster_fingerprint(*, contribution: str, attestation: str, platform_root: str) -> str:
+    """One hex SHA-256 that names a cluster's three enrolled keys, for a person to compare.
+
+    A cluster's operator computes it from its own key folder (``veritrain cluster-keys``) and
+    compares it with the one a run's page and ``veritrain verify --json`` show: equal means
+    the genesis enrols the keys the cluster holds, not keys the coordinator made in its place.
+    Over the canonical JSON of the three verifier keys (the ``PublicKey.vkey`` form, so one
+    key written two ways has one fingerprint)."""
+    keys = {
+        "attestation": PublicKey.from_vkey(attestation).vkey,
+        "contribution": PublicKey.from_vkey(contribution).vkey,
+        "platform_root": PublicKey.from_vkey(platform_root).vkey,
+        "purpose": FINGERPRINT_PURPOSE,
+    }
+    return hashlib.sha256(canonical_json(keys)).hexdigest()

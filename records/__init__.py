@@ -3,7 +3,9 @@
 ``records`` sits at the bottom of the stack (it imports only ``attestation``): the recorder
 builds these models, and the verifier, reproduce, resume and the web app read them. Each has
 ``to_payload()`` and a ``from_payload()`` that raises one :class:`RecordError` naming the
-entry, the field and what was expected.
+entry, the field and what was expected. Each format keeps a reader for every schema version it
+ever published (records/versions.py), and the genesis names the versioned rules a run is
+judged by (records/rules.py): docs/records.md, "Versions".
 """
 
 from records.data_manifest import (
@@ -29,10 +31,13 @@ from records.errors import RecordError
 from records.final import RunFinal
 from records.genesis import Genesis, VerificationPolicy
 from records.outer_step import OuterStep
+from records.rules import Rules
+from records.versions import FORMATS, Format, UnsupportedVersion
 
 __all__ = [
     "DATA_MANIFEST_INDEX",
     "FIRST_STEP_INDEX",
+    "FORMATS",
     "GENESIS_INDEX",
     "KIND_DATA_MANIFEST",
     "KIND_FINAL",
@@ -41,13 +46,16 @@ __all__ = [
     "DataManifest",
     "DataManifestEntry",
     "DataManifestSummary",
+    "Format",
     "Genesis",
     "OuterStep",
     "Record",
     "RecordError",
+    "Rules",
     "RunFinal",
     "Shard",
     "Source",
+    "UnsupportedVersion",
     "VerificationPolicy",
     "parse_record",
     "step_entry_index",

@@ -32,9 +32,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from records.fields import Fields, as_number, schema
+from records.fields import Fields, as_number
+from records.versions import INNER_COMMITMENTS
 
-SCHEMA = "veritrain/inner-commitments/v1"
+SCHEMA = INNER_COMMITMENTS.current
 FINGERPRINT_METHOD = "count-sketch-splitmix64/v1"
 FINGERPRINT_DIMS = 32
 """Numbers per fingerprint: the relative error of a norm measured through a k-dimensional random
@@ -136,7 +137,7 @@ class InnerCommitments:
     @classmethod
     def from_payload(cls, payload: Any, *, where: str = "inner commitments") -> InnerCommitments:
         f = Fields(payload, where=where)
-        schema(f, SCHEMA)
+        version = INNER_COMMITMENTS.version_of(f)
         projection = f.obj("fingerprint")
         method = projection.string("method", choices=(FINGERPRINT_METHOD,))
         dims = projection.integer("dims", minimum=1)
@@ -151,6 +152,7 @@ class InnerCommitments:
             contributed=ParameterCommitment.read(f.obj("contributed")),
             method=method,
             dims=dims,
+            schema=INNER_COMMITMENTS.schema(version),
         )
         f.exactly()
         if not value.inner_steps:

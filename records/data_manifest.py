@@ -30,10 +30,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from records.fields import Fields, is_digest, schema
+from records.fields import Fields, is_digest
+from records.versions import DATA_MANIFEST
 
 FORMAT = "veritrain.data-manifest/v1"
-SCHEMA = "veritrain/data.manifest/v1"
+SCHEMA = DATA_MANIFEST.current
 TokenDtype = Literal["uint16", "uint32"]
 TOKEN_DTYPES: tuple[TokenDtype, ...] = ("uint16", "uint32")
 TOKEN_BYTES: Mapping[str, int] = {"uint16": 2, "uint32": 4}
@@ -395,12 +396,16 @@ class DataManifestEntry:
     @classmethod
     def from_payload(cls, payload: Any, *, where: str = "data.manifest") -> DataManifestEntry:
         f = Fields(payload, where=where)
-        schema(f, SCHEMA)
+        version = DATA_MANIFEST.version_of(f)
         inline = f.boolean("inline")
         body = f.obj("manifest")
         manifest: DataManifest | DataManifestSummary = (
             DataManifest.read(body) if inline else DataManifestSummary.read(body)
         )
-        value = cls(manifest_object=f.digest("manifest_object"), manifest=manifest)
+        value = cls(
+            manifest_object=f.digest("manifest_object"),
+            manifest=manifest,
+            schema=DATA_MANIFEST.schema(version),
+        )
         f.exactly()
         return value

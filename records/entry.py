@@ -8,6 +8,7 @@ without trusting any unsigned index of the database.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from records.data_manifest import DataManifestEntry
@@ -15,6 +16,7 @@ from records.errors import RecordError
 from records.final import RunFinal
 from records.genesis import Genesis
 from records.outer_step import OuterStep
+from records.versions import DATA_MANIFEST, FINAL, GENESIS, OUTER_STEP, Format
 
 KIND_GENESIS = "run.genesis"
 KIND_DATA_MANIFEST = "data.manifest"
@@ -37,21 +39,23 @@ def describe(kind: str, index: int | None) -> str:
     return f"entry {index} ({kind})" if index is not None else kind
 
 
+READERS: Mapping[str, tuple[Format, Callable[..., Record]]] = {
+    KIND_GENESIS: (GENESIS, Genesis.from_payload),
+    KIND_DATA_MANIFEST: (DATA_MANIFEST, DataManifestEntry.from_payload),
+    KIND_OUTER_STEP: (OUTER_STEP, OuterStep.from_payload),
+    KIND_FINAL: (FINAL, RunFinal.from_payload),
+}
+"""Entry kind -> its format (every schema version it reads) and its reader, which reads each of
+those versions (records/versions.py)."""
+
+
 def parse_record(kind: str, payload: Any, *, index: int | None = None) -> Record:
     """The typed model of an entry's payload; :class:`RecordError` naming the entry and the
-    field if it does not have its format's shape, or if the kind is not one of ours."""
+    field if it does not have its format's shape (:class:`UnsupportedVersion` if its schema
+    version is not one this code reads), or if the kind is not one of ours."""
     where = describe(kind, index)
-    if kind == KIND_GENESIS:
-        return Genesis.from_payload(payload, where=where)
-    if kind == KIND_DATA_MANIFEST:
-        return DataManifestEntry.from_payload(payload, where=where)
-    if kind == KIND_OUTER_STEP:
-        return OuterStep.from_payload(payload, where=where)
-    if kind == KIND_FINAL:
-        return RunFinal.from_payload(payload, where=where)
-    raise RecordError(
-        where,
-        "",
-        f"one of the kinds {KIND_GENESIS}, {KIND_DATA_MANIFEST}, {KIND_OUTER_STEP}, {KIND_FINAL}",
-        kind,
-    )
+    if kind not in READERS:
+        raise RecordError(where, "", f"one of the kinds {', '.join(READERS)}", kind)
+    _, read = READERS[kind]
+    record: Record = read(payload, where=where)
+    return record

@@ -5,6 +5,10 @@ refuses the same things the same way: a missing field, a value of the wrong JSON
 boolean is never an integer), a number that is not finite, a digest that is not 64 lowercase
 hex digits, and any field the format does not define (a payload is read exactly: what the
 models do not know could not be shown or checked, so it is refused, not ignored).
+
+A payload's schema version (records/versions.py) travels with its fields: ``f.since(n)`` says
+whether the payload is of version n or later, so one reader reads each version's fields
+exactly, the ones a later version added only there.
 """
 
 from __future__ import annotations
@@ -28,13 +32,25 @@ def is_digest(value: object) -> bool:
 class Fields:
     """The fields of one JSON object inside record ``where``, at dotted path ``path``."""
 
-    def __init__(self, value: Any, *, where: str, path: str = "") -> None:
+    def __init__(self, value: Any, *, where: str, path: str = "", version: int = 1) -> None:
         if not isinstance(value, Mapping):
             raise RecordError(where, path, "a JSON object", value)
         self.data: Mapping[str, Any] = value
         self.where = where
         self.path = path
+        self.version = version
+        """The schema version of the payload these fields are part of (set by
+        ``records.versions.Format.version_of``; 1 for formats without versions)."""
         self._read: set[str] = set()
+
+    def since(self, version: int) -> bool:
+        """Whether the payload is of schema version ``version`` or later: a field that
+        version added is read under ``if f.since(version):``."""
+        return self.version >= version
+
+    def child(self, value: Any, path: str) -> Fields:
+        """The fields of a nested object, of the same payload (and version)."""
+        return Fields(value, where=self.where, path=path, version=self.version)
 
     # -- structure ------------------------------------------------------------------------
 
@@ -123,7 +139,7 @@ class Fields:
     # -- containers -----------------------------------------------------------------------
 
     def obj(self, name: str) -> Fields:
-        return Fields(self.raw(name), where=self.where, path=self.at(name))
+        return self.child(self.raw(name), self.at(name))
 
     def mapping(self, name: str) -> dict[str, Any]:
         """A JSON object kept as data (its own format lives elsewhere, e.g. TrainConfig)."""
@@ -148,7 +164,7 @@ class Fields:
     def items(self, name: str, read: Callable[[Fields], T]) -> tuple[T, ...]:
         """A JSON array of objects, each read by ``read``."""
         return tuple(
-            read(Fields(item, where=self.where, path=f"{self.at(name)}[{i}]"))
+            read(self.child(item, f"{self.at(name)}[{i}]"))
             for i, item in enumerate(self.array(name))
         )
 
@@ -180,8 +196,3 @@ def as_number(value: Any, fields: Fields, name: str, *, minimum: float | None = 
     if minimum is not None and value < minimum:
         raise fields.fail(name, f"a number >= {minimum}", value)
     return float(value)
-
-
-def schema(fields: Fields, expected: str) -> None:
-    """The payload's ``schema`` must be exactly the format's."""
-    fields.string("schema", choices=(expected,))

@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from records.fields import Fields, schema
+from records.fields import Fields
 from records.outer_step import OuterStep
+from records.versions import FINAL
 
-SCHEMA = "veritrain/run.final/v1"
+SCHEMA = FINAL.current
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,13 +52,14 @@ class RunFinal:
     @classmethod
     def from_payload(cls, payload: Any, *, where: str = "run.final") -> RunFinal:
         f = Fields(payload, where=where)
-        schema(f, SCHEMA)
+        version = FINAL.version_of(f)
         last = f.obj("last_checkpoint")
         value = cls(
             steps=f.integer("steps", minimum=0),
             tokens=f.integer("tokens", minimum=0),
             final_metrics=f.numbers("final_metrics"),
             last_manifest_root=last.digest("manifest_root"),
+            schema=FINAL.schema(version),
         )
         last.exactly()
         f.exactly()

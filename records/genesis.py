@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from records.data_manifest import TokenizerIdentity
-from records.fields import Fields, schema
+from records.fields import Fields
+from records.rules import IMPLIED, Rules
+from records.versions import GENESIS
 
-SCHEMA = "veritrain/run.genesis/v1"
+SCHEMA = GENESIS.current
 METHODS = ("allreduce", "diloco", "dilocox")
 POLICY_MODES = ("bitwise", "tolerance")
 
@@ -173,9 +175,12 @@ class ClusterKeys:
     platform_root: str
     """The cluster's platform key, which endorses its attestation key (the software TEE's
     "vendor"; a hardware TEE's vendor chain takes its place)."""
+    hardware: HardwareClass | None = None
+    """The hardware class the cluster's own process measured, covered by both proofs
+    (enrolment v2); absent from runs recorded before it existed."""
 
     def to_payload(self) -> dict[str, Any]:
-        return {
+        payload: dict[str, Any] = {
             "cluster": self.cluster,
             "contribution": self.contribution,
             "contribution_proof": self.contribution_proof,
@@ -183,6 +188,9 @@ class ClusterKeys:
             "attestation_proof": self.attestation_proof,
             "platform_root": self.platform_root,
         }
+        if self.hardware is not None:
+            payload["hardware"] = self.hardware.to_payload()
+        return payload
 
     @classmethod
     def read(cls, f: Fields) -> ClusterKeys:
@@ -193,6 +201,13 @@ class ClusterKeys:
             attestation=f.string("attestation", nonempty=True),
             attestation_proof=f.string("attestation_proof", nonempty=True),
             platform_root=f.string("platform_root", nonempty=True),
+            # Genesis v2 (this release) added the class each cluster signs at enrolment;
+            # optional there, since a resumed v1-era cluster may enrol without it.
+            hardware=(
+                HardwareClass.read(f.obj("hardware"))
+                if f.since(2) and f.has("hardware")
+                else None
+            ),
         )
         f.exactly()
         return value
@@ -462,10 +477,18 @@ class Genesis:
     keys: RunKeys
     tee: TeeReference
     verification_policy: VerificationPolicy
+    rules: Rules
+    """The rules the run is judged by, each with its version (written from genesis v2 on; a
+    v1 genesis implies ``records.rules.RULES_V1``)."""
     schema: str = field(default=SCHEMA)
 
+    @property
+    def version(self) -> int:
+        """The schema version (``GENESIS.versions``) this genesis was written in."""
+        return GENESIS.version_of_id(self.schema)
+
     def to_payload(self) -> dict[str, Any]:
-        return {
+        payload = {
             "schema": self.schema,
             "run_id": self.run_id,
             "method": self.method,
@@ -481,11 +504,14 @@ class Genesis:
             "tee": self.tee.to_payload(),
             "verification_policy": self.verification_policy.to_payload(),
         }
+        if self.version >= 2:
+            payload["rules"] = self.rules.to_payload()
+        return payload
 
     @classmethod
     def from_payload(cls, payload: Any, *, where: str = "run.genesis") -> Genesis:
         f = Fields(payload, where=where)
-        schema(f, SCHEMA)
+        version = GENESIS.version_of(f)
         value = cls(
             run_id=f.string("run_id", nonempty=True),
             method=f.string("method", choices=METHODS),
@@ -500,6 +526,8 @@ class Genesis:
             keys=RunKeys.read(f.obj("keys")),
             tee=TeeReference.read(f.obj("tee")),
             verification_policy=VerificationPolicy.read(f.obj("verification_policy")),
+            rules=Rules.read(f.obj("rules")) if f.since(2) else IMPLIED[version],
+            schema=GENESIS.schema(version),
         )
         f.exactly()
         if len(value.keys.clusters) != value.topology.clusters:

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attestation.canonical import canonical_digest
-from records.fields import Fields, schema
+from records.fields import Fields
 from records.generations import GenerationsRef
 from records.genesis import METHODS
+from records.versions import OUTER_STEP
 
-SCHEMA = "veritrain/outer_step/v1"
+SCHEMA = OUTER_STEP.current
 UNCOMPRESSED_BITS = 32
 """``compression`` of a step that applied no compressed exchange: rank 0, 32 bits."""
 
@@ -564,7 +565,7 @@ class OuterStep:
     @classmethod
     def from_payload(cls, payload: Any, *, where: str = "outer_step") -> OuterStep:
         f = Fields(payload, where=where)
-        schema(f, SCHEMA)
+        version = OUTER_STEP.version_of(f)
         value = cls(
             step=f.integer("step", minimum=0),
             inner_steps=f.integer("inner_steps", minimum=1),
@@ -582,6 +583,7 @@ class OuterStep:
             generations=GenerationsRef.read(f.obj("generations")),
             attestation=StepAttestation.read(f.obj("attestation")),
             quorum=Quorum.read(f.obj("quorum")),
+            schema=OUTER_STEP.schema(version),
         )
         f.exactly()
         return value

@@ -24,6 +24,7 @@ from trainer.config import TrainConfig
 from trainer.data.assignment import AssignmentRule
 from trainer.data.build import PreparedData, prepare_data
 from trainer.data.manifest import DataManifest
+from trainer.data.tokenizer import Tokenizer
 from trainer.errors import CheckpointError, ConfigError, DataError, WorkerError
 from trainer.execution import Execution
 from trainer.hf_repo import TokenizerExport
@@ -420,12 +421,16 @@ def assignment_rule(config: TrainConfig, manifest: DataManifest) -> AssignmentRu
 
 
 def _tokenizer_export(prepared: PreparedData) -> TokenizerExport:
+    return tokenizer_export(prepared.tokenizer())
+
+
+def tokenizer_export(tokenizer: Tokenizer) -> TokenizerExport:
     """The tokenizer files and special ids every checkpoint carries, so that a checkpoint
     folder is a Hugging Face model repo ``AutoTokenizer`` loads (bytes included: a BPE over the
     256 byte symbols with no merges), and a run and its re-execution write the same files.
     Generation stops at the corpus's end-of-text id, which also pads a batch (the id
-    tokenizer_config.json names for both, trainer/data/tokenizer.py)."""
-    tokenizer = prepared.tokenizer()
+    tokenizer_config.json names for both, trainer/data/tokenizer.py). ``veritrain verify``
+    recomputes every revision's files from it."""
     return TokenizerExport(
         files=tokenizer.hf_files(),
         eos_token_id=tokenizer.end_of_text,

@@ -101,6 +101,9 @@ class RunIdentity:
 
     run_id: str
     config_digest: str
+    device: str = "cpu"
+    """The device type the process trains on (``cpu`` or ``cuda``): the cluster enrols the
+    hardware class it measures there, once the trainer's determinism settings are in force."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,21 +10,24 @@ or ``VERITRAIN_KEY_DIR`` of that cluster's processes), created there, never copi
                                                        vendor chain takes its place)
 
 At genesis the cluster enrols the contribution and attestation keys with proofs of possession made
-in its own process (attestation/enrolment.py). At every outer step each of the cluster's processes
-signs its own contribution digest -- the one it computed, not one it is told -- before the payload
-goes on the wire, and the process that speaks for the cluster (pipeline stage 0) extends its
-attester's register with the step's statement and quotes the coordinator's nonce. The signed objects
-are stored by the cluster itself; the coordinator only collects their digests and cannot make them.
+in its own process (attestation/enrolment.py), over the hardware class that process measured
+(veritrain/hardware.py): the genesis' verification policy names one class, and ``veritrain
+verify`` holds it to what every cluster signed here. At every outer step each of the cluster's
+processes signs its own contribution digest -- the one it computed, not one it is told -- before
+the payload goes on the wire, and the process that speaks for the cluster (pipeline stage 0)
+extends its attester's register with the step's statement and quotes the coordinator's nonce. The
+signed objects are stored by the cluster itself; the coordinator only collects their digests and
+cannot make them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from attestation.attester import SOFTWARE_TEE_TYPE
-from attestation.canonical import canonical_json
+from attestation.canonical import canonical_digest, canonical_json
 from attestation.contribution import Contribution, sign_contribution
 from attestation.endorsement import endorse
 from attestation.enrolment import Enrolment, prove_possession
@@ -34,7 +37,7 @@ from attestation.quote import report_data
 from attestation.software import DEFAULT_VALIDITY, SOFTWARE_SVN, SoftwareAttester
 from ledger.envelope import check_run_id
 from records.commitments import InnerCommitments
-from records.genesis import ClusterKeys
+from records.genesis import ClusterKeys, HardwareClass
 from records.outer_step import QuoteRef, StageContribution
 from storage import ObjectStore
 from trainer.recorder import AttestationRequest, ClusterEvidence, ContributionDigest
@@ -67,26 +70,65 @@ class ClusterKeyFolder:
     def platform_root(self, run_id: str, cluster: int) -> SigningKey:
         return self._key(run_id, cluster, "platform")
 
-    def enrol(self, run_id: str, config_digest: str, cluster: int) -> ClusterKeys:
-        """The cluster's public keys with proofs of possession for this run and configuration
-        (deterministic: Ed25519 signatures are, so a resumed cluster enrols identically)."""
+    def held_keys(self, run_id: str) -> dict[str, str]:
+        """The verifier keys this folder holds for ``run_id`` (contribution, attestation,
+        platform_root), read, never created: what the cluster's operator compares with the
+        genesis (``veritrain cluster-keys``). Raise FileNotFoundError if one is missing."""
+        check_run_id(run_id)
+        folder = self.root / "runs" / run_id
+        return {
+            role: SigningKey.load(folder / f"{stem}.key").public.vkey
+            for role, stem in (
+                ("contribution", "contribution"),
+                ("attestation", "attestation"),
+                ("platform_root", "platform"),
+            )
+        }
+
+    def enrol(
+        self, run_id: str, config_digest: str, cluster: int, *, hardware: HardwareClass | None
+    ) -> ClusterKeys:
+        """The cluster's public keys with proofs of possession for this run, configuration and
+        ``hardware`` (the class this process measured; None makes a v1 enrolment, as runs
+        recorded before v2 have). Deterministic: Ed25519 signatures are, so a resumed cluster on
+        the same class enrols identically."""
         contribution = self.contribution_key(run_id, cluster)
         attestation = self.attestation_key(run_id, cluster)
-
-        def proof(role: str, key: SigningKey) -> str:
-            return prove_possession(
-                Enrolment(run_id=run_id, config_digest=config_digest, cluster=cluster, role=role),
-                key,
-            )
-
-        return ClusterKeys(
+        keys = ClusterKeys(
             cluster=cluster,
             contribution=contribution.public.vkey,
-            contribution_proof=proof("contribution", contribution),
+            contribution_proof="",
             attestation=attestation.public.vkey,
-            attestation_proof=proof("attestation", attestation),
+            attestation_proof="",
             platform_root=self.platform_root(run_id, cluster).public.vkey,
+            hardware=hardware,
         )
+        return replace(
+            keys,
+            contribution_proof=prove_possession(
+                enrolment(run_id, config_digest, keys, "contribution"), contribution
+            ),
+            attestation_proof=prove_possession(
+                enrolment(run_id, config_digest, keys, "attestation"), attestation
+            ),
+        )
+
+
+def hardware_digest(hardware: HardwareClass) -> str:
+    """What an enrolment signs of a hardware class: the SHA-256 of its canonical JSON."""
+    return canonical_digest(hardware.to_payload())
+
+
+def enrolment(run_id: str, config_digest: str, keys: ClusterKeys, role: str) -> Enrolment:
+    """The statement ``keys``' proof of possession for ``role`` signs (v2 when the keys name a
+    hardware class, else v1): what the recorder and ``veritrain verify`` check it against."""
+    return Enrolment(
+        run_id=run_id,
+        config_digest=config_digest,
+        cluster=keys.cluster,
+        role=role,
+        hardware=hardware_digest(keys.hardware) if keys.hardware is not None else None,
+    )
 
 
 class ClusterSigner:

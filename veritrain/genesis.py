@@ -26,10 +26,11 @@ from records.genesis import (
 )
 from trainer.recorder import RunStart
 from veritrain.errors import RecorderError
-from veritrain.hardware import training_hardware
+from veritrain.hardware import hardware_differences, training_hardware
 from veritrain.keyring import KeyRing
 from veritrain.model_signature import load_or_create_key, public_pem
 from veritrain.policy import PolicyChoice
+from veritrain.rules import WRITTEN
 
 
 def reference_launch_measurement(
@@ -58,6 +59,18 @@ def run_genesis(
         )
     where = f"run {run.run_id!r} genesis"
     topology = Topology.read(Fields(run.topology, where=where, path="topology"))
+    hardware = training_hardware(topology.device, torch_version=dependencies.torch)
+    for enrolled in clusters:
+        # The policy names one class; every cluster signed the class it measured at enrolment.
+        if enrolled.hardware is not None and enrolled.hardware != hardware:
+            differences = hardware_differences(
+                hardware, enrolled.hardware, labels=("here", f"on cluster {enrolled.cluster}")
+            )
+            raise RecorderError(
+                f"run {run.run_id!r}: cluster {enrolled.cluster} runs in another hardware class "
+                f"than the coordinator ({'; '.join(differences)}); a run's verification policy "
+                "names one class, so train every cluster in it"
+            )
     return Genesis(
         run_id=run.run_id,
         method=str(run.config.get("method")),
@@ -89,7 +102,6 @@ def run_genesis(
                 config_digest=run.config_digest,
             ),
         ),
-        verification_policy=policy.recorded(
-            hardware=training_hardware(topology.device, torch_version=dependencies.torch)
-        ),
+        verification_policy=policy.recorded(hardware=hardware),
+        rules=WRITTEN,
     )

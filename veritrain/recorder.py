@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from attestation.canonical import canonical_digest, canonical_json
-from attestation.enrolment import Enrolment, verify_possession
+from attestation.enrolment import verify_possession
 from attestation.errors import AttestationError
 from attestation.keys import PublicKey
 from attestation.statement import CodeDigest
@@ -90,10 +90,11 @@ from trainer.recorder import (
     RunStart,
     RunSummary,
 )
-from veritrain.cluster_identity import SPEAKER_STAGE, ClusterKeyFolder, ClusterSigner
+from veritrain.cluster_identity import SPEAKER_STAGE, ClusterKeyFolder, ClusterSigner, enrolment
 from veritrain.errors import RecorderError
 from veritrain.generations import generate, stored_model_state
 from veritrain.genesis import reference_launch_measurement, run_genesis
+from veritrain.hardware import hardware_differences, training_hardware
 from veritrain.keyring import KeyRing
 from veritrain.model_signature import sign_checkpoint
 from veritrain.policy import PolicyChoice
@@ -165,7 +166,10 @@ class LedgerRecorder:
         )
         if self._process.stage != SPEAKER_STAGE:
             return None
-        return folder.enrol(run.run_id, run.config_digest, cluster)
+        # The class is measured here, in the cluster's own process, and signed with its keys:
+        # the genesis' class must be it (veritrain verify, check 10).
+        hardware = training_hardware(run.device, torch_version=self._settings.dependencies.torch)
+        return folder.enrol(run.run_id, run.config_digest, cluster, hardware=hardware)
 
     def save_state(
         self,
@@ -532,11 +536,12 @@ def _checked_enrollments(run: RunStart, *, every_cluster: bool) -> tuple[Cluster
             ("contribution", keys.contribution, keys.contribution_proof),
             ("attestation", keys.attestation, keys.attestation_proof),
         ):
-            enrolment = Enrolment(
-                run_id=run.run_id, config_digest=run.config_digest, cluster=keys.cluster, role=role
-            )
             try:
-                verify_possession(enrolment, PublicKey.from_vkey(vkey), proof)
+                verify_possession(
+                    enrolment(run.run_id, run.config_digest, keys, role),
+                    PublicKey.from_vkey(vkey),
+                    proof,
+                )
             except AttestationError as exc:
                 raise RecorderError(
                     f"cluster {keys.cluster} enrolled a {role} key it does not hold: {exc}"
@@ -606,11 +611,22 @@ def _check_continuation(
     right step."""
     genesis = recorded.genesis
     for keys in enrollments:
-        if keys.cluster < len(genesis.keys.clusters) and genesis.keys.cluster(keys.cluster) != keys:
+        if keys.cluster >= len(genesis.keys.clusters):
+            continue
+        enrolled = genesis.keys.cluster(keys.cluster)
+        if _public_keys(enrolled) != _public_keys(keys):
             raise RecorderError(
                 f"cluster {keys.cluster}'s key folder holds other "
                 f"keys than run {run.run_id!r} enrolled at genesis: "
                 "resume each cluster with the key folder it started with"
+            )
+        # A run recorded before enrolments named a hardware class has none to hold to.
+        if enrolled.hardware is not None and enrolled.hardware != keys.hardware:
+            differences = hardware_differences(enrolled.hardware, keys.hardware)
+            raise RecorderError(
+                f"cluster {keys.cluster} now runs in another hardware class than it enrolled "
+                f"at genesis ({'; '.join(differences)}): the run's policy names that class, so "
+                "resume the cluster on it"
             )
     if genesis.config_digest != run.config_digest:
         raise RecorderError(
@@ -629,6 +645,10 @@ def _check_continuation(
             f"expected to continue run {run.run_id!r} after its last recorded step {latest}, "
             f"got a state after step {run.resumed_from_step}"
         )
+
+
+def _public_keys(keys: ClusterKeys) -> tuple[str, str, str]:
+    return keys.contribution, keys.attestation, keys.platform_root
 
 
 def _stored_tensor_sizes(store: ObjectStore, digest: str) -> dict[str, int]:

@@ -129,7 +129,12 @@ def reproduce_step(
         )
     choice = choose_mode(genesis, config, execution, mode)
     comparison = Comparison(
-        run_id=run.run_id, step=step, cluster=cluster, mode=choice.mode, reason=choice.reason
+        run_id=run.run_id,
+        step=step,
+        cluster=cluster,
+        mode=choice.mode,
+        reason=choice.reason,
+        warnings=[choice.warning] if choice.warning else [],
     )
     clusters = [cluster] if cluster is not None else list(recorded.quorum.clusters)
 

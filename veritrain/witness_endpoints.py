@@ -78,3 +78,14 @@ def parse_witnesses(value: str) -> tuple[WitnessEndpoint, ...]:
             raise ValueError(f"witness key {endpoint.vkey!r} is listed twice")
         seen.add(endpoint.vkey)
     return endpoints
+
+
+def parse_witness_option(item: str) -> tuple[str, WitnessEndpoint | None]:
+    """A verifier's ``--witness``: ``VKEY`` (its cosignature is required) or ``VKEY@URL`` (its
+    cosignature is required, and its current view of the log is asked at URL). Return the vkey
+    and the endpoint (None without URL); raise ValueError with a message meant for a person."""
+    parts = item.split("+", 2)
+    if len(parts) == 3 and "@" in parts[2]:
+        endpoint = parse_witness(item)
+        return endpoint.vkey, endpoint
+    return item, None

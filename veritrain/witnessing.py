@@ -5,7 +5,10 @@ For each witness (``VERITRAIN_WITNESSES``, veritrain/witness_endpoints.py):
 
 1. the old size is the largest size of the run that witness cosigned (the ledger's
    ``cosignatures`` table; 0 if none), and the consistency proof runs from there to the
-   head (tlog-witness: none from 0); a head it already cosigned is not sent again;
+   head (tlog-witness: none from 0). When the table says the witness cosigned this very head,
+   the witness is asked what it holds now (its tlog-witness monitoring view,
+   veritrain/witness_views.py): only that exact head is "up-to-date"; a larger one is a
+   rollback of this log, reported as in 3 -- our table may have been rolled back with it;
 2. ``POST <url>/add-checkpoint``; transport errors, 5xx and 429 are retried with exponential
    backoff, a bounded number of times;
 3. a 409 (``text/x.tlog.size``) names the size the witness really holds (it lost a reply, or
@@ -39,11 +42,15 @@ from typing import Literal
 
 import httpx
 
+from ledger.append import ROLE_LOG
+from ledger.checkpoint import parse_checkpoint
 from ledger.errors import LedgerError
+from ledger.note import open_note
 from ledger.records import SignedTreeHead
 from ledger.service import Ledger
 from ledger.witness.submission import SIZE_CONTENT_TYPE, AddCheckpoint, parse_size
 from veritrain.witness_endpoints import WitnessEndpoint
+from veritrain.witness_views import WitnessViewError, fetch_view
 
 log = logging.getLogger(__name__)
 
@@ -254,9 +261,22 @@ def _push_one(
     try:
         old = ledger.witnessed_size(head.run_id, witness.vkey)
         if old == head.size:
-            return outcome("up-to-date", f"already cosigned size {old}")
+            # Our table says it cosigned this head; only the witness knows what it holds now
+            # (a log rolled back to a head it once cosigned must not be called up to date).
+            held = _held(ledger, head, witness, client, policy)
+            if held is None:
+                return outcome("up-to-date", f"holds size {old} (asked the witness)")
+            old = held
         for conflict in (False, True):
             if old > head.size:
+                log.error(
+                    "witness %s holds run %s at size %d, beyond the log's head %d: the log was "
+                    "rolled back or forked",
+                    witness.name,
+                    head.run_id,
+                    old,
+                    head.size,
+                )
                 return outcome(
                     "refused",
                     f"the witness has cosigned size {old}, beyond this head ({head.size}): the "
@@ -276,6 +296,36 @@ def _push_one(
         return outcome("refused", "the witness answered 409 twice; its state keeps moving", 409)
     except LedgerError as exc:  # a cosignature that does not verify, a bad 409 body, ...
         return outcome("invalid", str(exc))
+
+
+def _held(
+    ledger: Ledger,
+    head: SignedTreeHead,
+    witness: WitnessEndpoint,
+    client: httpx.Client,
+    policy: PushPolicy,
+) -> int | None:
+    """None when the witness's monitoring view is exactly ``head``; else the old size to
+    submit from: the size it holds (a larger one is reported as a rollback by the caller), or
+    ``head.size`` when the view cannot be read (add-checkpoint then asks: a 409 names it)."""
+    try:
+        view = fetch_view(
+            witness,
+            parse_checkpoint(open_note(head.note)[0]).origin,
+            [key.vkey for key in ledger.keys(head.run_id, role=ROLE_LOG)],
+            client=client,
+            timeout_s=policy.timeout_s,
+        )
+    except WitnessViewError as exc:
+        log.info("witness %s: no monitoring view (%s); asking by submission", witness.name, exc)
+        return head.size
+    if (
+        view.checkpoint is not None
+        and view.checkpoint.root_hash == head.root_hash
+        and (view.size == head.size)
+    ):
+        return None
+    return view.size
 
 
 def _submission(ledger: Ledger, head: SignedTreeHead, old: int) -> bytes:

@@ -11,13 +11,22 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from attestation.enrolment import cluster_fingerprint
+from attestation.errors import AttestationError
 from ledger.errors import LedgerError
 from ledger.records import CosignatureRecord, EntryRecord, KeyRecord, RunInfo, SignedTreeHead
 from ledger.service import Ledger
-from records import DATA_MANIFEST_INDEX, DataManifest, DataManifestEntry, OuterStep, RecordError
+from records import (
+    DATA_MANIFEST_INDEX,
+    DataManifest,
+    DataManifestEntry,
+    Genesis,
+    OuterStep,
+    RecordError,
+)
 from records.generations import Generations
 from storage import ObjectStore
 from storage.errors import StorageError
@@ -119,6 +128,9 @@ class RunPage:
     """What the model said after each step of the table's page (None: unreadable)."""
     cosigners: Sequence[CosignatureRecord]
     """The witnesses that cosigned the latest signed tree head (verified when stored)."""
+    cluster_fingerprints: Mapping[int, str] = field(default_factory=dict)
+    """Each cluster's enrolled keys as one fingerprint, for its operator to compare with
+    ``veritrain cluster-keys`` (attestation/enrolment.py)."""
 
 
 def run_page(
@@ -161,6 +173,7 @@ def run_page(
         keys=ledger.keys(run_id),
         genesis=genesis,
         genesis_keys=_mapping(genesis.get("keys")),
+        cluster_fingerprints=_cluster_fingerprints(genesis_model),
         data=data_summary(data) if data is not None else None,
         final=final.to_payload() if final is not None else None,
         rows=rows,
@@ -295,6 +308,22 @@ def data_summary(entry: DataManifestEntry) -> DataSummary:
         shard_counts=counts,
         other={k: v for k, v in document.items() if k not in ("sources", "shards", "tokenizer")},
     )
+
+
+def _cluster_fingerprints(genesis: Genesis | None) -> dict[int, str]:
+    if genesis is None:
+        return {}
+    fingerprints = {}
+    for keys in genesis.keys.clusters:
+        try:
+            fingerprints[keys.cluster] = cluster_fingerprint(
+                contribution=keys.contribution,
+                attestation=keys.attestation,
+                platform_root=keys.platform_root,
+            )
+        except AttestationError:  # a malformed key: verify names it; the page shows none
+            continue
+    return fingerprints
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

@@ -5,6 +5,8 @@ Routes, at the witness's root (its submission and monitoring prefix):
     POST /add-checkpoint          tlog-witness add-checkpoint: 200 with cosignature lines,
                                   400 / 403 / 404 / 409 (text/x.tlog.size) / 422
     GET  /<origin hash>/checkpoint  tlog-witness monitoring: the latest cosigned checkpoint
+    GET  /origins                 every log it cosigned: "<origin> <size>" lines (our addition,
+                                  so a verifier sees a second log claiming the same run)
     GET  /healthz                 liveness, and the witness's verifier key
 
 The logic is ``ledger.witness.Witness``; this module only moves bytes and maps its
@@ -75,6 +77,7 @@ def create_witness_app(settings: WitnessSettings) -> Starlette:
         routes=[
             Route("/add-checkpoint", add_checkpoint, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
+            Route("/origins", cosigned_origins, methods=["GET"]),
             Route("/{origin_hash}/checkpoint", monitored_checkpoint, methods=["GET"]),
         ],
         lifespan=lifespan,
@@ -109,6 +112,16 @@ async def monitored_checkpoint(request: Request) -> Response:
     # tlog-witness lets this view lag by up to an hour; a minute of caching is far inside that.
     return PlainTextResponse(
         cosigned.note, media_type=TEXT, headers={"Cache-Control": "public, max-age=60"}
+    )
+
+
+async def cosigned_origins(request: Request) -> Response:
+    witness: Witness = request.app.state.witness
+    origins = await run_in_threadpool(witness.origins)
+    return PlainTextResponse(
+        "".join(f"{origin} {size}\n" for origin, size in origins),
+        media_type=TEXT,
+        headers={"Cache-Control": "public, max-age=60"},
     )
 
 

@@ -155,6 +155,18 @@ class Witness:
             row = session.get(WitnessCheckpoint, (self._vkey, origin))
             return None if row is None else _cosigned(row)
 
+    def origins(self) -> list[tuple[str, int]]:
+        """Every log this witness has cosigned, as (origin, latest size cosigned), sorted by
+        origin: what lets a verifier see a second log that claims the same run (a split view
+        under another origin, docs/auditing.md). Not in tlog-witness; served at ``/origins``."""
+        with db.read_session(self._engine) as session:
+            rows = session.execute(
+                sa.select(WitnessCheckpoint.origin, WitnessCheckpoint.size)
+                .where(WitnessCheckpoint.witness_key == self._vkey)
+                .order_by(WitnessCheckpoint.origin)
+            ).all()
+            return [(origin, size) for origin, size in rows]
+
     def latest_by_origin_hash(self, hashed_origin: str) -> CosignedCheckpoint:
         """The monitoring view (tlog-witness "Monitor Retrieval Mechanism"): the latest
         cosigned checkpoint of the log whose origin hashes to ``hashed_origin``."""

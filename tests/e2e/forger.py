@@ -104,8 +104,14 @@ class Forger:
                     statement=keys.statement_key(self.run_id).public.vkey,
                     # the checkpoints' model.sig stay valid
                     model_signing=genesis.keys.model_signing,
+                    # what each cluster's process measured and signed, signed again as it is
                     clusters=tuple(
-                        f.enrol(self.run_id, genesis.config_digest, c)
+                        f.enrol(
+                            self.run_id,
+                            genesis.config_digest,
+                            c,
+                            hardware=genesis.keys.cluster(c).hardware,
+                        )
                         for c, f in enumerate(folders)
                     ),
                 ),

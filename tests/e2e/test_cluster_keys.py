@@ -6,10 +6,13 @@ cluster and the step."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from e2e.forger import Forger, Payloads
+from e2e.test_verify_api import _cli
 
 from attestation.contribution import Contribution, sign_contribution
 from attestation.keys import SigningKey
@@ -19,6 +22,7 @@ from veritrain.keyring import KeyRing
 from veritrain.settings import Settings
 from veritrain.sources import DirectSource
 from veritrain.verify import verify_run
+from web.settings import WebSettings
 
 STEP = 2
 
@@ -94,3 +98,52 @@ def test_a_coordinator_signing_for_a_cluster_is_named_by_verify(
     ]
     assert named, report.render()
     assert report.results[4].passed, "the coordinator may still sign its own statements"
+
+
+def test_verify_lists_each_clusters_keys_and_fails_on_a_pinned_key_it_does_not_enrol(
+    recorded_run: Settings, serve_app: Callable[[WebSettings], str], tmp_path: Path
+) -> None:
+    genesis = _genesis(recorded_run)
+    run_id = genesis.run_id
+    url = serve_app(recorded_run)
+    # 1. Cluster 1's operator reads its own folder: its keys and their fingerprint.
+    folder = recorded_run.data_dir / "cluster-keys" / "cluster-1"
+    held = _cli(["cluster-keys", run_id, "--key-dir", str(folder)], tmp_path)
+    assert held.returncode == 0, held.stderr
+    printed = dict(line.split(maxsplit=1) for line in held.stdout.splitlines())
+    assert printed["contribution"] == genesis.keys.clusters[1].contribution
+
+    # 2. verify --json lists every cluster's enrolled keys with the same fingerprint, and says
+    #    which keys an auditor pinned.
+    pinned = f"1={printed['contribution']}"
+    honest = _cli(["verify", run_id, "--api", url, "--json", "--cluster-key", pinned], tmp_path)
+    assert honest.returncode == 0, honest.stdout + honest.stderr
+    report = json.loads(honest.stdout)
+    listed = {k["cluster"]: k for k in report["cluster_keys"]}
+    assert listed[1]["fingerprint"] == printed["fingerprint"]
+    assert (listed[0]["pinned"], listed[1]["pinned"]) == ([], ["contribution"])
+    assert listed[0]["attestation"] == genesis.keys.clusters[0].attestation
+    notes = report["checks"][9]["notes"]
+    assert (
+        f"cluster 0 keys, fingerprint {listed[0]['fingerprint'][:32]}…: not pinned: trusted "
+        "as the genesis enrols them" in notes
+    )
+    assert (
+        f"cluster 1 keys, fingerprint {printed['fingerprint'][:32]}…: pinned (contribution)"
+        in notes
+    )
+
+    # 3. An auditor who learned another key from cluster 1's operator: the genesis enrols
+    #    keys that are not the cluster's own, and verify says so, naming the cluster.
+    other = SigningKey.generate(f"{recorded_run.origin}/runs/{run_id}/cluster-1/contribution")
+    lied = _cli(
+        ["verify", run_id, "--api", url, "--cluster-key", f"1={other.public.vkey}"], tmp_path
+    )
+    assert lied.returncode == 1
+    assert (
+        f"entry 0: cluster 1: the genesis enrols contribution key "
+        f"{genesis.keys.clusters[1].contribution}, not the pinned {other.public.vkey}: keys not "
+        "the cluster's own were enrolled for it"
+    ) in lied.stdout
+    bad = _cli(["verify", run_id, "--api", url, "--cluster-key", "one=x"], tmp_path)
+    assert bad.returncode == 2 and "expected J=VKEY" in bad.stderr

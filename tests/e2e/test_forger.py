@@ -94,6 +94,27 @@ def name_hardware_nobody_has(genesis: dict[str, Any]) -> None:
     }
 
 
+Z9000 = {
+    "device": "cuda",
+    "gpu": "Z9000",
+    "cuda": "99.9",
+    "cudnn": "99900",
+    "deterministic": {
+        "algorithms": True,
+        "cudnn_benchmark": False,
+        "cublas_workspace_config": ":4096:8",
+    },
+}
+"""A GPU class within every published bound that nobody has: it would put every auditor into
+tolerance mode."""
+
+
+def name_a_gpu_nobody_has(genesis: dict[str, Any]) -> None:
+    hardware = genesis["verification_policy"]["hardware"]
+    genesis["verification_policy"]["hardware"] = {**hardware, **Z9000}
+    genesis["topology"]["device"] = "cuda"
+
+
 def lower_the_eval_loss(step: dict[str, Any]) -> None:
     step["metrics"]["eval_loss"] -= 0.5
 
@@ -125,6 +146,13 @@ CAUGHT: dict[str, tuple[Callable[[Payloads], Payloads], int, str]] = {
         edit_payload("run.genesis", name_hardware_nobody_has),
         10,
         "hardware device",
+    ),
+    # The clusters' processes signed the class they measured when they enrolled: an operator
+    # who re-signs their enrolments as they were cannot make the policy name another.
+    "a GPU nobody has (Z9000, CUDA 99.9)": (
+        edit_payload("run.genesis", name_a_gpu_nobody_has),
+        10,
+        "gpu None measured by cluster 0, 'Z9000' in the policy",
     ),
 }
 
@@ -216,3 +244,71 @@ def test_a_rollback_that_drops_the_final_entry_is_caught_by_a_returning_verifier
     messages = " ".join(f.message for f in returning.results[1].failures)
     assert not returning.ok
     assert "shrank" in messages and "rolled back" in messages, returning.render()
+
+
+def test_the_clusters_signed_hardware_class_cannot_be_rewritten_without_their_keys(
+    fresh_run: Settings,
+) -> None:
+    """An operator without the clusters' keys names a class nobody has in the policy and in
+    every cluster's enrolment: the clusters' proofs of possession no longer verify."""
+
+    def claim_z9000_everywhere(genesis: dict[str, Any]) -> None:
+        name_a_gpu_nobody_has(genesis)
+        for keys in genesis["keys"]["clusters"]:
+            keys["hardware"] = {**keys["hardware"], **Z9000}
+
+    Forger(fresh_run, run_id(fresh_run)).rewrite(
+        edit_payload("run.genesis", claim_z9000_everywhere), reattest=False
+    )
+
+    report = verify(fresh_run)
+    failures = [f.message for f in report.results[10].failures]
+    assert any(
+        "keys.clusters[0]" in m and "proof of possession does not verify" in m for m in failures
+    ), report.render()
+
+
+def _forget_the_enrolled_hardware(genesis: dict[str, Any]) -> None:
+    """The genesis as a version before enrolment v2 wrote it (re-enrolled without a class)."""
+    for keys in genesis["keys"]["clusters"]:
+        del keys["hardware"]
+
+
+def test_a_run_recorded_before_enrolments_named_a_class_still_verifies_and_says_so(
+    fresh_run: Settings,
+) -> None:
+    Forger(fresh_run, run_id(fresh_run)).rewrite(
+        edit_payload("run.genesis", _forget_the_enrolled_hardware)
+    )
+
+    report = verify(fresh_run)
+    assert report.ok, report.render()
+    assert any("not recorded by this run's version" in n for n in report.results[10].notes)
+    assert report.warnings == []  # trained on this machine: a re-execution here is inside
+
+
+def test_verify_and_reproduce_warn_when_no_re_execution_here_can_be_in_the_class(
+    fresh_run: Settings,
+) -> None:
+    """An old run (no signed class) that names a GPU nobody has verifies -- nothing holds it to
+    more -- but verify and reproduce both say loudly that this machine is outside its class."""
+    from veritrain.reproduce import reproduce_step
+
+    def old_run_on_z9000(genesis: dict[str, Any]) -> None:
+        _forget_the_enrolled_hardware(genesis)
+        name_a_gpu_nobody_has(genesis)
+
+    Forger(fresh_run, run_id(fresh_run)).rewrite(edit_payload("run.genesis", old_run_on_z9000))
+
+    report = verify(fresh_run)
+    assert report.ok, report.render()
+    (warning,) = report.to_json()["warnings"]
+    assert "outside the run's hardware class" in warning and "gpu 'Z9000' there" in warning
+    assert "nothing shows that anyone has it" in warning
+    assert f"WARNING: {warning}" in report.render()
+
+    with DirectSource(fresh_run) as source:
+        comparison = reproduce_step(source, None, 0, cluster=0)
+    assert comparison.mode == "tolerance"
+    assert comparison.to_json()["warnings"] == [warning]
+    assert f"WARNING: {warning}" in comparison.render()

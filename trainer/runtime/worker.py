@@ -446,7 +446,11 @@ class _Process:
         if it is already under way)."""
         assert not self.follower  # the replicas of a cluster enrol once, as replica 0
         keys = self.recorder.enrol(
-            RunIdentity(run_id=self.config.run_id, config_digest=self.spec.config_digest)
+            RunIdentity(
+                run_id=self.config.run_id,
+                config_digest=self.spec.config_digest,
+                device=self.device.type,
+            )
         )
         if self.stage == 0:
             self.channel.put(f"enrol/{self.cluster}", {"keys": keys_message(keys)})

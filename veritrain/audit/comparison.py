@@ -84,6 +84,9 @@ class Comparison:
     matched: list[str] = field(default_factory=list)
     mismatched: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """What the auditor must know whatever the outcome (e.g. this machine is outside the run's
+    hardware class): ``WARNING`` lines, and ``warnings`` in ``--json``."""
     bisection: Bisection | None = None
     download: DownloadReport | None = None
 
@@ -101,6 +104,7 @@ class Comparison:
             f"reproduced {what} of run {self.run_id!r} ({self.mode} comparison)",
             f"  policy    {self.reason}",
         ]
+        lines += [f"WARNING: {w}" for w in self.warnings]
         lines += [f"  match     {m}" for m in self.matched]
         lines += [f"  MISMATCH  {m}" for m in self.mismatched]
         lines += [f"  {line}" for line in (self.bisection.lines() if self.bisection else [])]
@@ -121,6 +125,7 @@ class Comparison:
             "matched": self.matched,
             "mismatched": self.mismatched,
             "notes": self.notes,
+            "warnings": self.warnings,
             "bisection": self.bisection.to_json() if self.bisection else None,
             "download": self.download.to_json() if self.download else None,
         }

@@ -21,15 +21,18 @@ across hardware classes is expected to fail, and says so.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from records import Genesis
 from records.genesis import Tolerance
 from trainer.config import TrainConfig
 from trainer.execution import Execution
-from veritrain.hardware import reexecution_hardware
+from veritrain.hardware import (
+    hardware_differences,
+    outside_class_warning,
+    reexecution_hardware,
+)
 from veritrain.policy import CROSS_PRECISION_DISTANCE_BOUND
 
 Rule = Literal["bitwise", "tolerance"]
@@ -47,6 +50,8 @@ class ModeChoice:
     """``tensor``: each tensor on its own; ``stage``: a stage's (or the model's) tensors at once."""
     judge_metric: bool = True
     """Whether the policy's metric is judged (not across precisions)."""
+    warning: str | None = None
+    """Said loudly when this machine is outside the run's hardware class (whatever the rule)."""
 
 
 def crosses_precision(config: TrainConfig, execution: Execution | None) -> bool:
@@ -60,6 +65,22 @@ def choose_mode(
     config: TrainConfig,
     execution: Execution | None = None,
     requested: Requested = "auto",
+) -> ModeChoice:
+    choice = _choose(genesis, config, execution, requested)
+    signed = all(k.hardware is not None for k in genesis.keys.clusters)
+    warning = outside_class_warning(
+        genesis.verification_policy.hardware,
+        reexecution_hardware(config, execution),
+        signed=signed,
+    )
+    return replace(choice, warning=warning)
+
+
+def _choose(
+    genesis: Genesis,
+    config: TrainConfig,
+    execution: Execution | None,
+    requested: Requested,
 ) -> ModeChoice:
     policy = genesis.verification_policy
     fallback = policy.fallback
@@ -81,9 +102,7 @@ def choose_mode(
         )
     if requested == "tolerance":
         return ModeChoice("tolerance", f"tolerance requested (--mode tolerance): {rule}", bound)
-    differences = _differences(
-        policy.hardware.to_payload(), reexecution_hardware(config, execution).to_payload()
-    )
+    differences = hardware_differences(policy.hardware, reexecution_hardware(config, execution))
     differences += [
         f"re-executed with {d}" for d in (execution.differences(config) if execution else [])
     ]
@@ -120,16 +139,3 @@ def describe(tolerance: Tolerance) -> str:
         f"{tolerance.metric} within {tolerance.delta}, every parameter tensor and commitment "
         f"within a relative distance of {tolerance.parameter_distance}"
     )
-
-
-def _differences(
-    recorded: Mapping[str, Any], here: Mapping[str, Any], prefix: str = ""
-) -> list[str]:
-    found: list[str] = []
-    for key in sorted(set(recorded) | set(here)):
-        there, mine = recorded.get(key), here.get(key)
-        if isinstance(there, Mapping) and isinstance(mine, Mapping):
-            found += _differences(there, mine, f"{prefix}{key}.")
-        elif there != mine:
-            found.append(f"{prefix}{key} {there!r} there, {mine!r} here")
-    return found

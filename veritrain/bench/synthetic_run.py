@@ -57,6 +57,7 @@ from records.outer_step import (
     aggregate_digest,
 )
 from trainer.runtime.topology import RANK_RULE
+from veritrain.rules import WRITTEN
 
 
 @dataclass(frozen=True)
@@ -272,6 +273,7 @@ def _genesis(run_id: str, vkey: str, *, clusters: int, stages: int) -> Genesis:
             ),
             fallback=Tolerance(metric="eval_loss", delta=1e-3, parameter_distance=1e-2),
         ),
+        rules=WRITTEN,
     )
 
 

@@ -13,6 +13,7 @@ import typer
 
 from veritrain.cli import (
     bench,
+    cluster_keys,
     db,
     demo,
     lighthouse,
@@ -43,6 +44,7 @@ app.command("lighthouse")(lighthouse.lighthouse)
 app.command("serve")(serve.serve)
 app.command("runs")(runs.runs)
 app.command("verify")(verify.verify)
+app.command("cluster-keys")(cluster_keys.cluster_keys)
 app.command("reproduce")(reproduce.reproduce)
 app.command("plan")(plan.plan)
 

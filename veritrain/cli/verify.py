@@ -45,7 +45,9 @@ def verify(
     witness: Annotated[
         list[str] | None,
         typer.Option(
-            help="A witness's C2SP verifier key (type 0x04), repeatable: require its cosignature."
+            help="A witness's C2SP verifier key (type 0x04), repeatable: require its "
+            "cosignature. VKEY@URL also asks the witness at URL what it holds now, and fails "
+            "on a log rolled back to a head it once cosigned."
         ),
     ] = None,
     quorum: Annotated[
@@ -54,13 +56,25 @@ def verify(
             help="How many of the --witness keys must have cosigned (default: all of them)."
         ),
     ] = None,
+    cluster_key: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="J=VKEY, repeatable: a key of cluster J learned from its operator; fail unless "
+            "the genesis enrols exactly that key for cluster J."
+        ),
+    ] = None,
 ) -> None:
     """Re-check a run: tree head, hash chain, proofs, statements, quotes, contributions,
     checkpoints, data and metrics."""
     from veritrain.sources import open_source
     from veritrain.verify import verify_run
+    from veritrain.verify.cluster_key_checks import parse_cluster_key
     from veritrain.verify.seen_heads import SeenHeads
 
+    try:
+        pinned = [parse_cluster_key(item) for item in cluster_key or ()]
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--cluster-key") from None
     with open_source(api) as source:
         report = verify_run(
             source,
@@ -70,6 +84,7 @@ def verify(
             seen_heads=None if no_witness else SeenHeads(),
             witnesses=tuple(witness or ()),
             quorum=quorum,
+            cluster_keys=pinned,
         )
     typer.echo(json.dumps(report.to_json(), indent=2) if as_json else report.render())
     raise typer.Exit(code=0 if report.ok else 1)

@@ -84,6 +84,14 @@ def check_tree_head(
         result.fail(f"signed tree head does not verify under {vkey}: {exc}")
         return None
     result.notes.append(f"size {checkpoint.size}, signed by {name}")
+    # The run's identity is its origin and log key (item 8, docs/auditing.md "What remains
+    # trusted"): say whether the verifier pinned it or took it from the genesis.
+    result.notes.append(
+        f"log origin {checkpoint.origin}: key pinned with --vkey"
+        if pinned_vkey
+        else f"log origin {checkpoint.origin}: key as the genesis names it (trusted on first "
+        "use: compare it with the run's announcement, or pin it with --vkey)"
+    )
     head = TrustedHead(checkpoint, vkey)
     # 1c. A returning verifier: same origin and key, never smaller, consistent, still finished.
     seen = seen_heads.last_seen(run.run_id, source.description) if seen_heads else None

@@ -40,11 +40,12 @@ def check_checkpoints(
     *,
     deep: bool,
     signed_root: bytes,
-) -> None:
+) -> dict[int, tuple[LogEntry, Manifest]]:
     """7. Every step's checkpoint manifest hashes to its recorded digest and its root to the
     recorded manifest root, and lists as many files as the entry says; its ``model.sig``
     verifies under the genesis' model-signing key over exactly those files; files are
-    re-hashed (all, or a sample: see the module doc)."""
+    re-hashed (all, or a sample: see the module doc). Returns the manifests that read, by
+    entry index (veritrain/verify/revision_checks.py checks what their files say)."""
     result = report.check(7)
     manifests: dict[int, tuple[LogEntry, Manifest]] = {}
     for entry, step in run.outer_steps:
@@ -67,7 +68,7 @@ def check_checkpoints(
         manifests[entry.index] = (entry, manifest)
     indices = sorted(manifests)
     if not indices:
-        return
+        return manifests
     newest = indices[-1]
     verified_bytes = _rehash(report, *manifests[newest], source)
     rest = indices[:-1]
@@ -85,6 +86,7 @@ def check_checkpoints(
         else " (the newest, and a random sample)"
     )
     result.notes.append(f"{len(chosen) + 1} of {len(indices)} checkpoints re-hashed{how}")
+    return manifests
 
 
 def _rehash(report: Report, entry: LogEntry, manifest: Manifest, source: RunSource) -> int:

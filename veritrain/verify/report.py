@@ -70,6 +70,11 @@ class Report:
     source: str
     results: dict[int, CheckResult] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
+    cluster_keys: list[dict[str, Any]] = field(default_factory=list)
+    """Each cluster's enrolled keys and fingerprint, and which were pinned (check 10)."""
+    warnings: list[str] = field(default_factory=list)
+    """What an auditor must know although no check failed (e.g. that no re-execution on this
+    machine can be bitwise): printed as ``WARNING`` lines and listed in ``--json``."""
 
     def check(self, number: int) -> CheckResult:
         return self.results.setdefault(number, CheckResult(number))
@@ -88,6 +93,8 @@ class Report:
             "source": self.source,
             "ok": self.ok,
             "summary": self.summary,
+            "cluster_keys": self.cluster_keys,
+            "warnings": self.warnings,
             "checks": [
                 {
                     "number": r.number,
@@ -115,6 +122,7 @@ class Report:
                 lines.append(f"         {failure.where()}{failure.message}")
             if len(result.failures) > 20:
                 lines.append(f"         ... and {len(result.failures) - 20} more")
+        lines += [f"WARNING: {warning}" for warning in self.warnings]
         failures = len(self.failures)
         verdict = (
             "VERIFIED" if self.ok else f"FAILED ({failures} problem{'s' if failures != 1 else ''})"

@@ -19,13 +19,16 @@ outer step):
    before the entry, and binds the previous leaf and the statement;
 6. every contribution is signed by its cluster, and the exchanges applied name signed rounds
    in order, none twice or missing, combining exactly the contributions signed;
-7. every checkpoint manifest hashes to its digest and root; files are re-hashed; every
+7. every checkpoint manifest hashes to its digest and root; files are re-hashed; every file
+   of every revision besides the tensors (model config, tokenizer files, index, trainer state)
+   is recomputed from the genesis and the data manifest, and no other file is there; every
    step's generations object hashes to its digest and answers the configured prompts;
 8. the data manifest matches its entry; shards are re-hashed; the assignment rule and every
    step's data ranges are recomputed;
 9. the metrics table equals the metrics signed in the entries;
-10. the genesis: config digest recomputed, configuration consistent, TEE reference and
-    verification policy within the published bounds;
+10. the genesis: it names only rules this veritrain implements (docs/records.md, "Versions"),
+    config digest recomputed, configuration consistent, TEE reference and verification policy
+    within the published bounds;
 11. ``run.final`` recomputed from the last outer step;
 12. every applied exchange's verdicts follow from the recorded numbers by the genesis' rules,
     and (for a sample of steps) the numbers themselves -- statistics, contribution scores -- and
@@ -43,12 +46,14 @@ from records import Genesis
 from veritrain.errors import SourceError
 from veritrain.recorded_run import RecordedRun
 from veritrain.sources import RunSource
+from veritrain.verify.cluster_key_checks import check_cluster_keys
 from veritrain.verify.commitment_checks import check_final, check_genesis
 from veritrain.verify.data_checks import check_data, load_data
 from veritrain.verify.evidence_checks import check_contributions, check_quotes, check_statements
 from veritrain.verify.log_checks import check_chain, check_inclusion, check_tree_head, remember
 from veritrain.verify.object_checks import check_checkpoints, check_generations, check_metrics
 from veritrain.verify.report import Report
+from veritrain.verify.revision_checks import check_revision_files
 from veritrain.verify.seen_heads import SeenHeads
 from veritrain.verify.verdict_checks import check_verdicts
 from veritrain.verify.witness_checks import check_witnesses
@@ -63,8 +68,10 @@ def verify_run(
     seen_heads: SeenHeads | None = None,
     witnesses: Sequence[str] = (),
     quorum: int | None = None,
+    cluster_keys: Sequence[tuple[int, str]] = (),
 ) -> Report:
-    """Run every check on ``run_id`` (default: the most recent run) and return the report."""
+    """Run every check on ``run_id`` (default: the most recent run) and return the report.
+    ``cluster_keys``: (cluster, vkey) pairs an auditor learned out of band (``--cluster-key``)."""
     run_id = run_id or source.latest_run_id()
     report = Report(run_id=run_id, source=source.description)
     try:
@@ -89,18 +96,23 @@ def verify_run(
         source,
         witnesses=witnesses,
         quorum=len(witnesses) if quorum is None else quorum,
+        origin_pinned=vkey is not None,
     )
     check_chain(report, run, note, head)
     check_inclusion(report, run, source, head)
     config = check_genesis(report, run)
     genesis = run.genesis_entry.record if run.genesis_entry is not None else None
     genesis = genesis if isinstance(genesis, Genesis) else None
+    report.cluster_keys = check_cluster_keys(report, genesis, cluster_keys)
     data = load_data(report, run, source)
     check_statements(report, run, genesis, source, data.manifest.shard_digests if data else None)
     check_quotes(report, run, genesis, source)
     check_contributions(report, run, genesis, source)
     signed_root = head.checkpoint.root_hash if head else b""
-    check_checkpoints(report, run, genesis, source, deep=deep, signed_root=signed_root)
+    revisions = check_checkpoints(report, run, genesis, source, deep=deep, signed_root=signed_root)
+    check_revision_files(
+        report, run, genesis, config, data.manifest if data else None, source, revisions
+    )
     check_generations(report, run, source, config)
     check_data(report, run, source, data, config, deep=deep, signed_root=signed_root)
     check_metrics(report, run, source)
@@ -114,6 +126,7 @@ def verify_run(
     }
     if head is not None:
         report.summary["tree size"] = head.checkpoint.size
+        report.summary["log origin"] = head.checkpoint.origin
     if witnesses:
         report.summary["witnessed by"] = ", ".join(cosigners) or "none"
     if report.ok:

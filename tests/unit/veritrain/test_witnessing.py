@@ -158,6 +158,42 @@ def test_a_witness_that_saw_a_larger_tree_is_reported_as_a_rollback(
     )
 
 
+def roll_back(log: SmallLog, size: int) -> None:
+    """What an operator holding the database does: drop every entry, tree head and
+    cosignature past ``size``, and serve the head of ``size`` with the cosignatures it kept."""
+    from ledger.models import Entry, Run, TreeHead
+
+    with log.ledger.engine.begin() as conn:
+        conn.execute(sa.delete(Cosignature).where(Cosignature.size > size))
+        conn.execute(sa.delete(TreeHead).where(TreeHead.run_id == log.run_id, TreeHead.size > size))
+        conn.execute(sa.delete(Entry).where(Entry.run_id == log.run_id, Entry.index >= size))
+        conn.execute(sa.update(Run).where(Run.id == log.run_id).values(size=size))
+
+
+def test_a_log_rolled_back_to_a_head_the_witnesses_once_cosigned_is_not_up_to_date(
+    log: SmallLog, witnesses: list[RunningWitness], caplog: pytest.LogCaptureFixture
+) -> None:
+    assert push_latest(log.ledger, log.run_id, endpoints(witnesses), policy=FAST).ok  # at 5
+    log.grow(2)
+    assert push_latest(log.ledger, log.run_id, endpoints(witnesses), policy=FAST).ok  # at 7
+    roll_back(log, 5)
+    assert log.ledger.latest_tree_head(log.run_id).size == 5
+    assert log.ledger.witnessed_size(log.run_id, witnesses[0].endpoint.vkey) == 5
+
+    result = push_latest(log.ledger, log.run_id, endpoints(witnesses), policy=FAST)
+
+    # Our table says "cosigned 5"; the witnesses say they hold 7: a rollback, not "up to date".
+    assert not result.ok and result.cosigners == []
+    assert [(o.status, o.detail) for o in result.outcomes] == [
+        (
+            "refused",
+            "the witness has cosigned size 7, beyond this head (5): the log was rolled back or "
+            "forked",
+        )
+    ] * 2
+    assert "rolled back or forked" in caplog.text and "ERROR" in caplog.text
+
+
 def test_no_witnesses_costs_nothing(tmp_path: Path) -> None:
     # Not even a database read: the ledger below has no schema at all.
     from ledger.service import Ledger

@@ -15,6 +15,7 @@ from unit.web.conftest import settings_for
 from unit.web.html_tables import links, tables
 from unit.web.web_fixture_run import DemoRun
 
+from attestation.enrolment import cluster_fingerprint
 from ledger.db import create_engine
 from ledger.models import Entry
 from web import run_page
@@ -117,8 +118,18 @@ def test_the_genesis_shows_code_keys_and_measurements(page: str, demo_run: DemoR
     assert roles[1:] == ["statement"] + [
         f"cluster {c} {role}"
         for c in range(2)
-        for role in ("contribution", "attestation", "platform root")
+        for role in ("fingerprint", "contribution", "attestation", "platform root")
     ]
+    # One fingerprint per cluster over its three enrolled keys, for its operator to compare
+    # with `veritrain cluster-keys` on its own host.
+    rows = {row[0]: row[1] for row in tables(page)["keys"][1:]}
+    for c in range(2):
+        assert rows[f"cluster {c} fingerprint"] == cluster_fingerprint(
+            contribution=rows[f"cluster {c} contribution"],
+            attestation=rows[f"cluster {c} attestation"],
+            platform_root=rows[f"cluster {c} platform root"],
+        )
+    assert "veritrain verify --cluster-key J=VKEY" in genesis
 
 
 def test_the_verify_block_has_the_exact_commands_for_this_server(
