@@ -10,8 +10,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # CPU torch first, pinned, from PyTorch's CPU index: the PyPI wheel of the same version pulls
-# several GB of CUDA libraries. pyproject's torch==2.13.0 is then already satisfied
-# (2.13.0+cpu matches ==2.13.0, PEP 440 local versions).
+# several GB of CUDA libraries. The version is the Makefile's TORCH; pyproject's torch>=2.7 is
+# then already satisfied.
 RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 
 WORKDIR /opt/veritrain

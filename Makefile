@@ -5,14 +5,18 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The exact PyTorch of make demo/test and CI, the CPU build from PyTorch's CPU index (PyPI's wheel
+# of the same version pulls several GB of CUDA libraries); pyproject asks only torch>=2.7.
+TORCH  := 2.13.0
 
 .PHONY: demo test venv services-start services-stop lint typecheck clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==$(TORCH) --index-url https://download.pytorch.org/whl/cpu
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 

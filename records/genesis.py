@@ -201,13 +201,9 @@ class ClusterKeys:
             attestation=f.string("attestation", nonempty=True),
             attestation_proof=f.string("attestation_proof", nonempty=True),
             platform_root=f.string("platform_root", nonempty=True),
-            # Genesis v2 (this release) added the class each cluster signs at enrolment;
-            # optional there, since a resumed v1-era cluster may enrol without it.
-            hardware=(
-                HardwareClass.read(f.obj("hardware"))
-                if f.since(2) and f.has("hardware")
-                else None
-            ),
+            # Optional: the class each cluster signs at enrolment v2 (genesis v2's release);
+            # a v1 enrolment has none, and its proofs do not cover one.
+            hardware=HardwareClass.read(f.obj("hardware")) if f.has("hardware") else None,
         )
         f.exactly()
         return value

@@ -15,7 +15,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from trainer.hf_repo import TokenizerExport
 from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
 from trainer.recorder import OuterStepRecord, RecorderFactory, RunSummary
 from trainer.runtime.channel import ChannelAddress, RunChannel
+from trainer.runtime.determinism import check_devices
 from trainer.runtime.forgery import Forgery
 from trainer.runtime.launch import (
     Links,
@@ -97,6 +98,7 @@ def train(
             data_dir=data_dir,
             quiet=quiet,
         )
+    check_devices(config.device, config.stages * config.data_parallel)
     prepared = data or prepare_data(config.data, data_dir or default_data_dir())
     topology = Topology.full(config.clusters, config.stages, config.data_parallel)
     _check_resumable(resume_state, config)
@@ -150,6 +152,10 @@ def train_cluster(
             f"a run of {config.clusters} clusters needs "
             "the lighthouse they meet at (--lighthouse URL)"
         )
+    per_cluster = config.stages * config.data_parallel
+    # under torchrun a cluster may span hosts: each needs a GPU per process it runs
+    on_this_host = int(os.environ.get("LOCAL_WORLD_SIZE", per_cluster)) if under_torchrun() else 0
+    check_devices(config.device, on_this_host or per_cluster)
     prepared = data or prepare_data(config.data, data_dir or default_data_dir())
     topology = Topology(
         clusters=config.clusters,
@@ -261,6 +267,8 @@ class Reexecution:
     files: CheckpointFiles
     """The state after the step, as the original run saved it (empty for a one-cluster re-run,
     which stops at its contribution)."""
+    payloads: Mapping[tuple[int, int], bytes] = field(default_factory=dict)
+    """(cluster, stage) -> the payload bytes each re-run process sent in the step."""
 
     @property
     def contribution_digests(self) -> dict[tuple[int, int], str]:
@@ -302,6 +310,8 @@ def reexecute_outer_step(
         raise CheckpointError(
             f"expected the state after step {step - 1} to re-execute step {step}, got none"
         )
+    executed = execution.applied_to(config) if execution is not None else config
+    check_devices(executed.device, config.stages * config.data_parallel)
     prepared = data or prepare_data(config.data, data_dir or default_data_dir())
     present = (
         (cluster,)
@@ -344,7 +354,6 @@ def reexecute_outer_step(
             mode=mode,
             quiet=True,
         )
-        executed = execution.applied_to(config) if execution is not None else config
         spec = replace(
             spec, resume=staged, payloads=dict(payloads or {}), config=executed, forgery=forgery
         )
@@ -356,7 +365,7 @@ def reexecute_outer_step(
             f"expected one record from re-executing step {step}, got {len(records)}"
         )
     files = recording.state(step) if cluster is None else CheckpointFiles()
-    return Reexecution(step=step, record=records[0], files=files)
+    return Reexecution(step=step, record=records[0], files=files, payloads=recording.payloads(step))
 
 
 def _spec(

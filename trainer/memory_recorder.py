@@ -19,9 +19,18 @@ from typing import Any
 
 import torch
 
+from records.commitments import InnerCommitments
+from records.outer_step import StageContribution
 from trainer.checkpoint import CheckpointFiles
 from trainer.errors import CheckpointError
-from trainer.recorder import OuterStepRecord, ProcessInfo, RunStart, RunSummary, SignsNothing
+from trainer.recorder import (
+    ContributionDigest,
+    OuterStepRecord,
+    ProcessInfo,
+    RunStart,
+    RunSummary,
+    SignsNothing,
+)
 
 
 class InMemoryRecorder(SignsNothing):
@@ -45,6 +54,18 @@ class InMemoryRecorder(SignsNothing):
         packed = CheckpointFiles(files, json_files).pack()
         self.sink.append(("state", step, self.process.rank, packed))
         return {name: hashlib.sha256(data).hexdigest() for name, data in packed.items()}
+
+    def publish_contribution(
+        self,
+        step: int,
+        own: ContributionDigest,
+        payload: bytes,
+        commitments: InnerCommitments | None = None,
+    ) -> StageContribution | None:
+        """Keep the payload bytes (a re-execution's reproduce compares them with the recorded
+        payload, veritrain/reproduce.py); sign nothing."""
+        self.sink.append(("payload", step, own.cluster, own.stage, payload))
+        return None
 
     def record_outer_step(self, record: OuterStepRecord) -> None:
         self.sink.append(("record", record))
@@ -75,6 +96,15 @@ class MemoryRecording:
         """Recorded steps in order (the last record of a step wins after a resume)."""
         by_step = {item[1].step: item[1] for item in self.items if item[0] == "record"}
         return [by_step[s] for s in sorted(by_step)]
+
+    def payloads(self, step: int) -> dict[tuple[int, int], bytes]:
+        """(cluster, stage) -> the payload bytes each process sent in ``step`` (the last send
+        wins after a resume)."""
+        return {
+            (item[2], item[3]): item[4]
+            for item in self.items
+            if item[0] == "payload" and item[1] == step
+        }
 
     def state(self, step: int) -> CheckpointFiles:
         """Every process's files of ``step`` (the last save wins after a resume)."""

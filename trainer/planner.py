@@ -39,10 +39,11 @@ Held = Literal["paper", "trainer"]
 HELD = (
     "paper: the DiLoCoX setting on GPUs -- bf16 weights and gradients, fp32 master weights, "
     "inner and outer state sharded over the D replicas (ZeRO-1; the trainer does NOT shard "
-    "them), optional host offload of the outer state (NOT implemented by the trainer), fused "
+    "them), optional host offload of the outer state (the trainer always offloads it), fused "
     "attention, fixed headroom",
     "trainer: what trainer/runtime holds today -- fp32 parameters, gradients and AdamW moments "
-    "(plus bf16 weight copies under autocast), every tensor whole on every replica, "
+    "(plus bf16 weight copies under autocast), every tensor whole on every replica, the "
+    "outer state in host memory, "
     "activations as eager autograd keeps them in trainer/model.py, no headroom (tensor bytes "
     "only, what trainer/memory.py measures)",
 )
@@ -472,10 +473,8 @@ def plan(
     implements) or ``trainer`` (what trainer/runtime holds today, :data:`HELD`)."""
     if held not in ("paper", "trainer"):
         raise ConfigError(f"expected held 'paper' or 'trainer', got {held!r}")
-    if held == "trainer" and offload_outer:
-        raise ConfigError(
-            "the trainer keeps the outer state on the device: offload_outer is planning-only"
-        )
+    if held == "trainer":  # the trainer keeps the outer state on the host (nesterov.HOME)
+        offload_outer = True
     workload = workload or Workload()
     precision = precision or Precision()
     accelerator = accelerator or Accelerator()
@@ -597,8 +596,8 @@ def fitting_alternatives(
     for stages in (placement.stages, 2 * placement.stages, 4 * placement.stages):
         if stages > model.num_hidden_layers:
             break
-        # The trainer cannot offload the outer state: with held="trainer" only the device.
-        for offload in (False,) if options.get("held") == "trainer" else (False, True):
+        # The trainer always keeps the outer state on the host: with held="trainer" only that.
+        for offload in (True,) if options.get("held") == "trainer" else (False, True):
             candidate = Placement(
                 clusters=placement.clusters, stages=stages, data_parallel=placement.data_parallel
             )
@@ -720,7 +719,8 @@ def _stage_memory(
     if stage == S - 1:
         kept += tokens * model.vocab_size * 4  # fp32 logits for the loss
         activation_note += " + fp32 logits"
-    # The trainer holds every tensor whole on each replica (no ZeRO sharding, no offload).
+    # The trainer holds every tensor whole on each replica (no ZeRO sharding), the outer state on
+    # the host.
     shards = D if held == "paper" else 1
     if held == "trainer":
         kept, activation_note = _trainer_activations(

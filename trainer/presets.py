@@ -26,6 +26,11 @@ from trainer.errors import ConfigError
 from trainer.model import ModelConfig
 from trainer.outer.config import OuterConfig
 
+QWEN2_BPE_VOCAB = 32_768
+"""The BPE the qwen2-0.5b/1.5b run presets train on the stdlib corpus (all 4.7 MB of its
+top-level modules, in 22 s on one core): about 3.5 bytes of text per token, and an embedding
+of 29M/50M parameters, 8 %/4 % of the model (Qwen2's 151,936 rows would be 28 %/15 %)."""
+
 MODEL_PRESETS: dict[str, ModelConfig] = {
     # ~0.21M parameters: 2 clusters x 2 stages train a few outer steps on 2 CPU cores in a
     # minute.
@@ -73,6 +78,34 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
         num_attention_heads=6,
         num_key_value_heads=2,
     ),
+    # Qwen2's two smallest published shapes (huggingface.co/Qwen/Qwen2-0.5B and Qwen2-1.5B,
+    # config.json; Qwen2 technical report, arXiv:2407.10671, Table 1), the sizes a single GPU
+    # trains: 0.5B is hidden 896, 24 layers, 14 query heads and 2 key/value heads, SwiGLU 4864;
+    # 1.5B is hidden 1536, 28 layers, 12 and 2 heads, SwiGLU 8960; both tie their embeddings,
+    # use RoPE theta 1e6 and RMSNorm eps 1e-6. The vocabulary is ours: a 32768-token BPE
+    # trained on the corpus at data-build time (Qwen2's own has 151,646 tokens in a matrix of
+    # 151,936 rows, more than the 4.7 MB stdlib corpus can fill), so these models count 0.39B
+    # and 1.36B parameters (0.49B and 1.54B with Qwen2's vocabulary), and a sequence of 1024.
+    "qwen2-0.5b": ModelConfig(
+        vocab_size=QWEN2_BPE_VOCAB,
+        context=1024,
+        num_hidden_layers=24,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        rope_theta=1e6,
+    ),
+    "qwen2-1.5b": ModelConfig(
+        vocab_size=QWEN2_BPE_VOCAB,
+        context=1024,
+        num_hidden_layers=28,
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        rope_theta=1e6,
+    ),
     "qwen1.5-107b": ModelConfig(
         family="qwen2",
         vocab_size=152_064,
@@ -105,6 +138,13 @@ _TINY_RUN = TrainConfig(
     micro_batches=2,
     micro_batch_size=4,
     eval_batches=4,
+)
+
+_QWEN2_DATA = DataConfig(
+    stdlib_max_bytes=8_000_000,  # every top-level stdlib module (4.7 MB on 3.11)
+    tokenizer_vocab_size=QWEN2_BPE_VOCAB,
+    shard_tokens=65_536,
+    eval_shards=2,
 )
 
 RUN_PRESETS: dict[str, TrainConfig] = {
@@ -141,6 +181,27 @@ RUN_PRESETS: dict[str, TrainConfig] = {
         micro_batch_size=4,
         eval_batches=2,
     ),
+    # One GPU per cluster: two clusters may share it (separate worlds), S1, bf16, DiLoCoX with
+    # the outer algorithm's defaults; the inner batch is the throughput bench's 4 x 8 x 1024
+    # (docs/benchmarks.md, "On a GPU"). On a CPU a step takes minutes: use it to check a change.
+    **{
+        name: TrainConfig(
+            preset=name,
+            method="dilocox",
+            model=MODEL_PRESETS[name],
+            outer=OuterConfig(kind="dilocox"),
+            data=_QWEN2_DATA,
+            clusters=2,
+            stages=1,
+            outer_steps=4,
+            inner_steps=20,
+            micro_batches=4,
+            micro_batch_size=8,
+            eval_batches=2,
+            precision="bf16",
+        )
+        for name in ("qwen2-0.5b", "qwen2-1.5b")
+    },
     "small": TrainConfig(
         preset="small",
         model=MODEL_PRESETS["small"],

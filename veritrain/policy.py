@@ -40,6 +40,15 @@ against fp32 up to 7.3e-2 -- so this bound (twice that) catches only gross depar
 stale start, a skipped early inner step), not forgeries of a few percent; those need a
 re-execution at the recorded precision (docs/auditing.md)."""
 
+GENERATION_LOGIT_MARGIN = 1e-2
+"""Under tolerance, each recorded greedy token, teacher-forced through the recorded checkpoint
+on the auditor's machine, must have a logit within this of the position's best
+(veritrain/generations.py). Generation is fp32 (trainer/generate.py): one 96-token pass at 1
+and 2 threads and in float64 gave logits within 1e-6 of each other (randomly initialised tiny
+and small presets, docs/auditing.md), so 1e-2 leaves four orders of magnitude for other
+hardware, while a token the model did not choose sits below its best by the logit gap between
+them -- a faked continuation is caught at its first faked token."""
+
 DEVICES = ("cpu", "cuda")
 MACHINES = ("x86_64", "amd64", "aarch64", "arm64", "ppc64le", "s390x")
 _TORCH_VERSION = re.compile(r"\d+\.\d+(\.\d+)?([a-z0-9.+_-]*)")

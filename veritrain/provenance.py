@@ -6,7 +6,10 @@ for a git checkout and an installed copy of the same source. The git commit is r
 when the source is a checkout, with a ``dirty`` flag when it has uncommitted changes.
 
 The dependency digest is a SHA-256 over the sorted ``name==version`` lines of every installed
-distribution: two environments with the same digest ran the same package versions.
+distribution (the first of each name on ``sys.path``, the one an import finds): two
+environments with the same digest ran the same package versions. The torch version is the
+imported module's own (``2.13.0+cpu`` from ``make``, ``2.11.0+cu130`` on a CUDA host that kept
+its torch).
 """
 
 from __future__ import annotations
@@ -55,22 +58,23 @@ def code_identity(root: Path = SOURCE_ROOT) -> CodeIdentity:
 
 
 def dependency_identity() -> DependencyIdentity:
-    lines = sorted(
-        {
-            f"{dist.metadata['Name'].lower()}=={dist.version}"
-            for dist in importlib.metadata.distributions()
-            if dist.metadata["Name"] and dist.metadata["Name"].lower() != "veritrain"
-        }
-    )
+    # The first distribution of each name on sys.path is the one an import finds: a GPU host's
+    # own torch (or a PYTHONPATH copy of a package) shadows another of the same name further
+    # on, and only what runs is recorded.
+    torch_module = sys.modules.get("torch")
+    found: dict[str, str] = {}
+    if torch_module is not None:  # the torch that runs, whatever metadata says
+        found["torch"] = str(torch_module.__version__)
+    for dist in importlib.metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower()
+        if name and name != "veritrain":
+            found.setdefault(name, dist.version)
+    lines = sorted(f"{name}=={version}" for name, version in found.items())
     digest = hashlib.sha256("".join(line + "\n" for line in lines).encode()).hexdigest()
-    try:
-        torch_version = importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        torch_version = "absent"
     return DependencyIdentity(
         sha256=digest,
         python=f"{platform.python_implementation()} {sys.version.split()[0]}",
-        torch=torch_version,
+        torch=found.get("torch", "absent"),
         distributions=len(lines),
     )
 

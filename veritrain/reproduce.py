@@ -16,11 +16,14 @@
    inner steps up to its contribution (``--cluster J``). Payloads of the round still in flight
    whose clusters saved no state (they left) are fetched by digest, verified.
 5. Compare. Every re-run cluster's per-inner-step commitments are judged by the rule
-   (veritrain/audit/inner_steps.py): that is how ``--cluster J`` judges a contribution under
-   tolerance, and ``--bisect`` reports the first inner step that disagrees. For the whole
-   step also: under ``bitwise`` every checkpoint file, contribution digest, metric and
-   generation; under ``tolerance`` the policy's metric within its delta and every model
-   tensor within the relative parameter distance.
+   (veritrain/audit/inner_steps.py), and so is the payload it sent: under ``bitwise`` its
+   digest, under ``tolerance`` the recorded payload object decoded tensor by tensor against
+   the re-executed one (the commitments are the cluster's claims, the payload what the run
+   applied); ``--bisect`` reports the first inner step that disagrees, or the contribution.
+   For the whole step also: under ``bitwise`` every checkpoint file, metric and generation;
+   under ``tolerance`` the policy's metric within its delta and every model tensor within
+   the relative parameter distance. In every mode a metric recorded as non-finite must be
+   non-finite again.
 
 Timing-dependent decisions are reported but not compared bitwise: with adaptive H the H
 chosen for the *next* step depends on measured compute and communication times; the H used
@@ -30,6 +33,7 @@ in step T is read from the recorded state, so step T itself is exact.
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 import time
 from collections.abc import Mapping
@@ -47,10 +51,16 @@ from trainer.api import Reexecution, assignment_rule, reexecute_outer_step
 from trainer.checkpoint import TRAINER_STATE, CheckpointFiles, outer_file
 from trainer.config import TrainConfig
 from trainer.data.assignment import AssignmentRule
+from trainer.data.tokenizer import Tokenizer
 from trainer.execution import Execution
 from trainer.hf_repo import REPO_METADATA, as_format_1
 from trainer.recorder import TIMING_METRICS
 from veritrain.audit.comparison import Bisection, Comparison
+from veritrain.audit.contributions import (
+    PAYLOAD_LIMIT,
+    compare_contribution_digests,
+    compare_payloads,
+)
 from veritrain.audit.distance import global_distance, largest, tensor_distances
 from veritrain.audit.fetch import (
     CountingSource,
@@ -62,12 +72,13 @@ from veritrain.audit.fetch import (
     download_windows,
     windows_read,
 )
-from veritrain.audit.inner_steps import StageVerdict, first_dispute, judge_stage
+from veritrain.audit.inner_steps import Dispute, StageVerdict, first_dispute, judge_stage
 from veritrain.audit.modes import ModeChoice, Requested, choose_mode
 from veritrain.audit.recorded import recorded_commitments
 from veritrain.downloads import read_checkpoint_manifest, read_data_manifest
 from veritrain.errors import ReproduceError
-from veritrain.generations import generate, model_state
+from veritrain.generations import check_continuations, generate, model_state
+from veritrain.policy import GENERATION_LOGIT_MARGIN
 from veritrain.recorded_run import RecordedRun
 from veritrain.sources import RunSource, read_verified
 from veritrain.verify.commitment_checks import check_genesis
@@ -80,8 +91,6 @@ _TIMING_DEPENDENT = ("next_inner_steps",)
 SIZED_CHECKPOINTS = 16
 """Checkpoints whose files ``reproduce`` sizes to report the run's total (one request per file
 with ``--api``)."""
-PAYLOAD_LIMIT = 1 << 40
-"""A payload is read whole: what one cluster sent for one stage shard."""
 
 
 def verified_run(source: RunSource, run_id: str | None) -> tuple[RecordedRun, TrainConfig]:
@@ -190,28 +199,36 @@ def reproduce_step(
         verdicts = _compare_commitments(
             comparison, counting, run, recorded, result, clusters, choice
         )
+        if choice.mode == "bitwise":
+            disputed = compare_contribution_digests(comparison, recorded, result, cluster)
+        else:
+            disputed = compare_payloads(
+                comparison, counting, config, recorded, result, before, choice, cluster
+            )
         if bisect:
             comparison.bisection = _bisection(
-                comparison, verdicts, clusters, recorded, first_inner_step, seconds, counting
-            )
-        if choice.mode == "bitwise":
-            _compare_contributions(comparison, recorded, result, cluster)
-        else:
-            comparison.notes.append(
-                "contribution digests are compared bitwise only on the recorded hardware class; "
-                "under tolerance the commitments judge each contribution"
+                comparison,
+                verdicts,
+                disputed,
+                clusters,
+                recorded,
+                first_inner_step,
+                seconds,
+                counting,
             )
         if cluster is None:
-            said = generate(config, data.tokenizer(), model_state(result.files.tensors))
-            _compare_generations(comparison, counting, recorded, said)
             if choice.mode == "bitwise":
+                said = generate(config, data.tokenizer(), model_state(result.files.tensors))
+                _compare_generations(comparison, counting, recorded, said)
                 _compare_files(comparison, counting, recorded, result.files)
                 _compare_metrics(comparison, recorded, result)
             else:
                 policy = genesis.verification_policy
                 _compare_metric(comparison, policy, recorded, result, judged=choice.judge_metric)
+                _compare_finiteness(comparison, recorded, result)
                 after = download_model(counting, recorded.checkpoint, work / "after")
                 _compare_parameters(comparison, before, after, result.files, choice)
+                _check_generations(comparison, counting, config, recorded, data.tokenizer(), after)
     comparison.download = _download_report(counting, run, previous, manifest)
     if execution is not None and execution.differences(config):
         comparison.notes.append(f"re-executed with {', '.join(execution.differences(config))}")
@@ -303,16 +320,23 @@ def _compare_commitments(
 def _bisection(
     comparison: Comparison,
     verdicts: list[StageVerdict],
+    disputed: set[tuple[int, int]],
     clusters: list[int],
     recorded: OuterStep,
     first_inner_step: int,
     seconds: float,
     counting: CountingSource,
 ) -> Bisection:
+    """The first dispute of every re-run cluster: in its commitments, else in the payload it
+    sent (``disputed``: the (cluster, stage)s whose recorded payload the re-execution does not
+    reproduce)."""
     disputes = []
     for c in clusters:
         own = [v for v in verdicts if v.cluster == c]
         dispute = first_dispute(own, first_inner_step=first_inner_step)
+        sent = tuple(sorted(s for d, s in disputed if d == c))
+        if dispute is None and sent:
+            dispute = Dispute(cluster=c, inner_step=None, where="contribution", stages=sent)
         if dispute is not None:
             disputes.append(dispute)
     if not verdicts:
@@ -352,23 +376,6 @@ def _download_report(
         run_total=corpus + round(mean * len(steps)),
         run_total_estimated=len(sizes) < len(steps),
     )
-
-
-def _compare_contributions(
-    comparison: Comparison, recorded: OuterStep, result: Reexecution, cluster: int | None
-) -> None:
-    expected = {
-        key: digest
-        for key, digest in recorded.signed_contributions().items()
-        if cluster is None or key[0] == cluster
-    }
-    actual = result.contribution_digests
-    for key in sorted(expected):
-        label = f"contribution of cluster {key[0]} stage {key[1]}: {expected[key][:16]}…"
-        if actual.get(key) == expected[key]:
-            comparison.matched.append(label)
-        else:
-            comparison.mismatched.append(f"{label} re-executed as {str(actual.get(key))[:16]}…")
 
 
 def _compare_files(
@@ -414,9 +421,8 @@ def _compare_files(
 def _compare_generations(
     comparison: Comparison, source: RunSource, recorded: OuterStep, again: Generations
 ) -> None:
-    """What the re-executed model says against what the step recorded it saying: token for
-    token under bitwise; reported, not required, under tolerance (issue: another machine may
-    flip a near-tie of the argmax)."""
+    """Under bitwise, what the re-executed model says against what the step recorded it
+    saying: token for token, text for text."""
     said = Generations.from_payload(json.loads(read_verified(source, recorded.generations.object)))
     differing = [
         g.prompt for g, h in zip(said.generations, again.generations, strict=True) if g != h
@@ -429,11 +435,43 @@ def _compare_generations(
         comparison.matched.append(
             f"generations: {len(said.generations)} greedy continuations equal token for token"
         )
-    elif comparison.mode == "bitwise":
-        comparison.mismatched.append(f"generations differ for prompts {differing!r}")
     else:
-        comparison.notes.append(
-            f"generations differ for prompts {differing!r} (allowed under tolerance)"
+        comparison.mismatched.append(f"generations differ for prompts {differing!r}")
+
+
+def _check_generations(
+    comparison: Comparison,
+    source: RunSource,
+    config: TrainConfig,
+    recorded: OuterStep,
+    tokenizer: Tokenizer,
+    after: CheckpointFiles,
+) -> None:
+    """Under tolerance, where a near-tie of the argmax may flip on other hardware: every
+    recorded token, teacher-forced through the recorded checkpoint (itself judged against the
+    re-execution), is the greedy choice within ``GENERATION_LOGIT_MARGIN``
+    (veritrain/generations.py)."""
+    said = Generations.from_payload(json.loads(read_verified(source, recorded.generations.object)))
+    settings = config.generation
+    if said.prompts != settings.prompts or said.max_new_tokens != settings.max_new_tokens:
+        comparison.mismatched.append(
+            "generations: the recorded object was made for other prompts or lengths"
+        )
+        return
+    checks = check_continuations(
+        config, tokenizer, model_state(after.tensors), said, margin=GENERATION_LOGIT_MARGIN
+    )
+    wrong = [c for c in checks if c.problem is not None]
+    for c in wrong:
+        comparison.mismatched.append(
+            f"generation for {c.prompt!r} is not the recorded checkpoint's greedy one: {c.problem}"
+        )
+    if not wrong:
+        largest = max((c.largest_gap for c in checks), default=0.0)
+        comparison.matched.append(
+            f"generations: {sum(c.tokens for c in checks)} recorded tokens of "
+            f"{len(checks)} continuations are the recorded checkpoint's greedy choices "
+            f"(largest logit gap {largest:.3g} <= {GENERATION_LOGIT_MARGIN})"
         )
 
 
@@ -446,23 +484,53 @@ def _cluster_of(name: str) -> int | None:
 
 
 def _compare_metrics(comparison: Comparison, recorded: OuterStep, result: Reexecution) -> None:
-    """Under bitwise, every metric computed from data and state equals the recorded one."""
+    """Under bitwise, every metric computed from data and state equals the recorded one: the
+    finite ones value for value, the ones the step lists as non-finite non-finite again."""
     again = {k: float(v) for k, v in result.record.metrics.items() if k not in TIMING_METRICS}
     signed = {k: v for k, v in recorded.metrics.items() if k not in TIMING_METRICS}
+    nonfinite = set(recorded.nonfinite_metrics) - TIMING_METRICS
+    mismatched = _nonfinite_mismatches(nonfinite, again)
     differing = sorted(
-        k
-        for k in set(again) | set(signed)
-        if again.get(k) != signed.get(k) and k not in recorded.nonfinite_metrics
+        k for k in set(again) | set(signed) if k not in nonfinite and again.get(k) != signed.get(k)
     )
-    if differing:
-        comparison.mismatched.extend(
-            f"metric {k}: recorded {signed.get(k)!r}, re-executed {again.get(k)!r}"
-            for k in differing
-        )
+    mismatched += [
+        f"metric {k}: recorded {signed.get(k)!r}, re-executed {again.get(k)!r}" for k in differing
+    ]
+    if mismatched:
+        comparison.mismatched.extend(mismatched)
     else:
+        also = f" and {len(nonfinite)} non-finite again" if nonfinite else ""
         comparison.matched.append(
-            f"{len(signed)} metrics equal (all but the measured times {sorted(TIMING_METRICS)})"
+            f"{len(signed)} metrics equal{also} (all but the measured times "
+            f"{sorted(TIMING_METRICS)})"
         )
+
+
+def _nonfinite_mismatches(nonfinite: set[str], again: Mapping[str, float]) -> list[str]:
+    """A metric the step lists as non-finite must be non-finite on re-execution (a finite one
+    is one the record left out of its comparison)."""
+    return [
+        f"metric {k}: recorded as non-finite, re-executed {again.get(k)!r}"
+        for k in sorted(nonfinite)
+        if k not in again or math.isfinite(again[k])
+    ]
+
+
+def _compare_finiteness(comparison: Comparison, recorded: OuterStep, result: Reexecution) -> None:
+    """Under tolerance, where values are not compared one by one: the metrics the step lists
+    as non-finite are exactly the ones the re-execution finds non-finite."""
+    again = {k: float(v) for k, v in result.record.metrics.items() if k not in TIMING_METRICS}
+    nonfinite = set(recorded.nonfinite_metrics) - TIMING_METRICS
+    problems = _nonfinite_mismatches(nonfinite, again)
+    problems += [
+        f"metric {k}: recorded {recorded.metrics.get(k)!r}, re-executed {v!r}"
+        for k, v in sorted(again.items())
+        if not math.isfinite(v) and k not in nonfinite
+    ]
+    if problems:
+        comparison.mismatched.extend(problems)
+    elif nonfinite:
+        comparison.matched.append(f"metrics {sorted(nonfinite)}: non-finite again, as recorded")
 
 
 def _compare_trainer_state(

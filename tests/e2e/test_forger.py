@@ -119,6 +119,19 @@ def lower_the_eval_loss(step: dict[str, Any]) -> None:
     step["metrics"]["eval_loss"] -= 0.5
 
 
+def lower_the_eval_loss_and_call_it_non_finite(step: dict[str, Any]) -> None:
+    """Kept in ``metrics`` and listed as non-finite: reproduce used to skip it."""
+    lower_the_eval_loss(step)
+    step["nonfinite_metrics"] = sorted({*step["nonfinite_metrics"], "eval_loss", "perplexity"})
+
+
+def call_the_eval_loss_non_finite(step: dict[str, Any]) -> None:
+    """Left out of ``metrics`` and listed as non-finite: consistent, but not what it was."""
+    for name in ("eval_loss", "perplexity"):
+        del step["metrics"][name]
+    step["nonfinite_metrics"] = sorted({*step["nonfinite_metrics"], "eval_loss", "perplexity"})
+
+
 CAUGHT: dict[str, tuple[Callable[[Payloads], Payloads], int, str]] = {
     # rewrite: (edit, the check that fails, what its message says)
     "lr x10, config digest kept": (
@@ -153,6 +166,11 @@ CAUGHT: dict[str, tuple[Callable[[Payloads], Payloads], int, str]] = {
         edit_payload("run.genesis", name_a_gpu_nobody_has),
         10,
         "gpu None measured by cluster 0, 'Z9000' in the policy",
+    ),
+    "eval_loss lowered and also listed as non-finite": (
+        edit_payload("outer_step", lower_the_eval_loss_and_call_it_non_finite, step=STEP),
+        9,
+        "'eval_loss' is recorded both as",
     ),
 }
 
@@ -205,6 +223,25 @@ def test_a_consistent_metric_rewrite_passes_verify_and_fails_reproduce(fresh_run
         comparison = reproduce_step(source, None, STEP)
     assert not comparison.ok
     assert any(m.startswith("metric eval_loss") for m in comparison.mismatched), comparison.render()
+
+
+@pytest.mark.parametrize(
+    "edit", [lower_the_eval_loss_and_call_it_non_finite, call_the_eval_loss_non_finite]
+)
+def test_a_metric_listed_as_non_finite_must_be_non_finite_when_reproduced(
+    fresh_run: Settings, edit: Callable[[dict[str, Any]], None]
+) -> None:
+    from veritrain.reproduce import reproduce_step
+
+    Forger(fresh_run, run_id(fresh_run)).rewrite(edit_payload("outer_step", edit, step=STEP))
+
+    with DirectSource(fresh_run) as source:
+        comparison = reproduce_step(source, None, STEP)
+    assert not comparison.ok
+    assert any(
+        m.startswith("metric eval_loss: recorded as non-finite, re-executed ")
+        for m in comparison.mismatched
+    ), comparison.render()
 
 
 def test_a_log_rewritten_under_another_origin_is_caught_only_by_a_returning_verifier(

@@ -16,6 +16,7 @@ from trainer.outer.codec import Codec, DenseCodec
 from trainer.outer.config import OuterConfig
 from trainer.outer.judge import Examination, FullModelJudge, Judge, StageJudge
 from trainer.outer.lowrank_codec import LowRankCodec
+from trainer.outer.nesterov import HOME
 from trainer.outer.protocol import (
     Anomaly,
     Contribution,
@@ -56,14 +57,15 @@ def build_outer_algorithm(
     """The outer algorithm for one process: its stage's parameters (``named_params``, the
     initial values θ₀, copied to fp32), its cluster index and the run seed shared by every
     cluster (the low-rank bases are drawn from it, so every cluster must pass the same).
+    The algorithm and its codec live on the host (``nesterov.HOME``) wherever the parameters
+    train: a payload is the same bits whichever device computed the local parameters.
     ``judge`` joins this stage's view of each round to the rest of its cluster's (judge.py;
     default: this stage alone, no contribution scores)."""
     shapes = [p.shape for _, p in named_params]
     codec: Codec
     if config.compressed:
-        device = named_params[0][1].device if named_params else torch.device("cpu")
         codec = LowRankCodec(
-            config, shapes=shapes, seed=seed, lag=2 if config.overlapped else 1, device=device
+            config, shapes=shapes, seed=seed, lag=2 if config.overlapped else 1, device=HOME
         )
     else:
         codec = DenseCodec(shapes)

@@ -22,7 +22,9 @@ lowrank_codec.py for DiLoCoX). This module owns *when* the mean is applied:
   residual the codec could not send, so the next pseudo-gradient carries it.
 
 Every reduction runs in cluster order on CPU tensors or in fixed-order elementwise kernels, so
-the result is bitwise identical on every cluster and on every re-run (same thread count).
+the result is bitwise identical on every cluster and on every re-run (same thread count). The
+whole outer state lives on the host (``nesterov.HOME``) whatever device trains: ``local`` is read
+from its device and written back to it with explicit copies.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from trainer.outer.config import OuterConfig
 from trainer.outer.contribution_score import RoundData
 from trainer.outer.errors import CallOrderError, OuterStateError, PayloadError
 from trainer.outer.judge import Examination, Judge, StageJudge
-from trainer.outer.nesterov import OuterNesterov
+from trainer.outer.nesterov import HOME, OuterNesterov
 from trainer.outer.protocol import Anomaly, Contribution, OuterUpdate, RoundSignals
 from trainer.outer.verdict import ContributionStatistics, VerdictHistory, VerdictRule, decide
 
@@ -117,8 +119,9 @@ class OuterLoop:
         # Δ = start − θ_local (DiLoCo Algorithm 1 with start = θ_global), fp32 whatever the
         # local dtype.
         reference = self._reference if self._reference is not None else self.outer.params
+        # ``local`` lives on the training device; the outer state on the host (nesterov.HOME).
         pseudo_gradient = [
-            r - p.detach().to(torch.float32) for r, p in zip(reference, local, strict=True)
+            r - p.detach().to(HOME, torch.float32) for r, p in zip(reference, local, strict=True)
         ]
         payload = self.codec.encode(round, pseudo_gradient)
         self._pending[round] = payload
@@ -130,7 +133,7 @@ class OuterLoop:
             # starts where this round ended, i.e. at reference − residual.
             residual = self._residual()
             self._reference = [
-                p.detach().to(torch.float32) + (e if e is not None else 0.0)
+                p.detach().to(HOME, torch.float32) + (e if e is not None else 0.0)
                 for p, e in zip(local, residual, strict=True)
             ]
         return Contribution(

@@ -19,9 +19,17 @@ import torch
 
 from trainer.outer.errors import OuterStateError
 
+HOME = torch.device("cpu")
+"""Where the outer state lives, whatever device trains: the host. The outer step runs once per H
+inner steps, so its cost is small next to theirs; on the host it is the same bits on every
+machine (a GPU's elementwise kernels may fuse ``a + μ·b`` into one rounding, a CPU's do not), so a
+CUDA-recorded step's θ is recomputed exactly on a CPU; and it leaves the accelerator's memory to
+the model (OpenDiLoCo keeps its outer optimiser on the CPU for the same reason). The caller's
+tensors may live anywhere: they are copied here explicitly."""
+
 
 class OuterNesterov:
-    """Global parameters of one stage shard and their outer momentum, both fp32."""
+    """Global parameters of one stage shard and their outer momentum, both fp32, on the host."""
 
     def __init__(
         self,
@@ -37,14 +45,14 @@ class OuterNesterov:
         self.momentum = momentum
         self.nesterov = nesterov
         # Copies: the caller's tensors are the live model and will be trained in place.
-        self.params = [t.detach().to(torch.float32, copy=True).contiguous() for t in initial]
+        self.params = [t.detach().to(HOME, torch.float32, copy=True).contiguous() for t in initial]
         self.momentum_buffers = [torch.zeros_like(p) for p in self.params]
 
     def step(self, pseudo_gradient: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Apply one outer step; returns the update ``lr·u`` that was subtracted (for stats)."""
         updates = []
         for param, buf, grad in zip(
-            self.params, self.momentum_buffers, pseudo_gradient, strict=True
+            self.params, self.momentum_buffers, _home(pseudo_gradient), strict=True
         ):
             buf.mul_(self.momentum).add_(grad)
             direction = grad.add(buf, alpha=self.momentum) if self.nesterov else buf.clone()
@@ -57,7 +65,7 @@ class OuterNesterov:
         """Where ``step(pseudo_gradient)`` would put the parameters, leaving the state alone."""
         out = []
         for param, buf, grad in zip(
-            self.params, self.momentum_buffers, pseudo_gradient, strict=True
+            self.params, self.momentum_buffers, _home(pseudo_gradient), strict=True
         ):
             virtual = buf.mul(self.momentum).add_(grad)
             direction = grad.add(virtual, alpha=self.momentum) if self.nesterov else virtual
@@ -85,3 +93,8 @@ class OuterNesterov:
                         f"expected {key} of shape {tuple(target.shape)}, got {tuple(source.shape)}"
                     )
                 target.copy_(source)
+
+
+def _home(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """``tensors`` as fp32 on the host (no copy when they already are)."""
+    return [t.to(HOME, torch.float32) for t in tensors]

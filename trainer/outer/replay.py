@@ -37,7 +37,7 @@ from trainer.outer.contribution_score import (
     ScoreBatches,
     score_contributions,
 )
-from trainer.outer.errors import OuterStateError
+from trainer.outer.errors import OuterStateError, PayloadError
 from trainer.outer.judge import scored_batches
 from trainer.outer.verdict import ContributionStatistics
 
@@ -100,6 +100,33 @@ def replay_step(
                 )
             replayed.append(_replay_round(config, loops, recorded, batches))
         return ReplayedStep(rounds=replayed, before=before, after=_weights(loops))
+
+
+def decoded_payloads(
+    config: TrainConfig,
+    states: Sequence[Mapping[str, torch.Tensor]] | None,
+    round: int,
+    payloads: Mapping[tuple[int, int], bytes],
+) -> dict[tuple[int, int], dict[str, torch.Tensor]]:
+    """What each (cluster, stage)'s payload of ``round`` sends, in parameter space: the
+    pseudo-gradient it decodes to, by parameter name. The round's bases come from ``states``,
+    every stage's outer state after the previous step (any cluster's: the bases are shared;
+    None: the seed's, before step 0). ``veritrain reproduce`` decodes a recorded payload and
+    its re-execution this way to compare them tensor by tensor."""
+    with _one_thread():
+        loops = _stage_loops(config, states)
+        decoded = {}
+        for (cluster, stage), payload in sorted(payloads.items()):
+            if not 0 <= stage < len(loops) or not payload:
+                raise PayloadError(f"cluster {cluster} stage {stage}: no such stage or payload")
+            codec = loops[stage].codec
+            data = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+            try:
+                tensors = codec.expand(round, codec.coordinates(round, data))
+            except (PayloadError, OuterStateError) as exc:
+                raise PayloadError(f"cluster {cluster} stage {stage}: {exc}") from exc
+            decoded[(cluster, stage)] = dict(zip(loops[stage].names, tensors, strict=True))
+        return decoded
 
 
 def _weights(loops: Sequence[OuterLoop]) -> dict[str, torch.Tensor]:

@@ -27,7 +27,10 @@ comparison of checkpoints are what bind (docs/auditing.md, "What commitments pro
 
 Cost per inner step: one pass over the stage's parameters on CPU for each measurement; the
 bucket and sign of every element are computed once per process and kept (16 bytes per
-parameter), which is nothing at the presets' sizes.
+parameter), which is nothing at the CPU presets' sizes. On a GPU the parameters are copied to
+the host once per inner step for both measurements: gigabytes at qwen2-1.5b, and 16 bytes per
+parameter of host memory for the buckets (docs/trainer.md, "On GPUs": computing the
+measurements on the device is not done yet).
 """
 
 from __future__ import annotations
@@ -134,21 +137,26 @@ class StageCommitments:
         self._step, self._inner, self._contributed = step, [], None
         self._start = self._tensors()
 
+    def _on_host(self) -> list[tuple[str, torch.Tensor]]:
+        """The parameters on the host, read once for both measurements (on a GPU one copy
+        off the device per measurement instead of two; on a CPU no copy at all)."""
+        return [(name, t.detach().to("cpu")) for name, t in self.named]
+
     def _tensors(self) -> ParameterCommitment:
+        host = self._on_host()
         return ParameterCommitment(
-            digest=parameters_digest(self.named),
-            tensors={
-                name: as_fingerprint(self.fingerprinter.tensor(name, t)) for name, t in self.named
-            },
+            digest=parameters_digest(host),
+            tensors={name: as_fingerprint(self.fingerprinter.tensor(name, t)) for name, t in host},
         )
 
     def after_inner_step(self, inner_step: int) -> None:
         """Commit to the parameters as global inner step ``inner_step`` left them."""
+        host = self._on_host()
         self._inner.append(
             InnerStepCommitment(
                 inner_step=inner_step,
-                digest=parameters_digest(self.named),
-                fingerprint=as_fingerprint(self.fingerprinter.stage(self.named)),
+                digest=parameters_digest(host),
+                fingerprint=as_fingerprint(self.fingerprinter.stage(host)),
             )
         )
 

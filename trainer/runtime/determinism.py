@@ -24,12 +24,44 @@ import torch
 from trainer.errors import ConfigError
 
 
+def uses_cuda(requested: str) -> bool:
+    """Whether processes asked for ``requested`` (``TrainConfig.device``) train on CUDA."""
+    return requested == "cuda" or (requested == "auto" and torch.cuda.is_available())
+
+
+def check_devices(requested: str, per_cluster: int, *, visible: int | None = None) -> None:
+    """Before any process starts: a cluster's S·D processes each need a GPU of their own (NCCL
+    refuses two ranks of one world on one device), while clusters are separate worlds and may
+    share the host's GPUs. ``visible``: the CUDA devices this process sees (default: count)."""
+    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
+        return
+    count = torch.cuda.device_count() if visible is None else visible
+    if count == 0:
+        raise ConfigError(
+            "TrainConfig.device is 'cuda' but no CUDA device is visible: "
+            "train with --device cpu, or on a host with a GPU"
+        )
+    if per_cluster > count:
+        raise ConfigError(
+            f"each cluster runs stages x data_parallel = {per_cluster} processes, one per GPU, "
+            f"but {count} CUDA device(s) are visible: use stages x data_parallel <= {count} "
+            f"(e.g. --stages {count}), or --device cpu"
+        )
+
+
 def pick_device(requested: str, local_rank: int) -> torch.device:
-    """The device of a process: ``cuda:<local rank>`` when CUDA is requested or available."""
+    """The device of a process: ``cuda:<local rank>`` when CUDA is requested or available. The
+    local rank is the process's rank in its cluster's world (several clusters on one host share
+    its GPUs); ``check_devices`` has made sure there is one GPU per rank."""
     if requested == "cuda" and not torch.cuda.is_available():
         raise ConfigError("TrainConfig.device is 'cuda' but no CUDA device is available")
-    if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()):
-        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    if uses_cuda(requested):
+        if local_rank >= torch.cuda.device_count():
+            raise ConfigError(
+                f"expected a GPU for local rank {local_rank}, got "
+                f"{torch.cuda.device_count()} visible CUDA device(s)"
+            )
+        return torch.device("cuda", local_rank)
     return torch.device("cpu")
 
 

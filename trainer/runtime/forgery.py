@@ -13,7 +13,10 @@ configuration, so the ledger records an honest-looking run. Kinds:
 * ``lr_scale``: its inner learning rate is ``factor`` times the schedule's for the whole outer
   step;
 * ``contribution_scale``: its pseudo-gradient is ``factor`` times what it trained (through
-  trainer/runtime/poison.py, after its last inner step).
+  trainer/runtime/poison.py, after its last inner step);
+* ``payload_scale``: the same scaling, after its per-inner-step commitments were taken -- a
+  cluster that commits to an honest shadow run and sends another payload (the commitments
+  then say nothing of it: reproduce must judge the payload itself).
 """
 
 from __future__ import annotations
@@ -23,12 +26,15 @@ from typing import Literal
 
 from trainer.config import PoisonForTesting
 
-ForgeryKind = Literal["skip_inner_step", "other_window", "lr_scale", "contribution_scale"]
+ForgeryKind = Literal[
+    "skip_inner_step", "other_window", "lr_scale", "contribution_scale", "payload_scale"
+]
 FORGERY_KINDS: tuple[ForgeryKind, ...] = (
     "skip_inner_step",
     "other_window",
     "lr_scale",
     "contribution_scale",
+    "payload_scale",
 )
 WINDOW_OFFSET = 1_000_003
 """How far ahead (in global inner steps) ``other_window`` reads: beyond any run's budget."""
@@ -43,7 +49,7 @@ class Forgery:
     inner_step: int = 0
     """``skip_inner_step`` / ``other_window``: which inner step of the outer step (from 0)."""
     factor: float = 1.0
-    """``lr_scale`` / ``contribution_scale``: the factor."""
+    """``lr_scale`` / ``contribution_scale`` / ``payload_scale``: the factor."""
 
     def __post_init__(self) -> None:
         if self.kind not in FORGERY_KINDS:
@@ -74,9 +80,14 @@ class Forgery:
     def lr_factor(self, cluster: int, step: int) -> float:
         return self.factor if self.kind == "lr_scale" and self._here(cluster, step) else 1.0
 
+    @property
+    def hidden_from_commitments(self) -> bool:
+        """Whether the scaling comes after the commitments are taken (``payload_scale``)."""
+        return self.kind == "payload_scale"
+
     def poison(self) -> PoisonForTesting | None:
         """The contribution scaling as the poison rule it is."""
-        if self.kind != "contribution_scale":
+        if self.kind not in ("contribution_scale", "payload_scale"):
             return None
         return PoisonForTesting(
             cluster=self.cluster, step=self.step, kind="scale", factor=self.factor

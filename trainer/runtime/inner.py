@@ -58,9 +58,14 @@ def learning_rate(config: InnerConfig, step: int, planned_steps: int) -> float:
 
 def inner_adamw(parameters: Iterable[torch.nn.Parameter], config: InnerConfig) -> torch.optim.AdamW:
     """AdamW over ``parameters`` with decoupled weight decay on 2-D weights only (matrices and
-    embeddings; nanoGPT's convention). ``foreach=False``: one kernel per tensor, the same
-    arithmetic on every run."""
+    embeddings; nanoGPT's convention). On CPU ``foreach=False``: one kernel per tensor, the same
+    arithmetic on every run, bit for bit as it always was. On CUDA the fused kernel (one launch
+    for every tensor, torch.optim.AdamW's ``fused``): each element's update is still computed
+    by one thread in a fixed order, so it is as repeatable run to run as the per-tensor kernels,
+    though not bit-equal to the CPU's (no GPU update is: another compiler contracts ``a·b + c``
+    into one rounding)."""
     params = list(parameters)
+    fused = bool(params) and params[0].device.type == "cuda"
     return torch.optim.AdamW(
         [
             {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
@@ -70,6 +75,7 @@ def inner_adamw(parameters: Iterable[torch.nn.Parameter], config: InnerConfig) -
         betas=(config.beta1, config.beta2),
         eps=config.eps,
         foreach=False,
+        fused=True if fused else None,
     )
 
 
@@ -211,12 +217,15 @@ class InnerOptimizer:
                 raise CheckpointError(
                     f"expected AdamW state {keys} for {name}, got only some of them"
                 )
-            # Moments follow the parameter's dtype: a state saved at one precision resumes at
-            # another (an fp64 re-execution of an fp32 run); the step counter stays a CPU scalar.
+            # Moments follow the parameter's dtype and device: a state saved at one precision or
+            # on one device resumes at another (an fp64 re-execution of an fp32 run, a CPU
+            # re-execution of a CUDA step). The step counter is a CPU scalar, except for the
+            # fused CUDA kernel, which reads it on the parameter's device.
+            step_device = p.device if self.optimizer.defaults.get("fused") else "cpu"
             self.optimizer.state[p] = {
                 k: state[f"{name}.{k}"].clone().to(p.device, p.dtype)
                 if k != "step"
-                else state[f"{name}.{k}"].clone()
+                else state[f"{name}.{k}"].clone().to(step_device)
                 for k in keys
             }
 

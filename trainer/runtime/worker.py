@@ -165,8 +165,13 @@ class WorkerSpec:
 
 def spawned_entry(index: int, spec: WorkerSpec, results: Any) -> None:
     """Entry point of a spawned process; the coordinator puts the run summary in ``results``."""
+    cluster, stage, replica = spec.topology.place_replica(index)
     summary = run_process(
-        index, spec, local_rank=index, store=spec.links.stores[spec.topology.place(index)[0]]
+        index,
+        spec,
+        # a cluster's rank picks its GPU: clusters on one host share the host's GPUs
+        local_rank=spec.topology.cluster_rank(stage, replica),
+        store=spec.links.stores[cluster],
     )
     if summary is not None:
         results.put(summary)
@@ -629,10 +634,13 @@ class _Process:
         if callable(note_round_data):  # what the round trains on, for its contribution scores
             note_round_data(step, first_inner_step=cursor.inner_steps_done, inner_steps=H)
         if self.sync is not None:
-            if poisoned and poison is not None:
+            hidden = forgery is not None and forgery.hidden_from_commitments
+            if poisoned and poison is not None and not hidden:
                 poison_local(self.outer_params, round_start, poison, seed=self.config.seed)
             if self.commitments is not None:
                 self.commitments.contributed()
+            if poisoned and poison is not None and hidden:  # forgery.py: ``payload_scale``
+                poison_local(self.outer_params, round_start, poison, seed=self.config.seed)
             exchanged = self.sync.step(step, numbers, exchange=self.spec.mode != "contribute")
             if exchanged.listened is not None and exchanged.quorum is not None:
                 if self.groups.data is not None:
@@ -854,17 +862,15 @@ class _Process:
     def _commit(
         self, step: int, contribution: Contribution, numbers: ClusterNumbers
     ) -> ContributionHeader:
-        """Keep and sign this process's payload, then post its header (membership.py)."""
-        signed: StageContribution | None = None
-        if self.spec.mode != "contribute":
-            own = ContributionDigest(
-                cluster=self.cluster, stage=self.stage, digest=contribution.digest
-            )
-            # The signature covers the inner steps' commitments too (records/commitments.py):
-            # they are complete once the contribution is computed.
-            commitments = self.commitments.take() if self.commitments is not None else None
-            payload = contribution.payload.cpu().numpy().tobytes()
-            signed = self.recorder.publish_contribution(step, own, payload, commitments)
+        """Keep and sign this process's payload, then post its header (membership.py). A
+        re-execution's recorder keeps the payload too (``--cluster J`` included): reproduce
+        compares it with the recorded one."""
+        own = ContributionDigest(cluster=self.cluster, stage=self.stage, digest=contribution.digest)
+        # The signature covers the inner steps' commitments too (records/commitments.py):
+        # they are complete once the contribution is computed.
+        commitments = self.commitments.take() if self.commitments is not None else None
+        payload = contribution.payload.cpu().numpy().tobytes()
+        signed = self.recorder.publish_contribution(step, own, payload, commitments)
         header = self._header(step, contribution, signed, numbers)
         post_header(self.channel, header)
         if self.groups.data is not None and self.spec.mode != "contribute":

@@ -11,15 +11,14 @@ with a stage's neighbours replaced by random tensors of the right shape):
   device running every stage in turn, without the overlap a pipeline of S devices has;
 * **MFU**: model FLOPs per second over the device's peak, with 6 FLOPs per parameter per
   token for forward and backward (Kaplan et al. 2020 §2.1) and 8 with recomputation (one
-  more forward). The peak is ``--peak-tflops`` when given (a datasheet number, e.g. 989 for
-  an H100 SXM's dense bf16); otherwise the faster rate of a 1024-square matrix product
-  measured here in fp32 and in the step's arithmetic -- an achievable peak of this machine,
-  not a datasheet number, and stated as such in the result.
+  more forward). The peak is ``--peak-tflops`` when given; otherwise the GPU's datasheet
+  dense rate (device_peak.py, e.g. 989.5 for an H100 or H200 SXM in bf16), else a measured
+  matrix product's rate, stated as such in the result. MFU never exceeds 100%
+  (device_peak.py says how).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -31,6 +30,7 @@ from trainer.memory import StageStep, measure_stage_step
 from trainer.planner import Placement, Workload, plan
 from trainer.planner import Precision as PlannedPrecision
 from trainer.presets import MODEL_PRESETS
+from veritrain.bench.device_peak import bounded_peak, device_peak
 from veritrain.errors import BenchError
 
 
@@ -47,7 +47,7 @@ class ThroughputBenchConfig:
     timed_steps: int = 3
     """Inner steps timed per stage (after two measured and one warm-up step)."""
     peak_tflops: float | None = None
-    """The device's peak FLOP/s in TFLOP/s; None measures a matrix product's rate."""
+    """The device's peak FLOP/s in TFLOP/s; None: the datasheet's, else a measured rate."""
     threads: int | None = None
     """CPU intra-op threads (None: torch's default)."""
 
@@ -164,16 +164,21 @@ def run_throughput_bench(
                 timed_steps=config.timed_steps,
             )
         )
-    if config.peak_tflops is not None:
-        peak, source = config.peak_tflops, "given"
-    else:
-        say("measuring the device's matrix-product rate")
-        # The faster of fp32 and the step's arithmetic: on a CPU without bf16 units a bf16
-        # product is slower than fp32, and the peak must bound what the step achieves.
-        peak = max(matmul_tflops(device, "fp32"), matmul_tflops(device, config.precision))
-        source = "measured matmul rate"
     tokens = steps[0].tokens_per_step
     parameters = model.parameter_count()
+    flops_per_token = (8 if config.activation_checkpointing else 6) * parameters
+    tokens_per_second = tokens / sum(s.seconds_per_step for s in steps)
+    achieved = flops_per_token * tokens_per_second / 1e12
+    if config.peak_tflops is not None:
+        if config.peak_tflops < achieved:
+            raise BenchError(
+                f"expected --peak-tflops at least the {achieved:.3g} TFLOP/s the step achieved, "
+                f"got {config.peak_tflops:g}: that is no peak (MFU would exceed 100%)"
+            )
+        peak, source = config.peak_tflops, "given"
+    else:
+        say("finding the device's peak (datasheet, else a matrix product's rate)")
+        peak, source = bounded_peak(*device_peak(device, config.precision), achieved)
     return ThroughputResult(
         config=config,
         device_name=torch.cuda.get_device_name(device)
@@ -181,8 +186,8 @@ def run_throughput_bench(
         else f"CPU ({torch.get_num_threads()} threads)",
         parameters=parameters,
         tokens_per_step=tokens,
-        tokens_per_second=tokens / sum(s.seconds_per_step for s in steps),
-        flops_per_token=(8 if config.activation_checkpointing else 6) * parameters,
+        tokens_per_second=tokens_per_second,
+        flops_per_token=flops_per_token,
         peak_tflops=peak,
         peak_source=source,
         stages=tuple(
@@ -195,22 +200,3 @@ def run_throughput_bench(
             for s in steps
         ),
     )
-
-
-def matmul_tflops(
-    device: torch.device, precision: Precision, *, size: int = 1024, repeats: int = 5
-) -> float:
-    """TFLOP/s of ``size``-square matrix products in the step's arithmetic (2 n³ FLOPs each)."""
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp64": torch.float64}[precision]
-    a = torch.randn(size, size, device=device).to(dtype)
-    b = torch.randn(size, size, device=device).to(dtype)
-    torch.mm(a, b)  # warm-up
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    started = time.perf_counter()
-    for _ in range(repeats):
-        torch.mm(a, b)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    seconds = (time.perf_counter() - started) / repeats
-    return 2 * size**3 / seconds / 1e12

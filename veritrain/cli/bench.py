@@ -231,7 +231,10 @@ def throughput(
         float | None,
         typer.Option(
             min=1e-6,
-            help="The device's peak TFLOP/s for MFU (default: a matrix product's measured rate).",
+            help=(
+                "The device's peak TFLOP/s for MFU (default: a GPU's datasheet dense rate, "
+                "else a measured matrix product's rate)."
+            ),
         ),
     ] = None,
     threads: Annotated[

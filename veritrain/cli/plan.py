@@ -48,7 +48,8 @@ def plan(
         bool,
         typer.Option(
             help=(
-                "Keep the outer state in host memory (planning only: the trainer does not offload)."
+                "Keep the outer state in host memory (what the trainer does: implied by "
+                "--held trainer)."
             )
         ),
     ] = False,
@@ -57,7 +58,7 @@ def plan(
         typer.Option(
             help=(
                 "paper: the DiLoCoX GPU setting (ZeRO sharding "
-                "over D, offload: not implemented by the trainer); "
+                "over D, not implemented by the trainer); "
                 "trainer: what this trainer holds today (no sharding), "
                 "as measured by `veritrain bench throughput`."
             )

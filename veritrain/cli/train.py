@@ -21,7 +21,12 @@ import typer
 def train(
     preset: Annotated[
         str | None,
-        typer.Option(help="Run preset: tiny, tiny-wide, small, qwen2-12m, or a model preset name."),
+        typer.Option(
+            help=(
+                "Run preset: tiny, tiny-wide, small, qwen2-12m, qwen2-0.5b, qwen2-1.5b (GPU), "
+                "or a model preset name."
+            )
+        ),
     ] = None,
     config: Annotated[
         Path | None, typer.Option(help="A JSON or TOML file laid out like TrainConfig.to_dict().")

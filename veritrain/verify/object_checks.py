@@ -127,14 +127,22 @@ def check_generations(
 
 
 def check_metrics(report: Report, run: RecordedRun, source: RunSource) -> None:
-    """9. The metrics table (what charts show) equals the metrics signed in the entries."""
+    """9. The metrics table (what charts show) equals the metrics signed in the entries, and
+    no entry lists a metric both as finite and as non-finite."""
     result = report.check(9)
     signed: dict[tuple[int, str], float] = {}
     where: dict[int, LogEntry] = {}
+    problems: dict[int, list[str]] = {}
     for entry, outer_step in run.outer_steps:
         where[outer_step.step] = entry
         for key, value in outer_step.metrics.items():
             signed[(outer_step.step, key)] = value
+        # A metric is finite (in ``metrics``) or not (named in ``nonfinite_metrics``), never
+        # both: a name in both would let reproduce skip a finite value it must compare.
+        for key in sorted(set(outer_step.metrics) & set(outer_step.nonfinite_metrics)):
+            problems.setdefault(outer_step.step, []).append(
+                f"{key!r} is recorded both as {outer_step.metrics[key]!r} and as non-finite"
+            )
     try:
         rows = source.metrics(run.run_id)
     except SourceError as exc:
@@ -142,7 +150,6 @@ def check_metrics(report: Report, run: RecordedRun, source: RunSource) -> None:
         return
     served = {(m.step, m.key): m.value for m in rows}
     result.checked = len(signed)
-    problems: dict[int, list[str]] = {}
     for (step, key), value in sorted(signed.items()):
         if (step, key) not in served:
             problems.setdefault(step, []).append(f"{key!r} is missing from the metrics table")

@@ -8,7 +8,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from veritrain.bench.device_peak import bounded_peak, datasheet_tflops
 from veritrain.cli.main import app
+from veritrain.errors import BenchError
 
 runner = CliRunner()
 SMALL_RUN = [
@@ -50,3 +52,29 @@ def test_on_cuda_peak_memory_comes_from_the_caching_allocator() -> None:
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["tokens_per_second"] > 0 and report["peak_memory_bytes"] > 0
+
+
+def test_mfu_never_exceeds_one_whatever_the_peak() -> None:
+    # A peak below what the step achieved is no peak: a given one is refused...
+    refused = runner.invoke(app, [*SMALL_RUN, "--peak-tflops", "0.000001"])
+    assert refused.exit_code != 0
+    assert isinstance(refused.exception, BenchError)  # the CLI prints it as one line
+    assert str(refused.exception).endswith("that is no peak (MFU would exceed 100%)")
+    # ... and a found one (a product too small to fill the device: MFU 362% on an H200 at
+    # 1024²) gives way to the step's own rate.
+    peak, source = bounded_peak(47.0, "measured bf16 1024² matmul rate", 190.0)
+    assert (peak, source) == (
+        190.0,
+        "the step's own rate (measured bf16 1024² matmul rate: 47 TFLOP/s, below it)",
+    )
+    assert bounded_peak(989.5, "datasheet", 190.0) == (989.5, "datasheet")
+
+
+def test_a_gpus_peak_is_its_datasheets_dense_rate() -> None:
+    assert datasheet_tflops("NVIDIA H100 80GB HBM3", "bf16") == 989.5
+    assert datasheet_tflops("NVIDIA H200", "bf16") == 989.5
+    assert datasheet_tflops("NVIDIA H100 PCIe", "bf16") == 756.5
+    assert datasheet_tflops("NVIDIA A100-SXM4-80GB", "bf16") == 312.0
+    assert datasheet_tflops("NVIDIA A100-SXM4-80GB", "fp32") == 19.5
+    assert datasheet_tflops("NVIDIA L40S", "bf16") == 366.5  # not L4's
+    assert datasheet_tflops("NVIDIA GeForce RTX 4090", "bf16") is None  # measured instead

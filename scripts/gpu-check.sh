@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# The GPU check of issue 22, one prepared script for a single-GPU host (about 6-8 minutes):
+#   (a) a tiny C2 S1 bf16 run on CUDA under the tolerance policy, `veritrain verify`, and
+#       `veritrain reproduce --step 1 --device cpu` (the CUDA-recorded step re-executed on a CPU);
+#   (b) `veritrain bench throughput` at qwen2-1.5b and qwen2-0.5b (bf16, S1, 4 x 8 x 1024);
+#   (c) a short `veritrain train` at qwen2-0.5b (C1 S1, same batch), its inner steps' tokens/s
+#       against (b)'s for the same shape and batch: the cost of the audit (commitments) and of
+#       the rest of a step (exchange, scores, checkpoint and recording) are reported apart.
+# It writes OUT_DIR/gpu-check.json (one summary) and prints a table.
+#
+# Usage: scripts/gpu-check.sh OUT_DIR      (PYTHON=... picks the interpreter; default python3)
+#
+# It installs nothing: the interpreter must already have torch with CUDA and veritrain's
+# dependencies (a GPU image's own torch is kept; ../shared/gpu/wheels.sh downloads the others as
+# wheels). A missing package is named and the script stops; so does a host without CUDA. The
+# source tree this script sits in is what runs (PYTHONPATH), not an installed copy.
+set -uo pipefail
+
+OUT=${1:?usage: scripts/gpu-check.sh OUT_DIR}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PYTHON:-python3}
+
+fail() {
+  echo "gpu-check: $*" >&2
+  exit 2
+}
+
+command -v "$PY" >/dev/null 2>&1 ||
+  fail "no Python interpreter '$PY' (set PYTHON=/path/to/python3)"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 RUST_LOG=warn
+
+# 1. What must be there before anything runs: torch, a CUDA device, every module the steps import.
+"$PY" -c "import torch" 2>/dev/null ||
+  fail "missing Python package 'torch' for $PY: install a CUDA build of PyTorch (>= 2.7), run again"
+"$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" ||
+  fail "no CUDA device visible to $PY" \
+    "(torch $("$PY" -c 'import torch; print(torch.__version__)')): run this on a GPU host"
+missing=$("$PY" - <<'EOF'
+import importlib
+for module in ("veritrain.cli.main", "trainer.api", "veritrain.reproduce", "veritrain.verify",
+               "veritrain.bench.step_throughput", "veritrain.training", "tokenizers"):
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        print(exc.name.split(".")[0])
+        break
+EOF
+)
+[ -z "$missing" ] || fail "missing Python package '$missing' for $PY: install it" \
+  "(../shared/gpu/wheels.sh fetches the wheels) and run again"
+
+mkdir -p "$OUT" || fail "cannot create $OUT"
+OUT=$(cd "$OUT" && pwd)
+export VERITRAIN_DATA_DIR="$OUT/veritrain-data"  # its own ledger, objects, keys and corpora
+rm -rf "$VERITRAIN_DATA_DIR"
+STEPS="$OUT/steps.tsv"
+: >"$STEPS"
+
+# One step: NAME LIMIT_SECONDS OUTPUT_FILE COMMAND...; its exit status and seconds go to steps.tsv.
+step() {
+  local name=$1 limit=$2 output=$3
+  shift 3
+  echo "gpu-check: $name ..." >&2
+  local started=$SECONDS
+  timeout "$limit" "$@" >"$OUT/$output" 2>"$OUT/$name.log"
+  local rc=$?
+  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - started))" "$output" >>"$STEPS"
+  [ "$rc" -eq 0 ] || echo "gpu-check: $name failed (exit $rc): see $OUT/$name.log" >&2
+}
+
+VT=("$PY" -m veritrain)
+# (a) record a CUDA run, verify it, re-execute its step 1 on the CPU
+step train-tiny 240 train-tiny.out "${VT[@]}" train --preset tiny --clusters 2 --stages 1 \
+  --outer-steps 2 --precision bf16 --verification tolerance --run-id gpu-check-tiny --quiet
+step verify-tiny 120 verify-tiny.json "${VT[@]}" verify gpu-check-tiny --json
+step reproduce-tiny-cpu 180 reproduce-tiny-cpu.json "${VT[@]}" reproduce gpu-check-tiny \
+  --step 1 --device cpu --json
+# (b) the model and its inner step alone, in one process
+for preset in qwen2-1.5b qwen2-0.5b; do
+  step "bench-$preset" 150 "bench-$preset.json" "${VT[@]}" bench throughput --preset "$preset" \
+    --device cuda --precision bf16 --stages 1 --micro-batches 4 --micro-batch-size 8 --steps 3 \
+    --json
+done
+# (c) the real trainer at the bench's shape and batch
+step train-qwen2-0.5b 300 train-qwen2-0.5b.out "${VT[@]}" train --preset qwen2-0.5b \
+  --clusters 1 --stages 1 --outer-steps 2 --inner-steps 4 --verification tolerance \
+  --run-id gpu-check-qwen2 --quiet
+
+# The summary and the table.
+"$PY" - "$OUT" "$ROOT" <<'EOF'
+import datetime, json, pathlib, sqlite3, subprocess, sys
+
+import torch
+
+out, root = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+
+
+def load(name):
+    try:
+        return json.loads((out / name).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+steps = {}
+for line in (out / "steps.tsv").read_text().splitlines():
+    name, rc, seconds, output = line.split("\t")
+    steps[name] = {"exit": int(rc), "seconds": int(seconds), "output": output}
+try:
+    commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                            text=True, check=True).stdout.strip()
+except (OSError, subprocess.CalledProcessError):
+    commit = "unknown"
+bench = {p: load(f"bench-{p}.json") for p in ("qwen2-1.5b", "qwen2-0.5b")}
+verify, reproduce = load("verify-tiny.json"), load("reproduce-tiny-cpu.json")
+
+# (c): the ledger's metrics of each recorded step (ledger/models.py Metric)
+trainer = {}
+ledger = out / "veritrain-data" / "ledger.db"
+if ledger.exists():
+    with sqlite3.connect(ledger) as db:
+        rows = db.execute("SELECT step, key, value FROM metrics WHERE run_id = ?",
+                          ("gpu-check-qwen2",)).fetchall()
+    per_step = {}
+    for step, key, value in rows:
+        per_step.setdefault(step, {})[key] = value
+    # the first step pays the start (compilation of kernels, allocator): the last one is steady
+    last = per_step.get(max(per_step)) if per_step else None
+    if last and last.get("compute_seconds"):
+        inner = last["step_tokens"] / last["compute_seconds"]
+        bench_rate = (bench["qwen2-0.5b"] or {}).get("tokens_per_second")
+        trainer = {
+            "step": max(per_step),
+            "metrics": last,
+            "inner_tokens_per_second": inner,
+            "step_tokens_per_second": last["step_tokens"] / last["wall_seconds"],
+            "bench_tokens_per_second": bench_rate,
+            "inner_over_bench": inner / bench_rate if bench_rate else None,
+            "outside_inner_seconds": last["wall_seconds"] - last["compute_seconds"],
+        }
+
+summary = {
+    "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    "commit": commit,
+    "device": torch.cuda.get_device_name(0),
+    "torch": torch.__version__,
+    "cuda": torch.version.cuda,
+    "python": sys.version.split()[0],
+    "steps": steps,
+    "verify_ok": (verify or {}).get("ok"),
+    "reproduce_cpu": reproduce,
+    "bench": {
+        p: None if r is None else {k: r.get(k) for k in (
+            "parameters", "tokens_per_second", "mfu", "peak_tflops", "peak_source",
+            "peak_memory_bytes")}
+        for p, r in bench.items()
+    },
+    "trainer_qwen2_0_5b": trainer,
+    "passed": all(s["exit"] == 0 for s in steps.values()),
+}
+(out / "gpu-check.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+
+print(f"\ngpu-check on {summary['device']} (torch {summary['torch']}, CUDA {summary['cuda']}), "
+      f"commit {commit[:12]}, {summary['date']}")
+print(f"  {'step':<22} {'exit':>4} {'seconds':>8}")
+for name, s in steps.items():
+    print(f"  {name:<22} {s['exit']:>4} {s['seconds']:>8}")
+for p, r in summary["bench"].items():
+    if r:
+        print(f"  bench {p}: {r['tokens_per_second']:,.0f} tokens/s, MFU {r['mfu']:.1%} of "
+              f"{r['peak_tflops']:.4g} TFLOP/s ({r['peak_source']}), "
+              f"peak {r['peak_memory_bytes'] / 1e9:.1f} GB")
+if trainer:
+    ratio = trainer["inner_over_bench"]
+    print(f"  train qwen2-0.5b step {trainer['step']}: inner steps "
+          f"{trainer['inner_tokens_per_second']:,.0f} tokens/s"
+          + (f" = {ratio:.2f} of the bench" if ratio else "")
+          + f"; the whole step {trainer['step_tokens_per_second']:,.0f} tokens/s, "
+          f"{trainer['outside_inner_seconds']:.1f} s outside the inner steps")
+print(f"  summary: {out / 'gpu-check.json'}; {'PASSED' if summary['passed'] else 'FAILED'}")
+sys.exit(0 if summary["passed"] else 1)
+EOF
