@@ -5,8 +5,14 @@ depends on how it is configured:
 
 - PostgreSQL runs through psycopg 3 (``postgresql://`` URLs are mapped to
   ``postgresql+psycopg://``). An append locks its run row with ``SELECT ... FOR UPDATE``.
-- SQLite gets foreign keys, WAL (readers never block the writer) and a busy timeout. The
-  pysqlite driver's own transaction handling starts transactions late and never for
+- SQLite gets foreign keys and a busy timeout on every connection. WAL (readers never block
+  the writer, the writer never blocks readers) is a property of the database file
+  (https://sqlite.org/wal.html#persistence_of_wal_mode), so :func:`upgrade` sets it once, when
+  it creates or migrates the file; connections never ask for it. Switching a file into WAL
+  needs an exclusive lock, so a reader that asked on connect could wait out the busy timeout
+  behind a writer and fail with "database is locked".
+
+  The pysqlite driver's own transaction handling starts transactions late and never for
   SELECTs, so the engine takes over (SQLAlchemy's documented recipe): every transaction
   starts with an explicit ``BEGIN``, and write transactions with ``BEGIN IMMEDIATE``, which
   takes SQLite's single write lock up front. Two appenders therefore queue on the lock
@@ -126,6 +132,7 @@ def upgrade(url: str, revision: str = "head") -> str:
     parsed = database_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        _sqlite_wal_mode(Path(parsed.database))
     config = alembic_config(url)
     command.upgrade(config, revision)
     engine = create_engine(url)
@@ -207,9 +214,25 @@ def _sqlite_connect(dbapi_connection: sqlite3.Connection, _record: object) -> No
     try:
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode = WAL")
     finally:
         cursor.close()
+
+
+def _sqlite_wal_mode(path: Path) -> None:
+    """Put the SQLite file at ``path`` (created if missing) in WAL mode, unless it already is:
+    asking a file already in WAL takes no lock, so a run starting beside readers and writers
+    of an existing ledger waits for nobody."""
+    connection = sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
+    try:
+        (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
+        if str(mode).lower() != "wal":
+            (mode,) = connection.execute("PRAGMA journal_mode = WAL").fetchone()
+            if str(mode).lower() != "wal":
+                raise sqlite3.OperationalError(
+                    f"expected SQLite to put {path} in WAL mode, it stayed in {mode!r}"
+                )
+    finally:
+        connection.close()
 
 
 def _sqlite_begin(conn: Connection) -> None:

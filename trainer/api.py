@@ -437,9 +437,14 @@ def tokenizer_export(tokenizer: Tokenizer) -> TokenizerExport:
     """The tokenizer files and special ids every checkpoint carries, so that a checkpoint
     folder is a Hugging Face model repo ``AutoTokenizer`` loads (bytes included: a BPE over the
     256 byte symbols with no merges), and a run and its re-execution write the same files.
-    Generation stops at the corpus's end-of-text id. ``veritrain verify`` recomputes every
-    revision's files from it."""
-    return TokenizerExport(files=tokenizer.hf_files(), eos_token_id=tokenizer.end_of_text)
+    Generation stops at the corpus's end-of-text id, which also pads a batch (the id
+    tokenizer_config.json names for both, trainer/data/tokenizer.py). ``veritrain verify``
+    recomputes every revision's files from it."""
+    return TokenizerExport(
+        files=tokenizer.hf_files(),
+        eos_token_id=tokenizer.end_of_text,
+        pad_token_id=tokenizer.end_of_text,
+    )
 
 
 def _next_step(state: CheckpointFiles, config: TrainConfig) -> int:

@@ -26,6 +26,9 @@ from trainer.model import FAMILIES, ModelConfig
 
 HF_CONFIG = "config.json"
 GENERATION_CONFIG = "generation_config.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+REPO_METADATA = (HF_CONFIG, GENERATION_CONFIG, TOKENIZER_CONFIG)
+"""The files whose content depends on the model-repo format (:data:`REPO_FORMAT`)."""
 
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
 """transformers' class for each family (config.json's ``architectures``)."""
@@ -127,6 +130,35 @@ def repo_json_files(model: ModelConfig, tokenizer: TokenizerExport) -> dict[str,
         GENERATION_CONFIG: generation_config(tokenizer),
         **tokenizer.json_files(),
     }
+
+
+REPO_FORMAT = 2
+"""The model-repo files written now. Format 1 (up to 0313592) left padding unnamed and, for
+byte-level tokens, named no special token in ``tokenizer_config.json``: transformers then added
+a 257th token the model has no row for. Format 2 names EOS = padding = the end-of-text token,
+no BOS and no unknown token, in every file (trainer/data/tokenizer.py). A re-execution writes
+format 2; a step recorded in format 1 is judged against :func:`as_format_1` of it."""
+
+_FORMAT_2_TOKENIZER_KEYS = ("pad_token", "bos_token", "unk_token", "split_special_tokens")
+
+
+def as_format_1(documents: Mapping[str, Any]) -> dict[str, Any]:
+    """The model-repo JSON documents format 1 wrote from the same model and tokenizer as the
+    format-2 ``documents`` (other files pass through unchanged): no ``pad_token_id`` in
+    config.json and generation_config.json, and in tokenizer_config.json no padding, BOS or
+    unknown token, and no EOS where format 2 splits special tokens (byte-level tokens, whose
+    format-1 file named none)."""
+    older = dict(documents)
+    for name in (HF_CONFIG, GENERATION_CONFIG):
+        if name in older:
+            older[name] = {**older[name], "pad_token_id": None}
+    config = older.get(TOKENIZER_CONFIG)
+    if isinstance(config, Mapping):
+        dropped = set(_FORMAT_2_TOKENIZER_KEYS)
+        if config.get("split_special_tokens"):
+            dropped.add("eos_token")
+        older[TOKENIZER_CONFIG] = {k: v for k, v in config.items() if k not in dropped}
+    return older
 
 
 def model_config_from_hf(document: Mapping[str, Any]) -> ModelConfig:

@@ -53,6 +53,7 @@ from trainer.config import TrainConfig
 from trainer.data.assignment import AssignmentRule
 from trainer.data.tokenizer import Tokenizer
 from trainer.execution import Execution
+from trainer.hf_repo import REPO_METADATA, as_format_1
 from trainer.recorder import TIMING_METRICS
 from veritrain.audit.comparison import Bisection, Comparison
 from veritrain.audit.contributions import (
@@ -398,11 +399,18 @@ def _compare_files(
         shards = {n: tensor_nbytes(files.tensors[n]) for n in files.tensors if is_model_shard(n)}
         if shards:
             digests.update(write_model_index(folder, shards))
+        # A step recorded before model-repo format 2 is judged by the format it recorded.
+        metadata = {n: d for n, d in files.json.items() if n in REPO_METADATA}
+        older = write_files(Path(folder) / "format-1", json_files=as_format_1(metadata))
         for name in sorted(set(expected) | set(digests)):
             if name == TRAINER_STATE and name in digests and digests[name] != expected.get(name):
                 _compare_trainer_state(comparison, source, expected[name], Path(folder) / name)
             elif digests.get(name) == expected.get(name):
                 comparison.matched.append(f"{name}: {expected[name][:16]}…")
+            elif name in older and older[name] == expected.get(name):
+                comparison.matched.append(
+                    f"{name}: {expected[name][:16]}… (model-repo format 1, as recorded)"
+                )
             else:
                 comparison.mismatched.append(
                     f"{name}: recorded {str(expected.get(name))[:16]}…, "

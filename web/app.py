@@ -22,6 +22,7 @@ from web.audit_status import StatusCache
 from web.deps import Resources
 from web.errors import install_error_handlers
 from web.hf_repo import RootIndex
+from web.http_methods import HttpMethodsMiddleware
 from web.routes import checkpoints, hf, log, metrics, objects, ops, pages, runs, tiles
 from web.security_headers import NoSniffMiddleware
 from web.series import SeriesCache
@@ -77,6 +78,8 @@ def create_app(settings: WebSettings) -> FastAPI:
         openapi_url="/openapi.json",
     )
     install_error_handlers(app)
+    # Innermost: telemetry sees a HEAD answered as a GET as the one HEAD request it is.
+    app.add_middleware(HttpMethodsMiddleware, routes=lambda: app.routes)
     app.add_middleware(TelemetryMiddleware, telemetry=telemetry)
     app.add_middleware(NoSniffMiddleware)
     routers = (

@@ -20,7 +20,7 @@ from ledger.service import Ledger
 from records import KIND_OUTER_STEP, OuterStep
 from storage import ObjectStore
 from web.errors import NotFoundError, UnreadableRunError
-from web.revisions import hub_error, parse_revision
+from web.revisions import LATEST, hub_error, parse_revision, revision_name
 from web.run_records import (
     CheckpointRef,
     checkpoint_ref,
@@ -77,6 +77,43 @@ class RootIndex:
                 self._steps.popitem(last=False)
             self._scanned[run_id] = max(start, self._scanned.get(run_id, 0))
             return self._steps.get((run_id, root))
+
+
+@dataclass(frozen=True)
+class RepoRefs:
+    """A run's revisions as git refs (what ``huggingface_hub.list_repo_refs`` reads): each
+    recorded step is a tag ``step-000012``, fixed forever; ``main`` and ``latest`` are
+    branches that move to the newest step. Every ref's "commit" is that checkpoint's manifest
+    root."""
+
+    tags: dict[str, str]
+    """``step-000012`` -> manifest root, in step order."""
+    branches: dict[str, str]
+    """``main``/``latest`` -> the newest step's manifest root (none before the first step)."""
+
+
+def refs(ledger: Ledger, run_id: str) -> RepoRefs:
+    """Every checkpoint revision of run ``run_id``, from one pass over its signed entries
+    (404 ``RepoNotFound`` for an unknown run)."""
+    try:
+        size = ledger.get_run(run_id).size
+        roots: dict[int, str] = {}
+        start = 0
+        while start < size and (page := ledger.entries(run_id, start, 1000)):
+            for entry in page:
+                if entry.kind == KIND_OUTER_STEP:
+                    record = read_record(entry)
+                    if isinstance(record, OuterStep):
+                        roots[record.step] = record.checkpoint.manifest_root
+            start += len(page)
+    except RunNotFoundError as exc:
+        raise NotFoundError(
+            str(exc), headers=hub_error("RepoNotFound", "Repository not found")
+        ) from exc
+    tags = {revision_name(step): roots[step] for step in sorted(roots)}
+    newest = roots[max(roots)] if roots else None
+    branches = {name: newest for name in LATEST} if newest is not None else {}
+    return RepoRefs(tags=tags, branches=branches)
 
 
 def revision(

@@ -132,3 +132,40 @@ def test_missing_runs_steps_and_files_raise_the_hubs_own_errors(
             endpoint=served_demo.url,
             cache_dir=tmp_path,
         )
+
+
+def test_list_repo_refs_lists_every_step_and_main_at_the_newest(served_demo: ServedRun) -> None:
+    from huggingface_hub import HfApi
+
+    # huggingface_hub's list_repo_refs takes the endpoint from its HfApi, not as an argument.
+    run = served_demo.run
+    refs = HfApi(endpoint=served_demo.url).list_repo_refs(run.run_id, include_pull_requests=True)
+
+    steps = sorted(run.checkpoints)
+    assert [(t.name, t.ref, t.target_commit) for t in refs.tags] == [
+        (f"step-{t:06d}", f"refs/tags/step-{t:06d}", run.checkpoints[t].manifest_root)
+        for t in steps
+    ]
+    newest = run.checkpoints[steps[-1]].manifest_root
+    assert {(b.name, b.target_commit) for b in refs.branches} == {
+        ("main", newest),
+        ("latest", newest),
+    }
+    assert refs.converts == [] and refs.pull_requests == []
+    # A listed tag is a revision the client downloads by.
+    path = hf_hub_download(
+        repo_id=run.run_id,
+        filename=min(run.checkpoints[steps[0]].files),
+        revision=refs.tags[0].name,
+        endpoint=served_demo.url,
+    )
+    assert Path(path).parent.name == refs.tags[0].target_commit
+
+
+def test_list_repo_refs_of_an_unknown_run_is_repository_not_found(
+    served_demo: ServedRun,
+) -> None:
+    from huggingface_hub import HfApi
+
+    with pytest.raises(RepositoryNotFoundError):
+        HfApi(endpoint=served_demo.url).list_repo_refs("no-such-run")

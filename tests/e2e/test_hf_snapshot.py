@@ -106,6 +106,47 @@ def test_greedy_generate_in_transformers_reproduces_the_recorded_generations(
         assert tuple(out[0, len(prompt) :].tolist()) == generation.token_ids, generation.prompt
 
 
+def _continuation(row: list[int], prompt_length: int, recorded: tuple[int, ...], pad: int) -> bool:
+    """True when a left-padded batch row continues its prompt with exactly the recorded
+    tokens, then only padding (a row that ended early is padded to the batch's length)."""
+    new = row[prompt_length:]
+    return tuple(new[: len(recorded)]) == recorded and set(new[len(recorded) :]) <= {pad}
+
+
+def test_padded_batch_generate_and_pipeline_reproduce_the_recorded_generations(
+    recorded_run: Settings, snapshot: Path
+) -> None:
+    # Prompts of different lengths, left-padded in one batch: the padding token is a token the
+    # model has a row for (the end-of-text id config.json names), not a 257th one.
+    _, said, _ = _recorded(recorded_run)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        snapshot, torch_dtype=torch.float32
+    ).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(snapshot, padding_side="left")
+    assert len(tokenizer) == model.config.vocab_size
+    assert tokenizer.pad_token_id == model.config.pad_token_id == model.config.eos_token_id
+    prompts = [g.prompt for g in said.generations]
+    assert len({len(tokenizer.encode(p)) for p in prompts}) > 1, "the batch needs padding"
+
+    batch = tokenizer(prompts, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(**batch, do_sample=False, max_new_tokens=said.max_new_tokens)
+    width = batch["input_ids"].shape[1]
+    for generation, row in zip(said.generations, out.tolist(), strict=True):
+        assert _continuation(row, width, generation.token_ids, tokenizer.pad_token_id), (
+            generation.prompt
+        )
+
+    generator = transformers.pipeline(
+        "text-generation", model=model, tokenizer=tokenizer, batch_size=4
+    )
+    answers = generator(
+        prompts, do_sample=False, max_new_tokens=said.max_new_tokens, return_full_text=False
+    )
+    for generation, answer in zip(said.generations, answers, strict=True):
+        assert answer[0]["generated_text"] == generation.text.rstrip("\x00"), generation.prompt
+
+
 def test_model_signing_verifies_the_snapshot_against_the_genesis_key(
     recorded_run: Settings, snapshot: Path, tmp_path: Path
 ) -> None:

@@ -14,9 +14,17 @@ Every tokenizer, bytes included, also exists as Hugging Face tokenizer files
 (:meth:`Tokenizer.hf_files`) that ``transformers.AutoTokenizer.from_pretrained(folder)`` loads
 with no extra code and that encode exactly as :meth:`Tokenizer.encode` does. For bytes that is
 a BPE over the 256 byte symbols of GPT-2's byte-to-unicode table with no merges, so ids are the
-byte values. Its ``tokenizer_config.json`` names no end-of-text token: ``transformers`` would
-register one as a special token matched in raw text, and the NUL byte's symbol is "Ā" (U+0100),
-a letter of real text. Models name the end-of-text id in ``generation_config.json`` instead.
+byte values.
+
+Its ``tokenizer_config.json`` names every special token, each one the model has a row for: the
+end-of-text token is the EOS and the padding token, and there is no BOS and no unknown token
+(byte-level BPE can encode anything). Naming them matters: ``transformers`` loads a checkpoint
+folder with the tokenizer class of its ``config.json`` (``Qwen2Tokenizer``), whose defaults
+otherwise *add* ``<|endoftext|>`` as a 257th token for EOS, padding and unknown -- an id the
+model has no embedding row for, so padded batch generation crashed. For bytes the end-of-text
+symbol is "Ā" (U+0100, the NUL byte's symbol), also a letter of real text, so the file sets
+``split_special_tokens``: the letter in a text is encoded as its UTF-8 bytes, as
+:meth:`Tokenizer.encode` does, never as the end-of-text id.
 """
 
 from __future__ import annotations
@@ -94,7 +102,9 @@ class ByteTokenizer:
         return {
             "tokenizer.json": byte_tokenizer_json(),
             "tokenizer_config.json": _tokenizer_config(
-                eos_token=None, model_max_length=model_max_length
+                end_of_text=byte_to_unicode()[BYTE_END_OF_TEXT],
+                split_special_tokens=True,
+                model_max_length=model_max_length,
             ),
         }
 
@@ -160,10 +170,13 @@ class HuggingFaceTokenizer:
 
     def hf_files(self, *, model_max_length: int | None = None) -> dict[str, bytes]:
         eos = self._identity.end_of_text_token
+        assert eos is not None  # every HuggingFaceTokenizer identity names it
         return {
             "tokenizer.json": self._raw,
+            # The file's own added tokens are matched in text by ``tokenizers`` itself, which
+            # is how encode() works too: nothing to split.
             "tokenizer_config.json": _tokenizer_config(
-                eos_token=eos, model_max_length=model_max_length
+                end_of_text=eos, split_special_tokens=False, model_max_length=model_max_length
             ),
         }
 
@@ -238,17 +251,25 @@ def byte_tokenizer_json() -> bytes:
     return str(tokenizer.to_str()).encode("utf-8")
 
 
-def _tokenizer_config(*, eos_token: str | None, model_max_length: int | None) -> bytes:
+def _tokenizer_config(
+    *, end_of_text: str, split_special_tokens: bool, model_max_length: int | None
+) -> bytes:
     """``tokenizer_config.json``: the fast tokenizer class over ``tokenizer.json``, no added
-    BOS/EOS, no clean-up of spaces on decode (so decode(encode(x)) == x)."""
+    BOS/EOS, no clean-up of spaces on decode (so decode(encode(x)) == x), and the special tokens
+    (see the module docstring): ``end_of_text`` for EOS and padding, none for BOS and unknown,
+    each named explicitly so no tokenizer class fills in a default of its own."""
     config: dict[str, Any] = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "clean_up_tokenization_spaces": False,
         "add_bos_token": False,
         "add_eos_token": False,
+        "eos_token": end_of_text,
+        "pad_token": end_of_text,
+        "bos_token": None,
+        "unk_token": None,
     }
-    if eos_token is not None:
-        config["eos_token"] = eos_token
+    if split_special_tokens:
+        config["split_special_tokens"] = True
     if model_max_length is not None:
         config["model_max_length"] = model_max_length
     return (json.dumps(config, indent=2, sort_keys=True) + "\n").encode("utf-8")

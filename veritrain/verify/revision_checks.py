@@ -44,7 +44,7 @@ from trainer.checkpoint import MODEL_INDEX, TRAINER_STATE, model_file
 from trainer.config import TrainConfig
 from trainer.data.tokenizer import corpus_tokenizer
 from trainer.errors import TrainerError
-from trainer.hf_repo import repo_json_files
+from trainer.hf_repo import REPO_METADATA, as_format_1, repo_json_files
 from trainer.model import TIED_HEAD, build_stage
 from trainer.runtime.state import FORMAT as TRAINER_STATE_FORMAT
 from trainer.runtime.state import Cursor
@@ -68,6 +68,9 @@ class RevisionFiles:
 
     documents: Mapping[str, Any]
     """File name -> the JSON document it must be (model-repo files and the model index)."""
+    format_1: Mapping[str, Any]
+    """The model-repo documents a run recorded before model-repo format 2 wrote instead
+    (trainer/hf_repo.py ``as_format_1``): a revision recorded so is judged by them."""
     model_shards: frozenset[str]
     clusters: int
     stages: int
@@ -94,9 +97,11 @@ def revision_files(
         **repo_json_files(config.model, tokenizer_export(tokenizer)),
         MODEL_INDEX: model_index(shards),
     }
+    older = as_format_1({n: d for n, d in documents.items() if n in REPO_METADATA})
     # As the writer's JSON reads back (tuples become lists).
     return RevisionFiles(
         documents=json.loads(json.dumps(documents)),
+        format_1=json.loads(json.dumps(older)),
         model_shards=frozenset(shards),
         clusters=genesis.topology.clusters,
         stages=stages,
@@ -148,7 +153,8 @@ def check_revision_files(
             result.fail(f"revision file {problem}", index=entry.index, step=step.step)
         for name, document in expected.documents.items():
             if name in files:
-                _document(result, entry, step, source, name, files[name], document, checked)
+                accepted = (document, expected.format_1.get(name, document))
+                _document(result, entry, step, source, name, files[name], accepted, checked)
         if TRAINER_STATE in files:
             _trainer_state(result, entry, step, genesis, source, files[TRAINER_STATE])
     result.notes.append(
@@ -183,14 +189,16 @@ def _document(
     source: RunSource,
     name: str,
     digest: str,
-    expected: Any,
+    accepted: tuple[Any, Any],
     checked: dict[str, str | None],
 ) -> None:
+    """``accepted``: the document as written now, and as model-repo format 1 wrote it."""
     result.checked += 1
     if digest not in checked:
         try:
-            checked[digest] = _differences(
-                name, json.loads(read_verified(source, digest, REPO_FILE_LIMIT)), expected
+            stored = json.loads(read_verified(source, digest, REPO_FILE_LIMIT))
+            checked[digest] = (
+                None if stored == accepted[1] else _differences(name, stored, accepted[0])
             )
         except (*_ERRORS, json.JSONDecodeError, UnicodeDecodeError) as exc:
             checked[digest] = f"{name}: {exc}"

@@ -23,12 +23,13 @@ run id can shadow them.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from web.deps import IMMUTABLE, SHORT, ResourcesDep
 from web.downloads import object_response
 from web.errors import NotFoundError
+from web.hf_repo import refs as hf_refs
 from web.hf_repo import revision as hf_revision
 from web.ranges import entity_tag
 from web.revisions import LATEST, hub_error
@@ -139,3 +140,35 @@ def model_tree(run: str, revision: str, resources: ResourcesDep) -> JSONResponse
     ]
     cache = SHORT if revision in LATEST else IMMUTABLE
     return JSONResponse(body, headers={"Cache-Control": cache})
+
+
+@router.get(
+    "/api/models/{run}/refs",
+    summary="A run's revisions as git refs, Hugging Face Hub style",
+    operation_id="model_refs",
+    responses={404: {"description": "No such run."}},
+)
+def model_refs(
+    run: str,
+    resources: ResourcesDep,
+    include_prs: bool = Query(False, description="Also list pull requests (a run has none)."),
+) -> JSONResponse:
+    """What ``huggingface_hub``'s ``list_repo_refs`` reads: every recorded step as a tag
+    (``step-000012``), ``main`` and ``latest`` as branches at the newest step; each ref's
+    ``targetCommit`` is the checkpoint's manifest root (the revision ``resolve`` accepts)."""
+    found = hf_refs(resources.ledger, run)
+
+    def listed(names: dict[str, str], kind: str) -> list[dict[str, str]]:
+        return [
+            {"name": name, "ref": f"refs/{kind}/{name}", "targetCommit": commit}
+            for name, commit in names.items()
+        ]
+
+    body: dict[str, list[dict[str, str]]] = {
+        "branches": listed(found.branches, "heads"),
+        "converts": [],
+        "tags": listed(found.tags, "tags"),
+    }
+    if include_prs:
+        body["pullRequests"] = []
+    return JSONResponse(body, headers={"Cache-Control": SHORT})  # moves as the run grows

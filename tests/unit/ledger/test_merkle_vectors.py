@@ -1,9 +1,11 @@
-"""ledger.merkle against the shared vectors: transparency-dev/merkle inclusion and
-consistency proofs (happy paths and every corruption they ship) and RFC 6962 roots."""
+"""ledger.merkle against the vectors kept under tests/assets/testvectors: transparency-dev/merkle
+inclusion and consistency proofs (happy paths and every corruption they ship) and RFC 6962
+roots."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from ledger.merkle import (
     verify_inclusion,
 )
 
-VECTORS = Path(__file__).resolve().parents[4] / "shared" / "testvectors"
+VECTORS = Path(__file__).resolve().parents[2] / "assets" / "testvectors"
 
 
 def _vector_files(kind: str) -> list[Path]:
@@ -43,6 +45,17 @@ def test_the_vector_set_is_complete(testvectors: Path) -> None:
     assert testvectors == VECTORS
     assert len(_vector_files("inclusion")) >= 50
     assert len(_vector_files("consistency")) >= 50
+    # Every file is the one copied (PROVENANCE.md): none edited, none missing, none added.
+    listed = {}
+    for line in (VECTORS / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split(maxsplit=1)
+        listed[name.removeprefix("./")] = digest
+    present = {
+        str(path.relative_to(VECTORS)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in VECTORS.rglob("*")
+        if path.is_file() and path.name not in ("SHA256SUMS", "PROVENANCE.md")
+    }
+    assert present == listed
 
 
 @pytest.mark.parametrize("path", _vector_files("inclusion"), ids=_name)

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from transformers import AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer
 
 import trainer.data.documents as documents_module
 from records import RecordError
@@ -28,6 +28,8 @@ from trainer.data.tokenizer import (
     corpus_tokenizer,
 )
 from trainer.errors import ConfigError, DataError
+from trainer.hf_repo import TokenizerExport, as_format_1, repo_json_files
+from trainer.model import ModelConfig
 
 SAMPLES = [
     "def mean(xs):\n    return sum(xs) / len(xs)  # arithmetic\n",
@@ -71,7 +73,10 @@ def test_hf_files_load_in_transformers_and_encode_exactly_like_ours(
     assert theirs.model_max_length == 2048  # type: ignore[attr-defined]
     if kind == "bytes":
         assert ours.encode("é") == [0xC3, 0xA9]
-        assert theirs.eos_token is None  # type: ignore[attr-defined]  # see the tokenizer module docstring
+        # The end-of-text id 0 is the NUL byte's symbol; the letter "Ā" in a text (a sample
+        # above) is still its two UTF-8 bytes (see the tokenizer module docstring).
+        assert (theirs.eos_token, theirs.eos_token_id, theirs.pad_token_id) == ("Ā", 0, 0)  # type: ignore[attr-defined]
+        assert len(theirs) == 256  # type: ignore[arg-type]
     else:
         assert theirs.eos_token == "<|endoftext|>" and theirs.eos_token_id == ours.end_of_text == 0  # type: ignore[attr-defined]
         assert len(ours.encode(SAMPLES[0])) < 0.7 * len(
@@ -238,3 +243,58 @@ def test_the_trained_bpe_encodes_streamed_pieces_like_the_whole_text(
     cut = [p.text for p in pieces(source, text_field="text", cut_text=True)]
     assert len(cut) > 10
     assert [t for piece in cut for t in tokenizer.encode(piece)] == tokenizer.encode(text)
+
+
+@pytest.mark.parametrize("kind", ["bytes", "bpe"])
+@pytest.mark.parametrize("family", ["qwen2", "llama"])
+def test_a_checkpoint_folders_tokenizer_has_only_tokens_the_model_has_rows_for(
+    kind: str, family: str, bpe_corpus: PreparedData, tmp_path: Path
+) -> None:
+    # transformers loads a checkpoint's tokenizer with the class its config.json names
+    # (Qwen2Tokenizer, ...), whose defaults added "<|endoftext|>" as id 256 of a 256-row model
+    # for EOS, padding and unknown: padded batch generation then indexed past the embedding.
+    ours = ByteTokenizer() if kind == "bytes" else bpe_corpus.tokenizer()
+    model = ModelConfig(family=family, vocab_size=ours.vocab_size)
+    export = TokenizerExport(
+        files=ours.hf_files(), eos_token_id=ours.end_of_text, pad_token_id=ours.end_of_text
+    )
+    for name, document in repo_json_files(model, export).items():
+        (tmp_path / name).write_text(json.dumps(document))
+    theirs = AutoTokenizer.from_pretrained(tmp_path)
+    config = AutoConfig.from_pretrained(tmp_path)
+    assert len(theirs) == model.vocab_size
+    assert (theirs.eos_token_id, theirs.pad_token_id) == (config.eos_token_id, config.pad_token_id)
+    assert theirs.eos_token_id == ours.end_of_text
+    assert theirs.bos_token_id is None and theirs.unk_token_id is None
+    assert max(theirs.all_special_ids) < model.vocab_size
+    batch = theirs(SAMPLES[:3], padding=True, padding_side="left")
+    for text, ids, mask in zip(SAMPLES, batch["input_ids"], batch["attention_mask"], strict=False):
+        padding = len(mask) - sum(mask)
+        assert ids[padding:] == theirs.encode(text)
+        assert ids[:padding] == [ours.end_of_text] * padding
+
+
+def test_format_1_of_the_repo_files_is_what_0313592_wrote() -> None:
+    # Recorded checkpoints keep their files: reproduce judges a step recorded in format 1 by
+    # as_format_1 of what it re-executes (tests/assets/hf_repo_format1 was written by the code
+    # of 0313592, through trainer/api.py's export of that version).
+    assets = Path(__file__).resolve().parents[2] / "assets" / "hf_repo_format1"
+    raw = (assets / "bpe-tokenizer.json").read_bytes()
+    bpe = HuggingFaceTokenizer(
+        raw,
+        kind="byte-level-bpe",
+        training={"algorithm": "byte-level-bpe/gpt2-pretokenizer", "library": "tokenizers"}
+        | {"max_bytes": 10_000, "trained_bytes": 10_000},  # the identity only, not the files
+    )
+    for name, ours, model in (
+        ("bytes", ByteTokenizer(), ModelConfig()),
+        ("bpe", bpe, ModelConfig(vocab_size=300)),
+    ):
+        export = TokenizerExport(
+            files=ours.hf_files(), eos_token_id=ours.end_of_text, pad_token_id=ours.end_of_text
+        )
+        documents = repo_json_files(model, export)
+        del documents["tokenizer.json"]  # format 1 and 2 share it byte for byte
+        recorded = json.loads((assets / f"{name}.json").read_text())
+        assert as_format_1(documents) == recorded, name
+        assert documents != recorded, name
