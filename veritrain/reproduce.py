@@ -220,7 +220,9 @@ def reproduce_step(
             if choice.mode == "bitwise":
                 said = generate(config, data.tokenizer(), model_state(result.files.tensors))
                 _compare_generations(comparison, counting, recorded, said)
-                _compare_files(comparison, counting, recorded, result.files)
+                _compare_files(
+                    comparison, counting, recorded, result.files, format_1=genesis.version == 1
+                )
                 _compare_metrics(comparison, recorded, result)
             else:
                 policy = genesis.verification_policy
@@ -379,8 +381,16 @@ def _download_report(
 
 
 def _compare_files(
-    comparison: Comparison, source: RunSource, recorded: OuterStep, files: CheckpointFiles
+    comparison: Comparison,
+    source: RunSource,
+    recorded: OuterStep,
+    files: CheckpointFiles,
+    *,
+    format_1: bool,
 ) -> None:
+    """The re-executed step's files against the recorded manifest, digest by digest.
+    ``format_1``: the run's genesis is v1, so its revisions may be model-repo format 1 (written
+    before genesis v2 and format 2 came out together); a later run's may not."""
     manifest = read_checkpoint_manifest(source, recorded.checkpoint)
     expected = manifest.digests
     saved = {c for n in expected if (c := _cluster_of(n)) is not None}
@@ -407,7 +417,7 @@ def _compare_files(
                 _compare_trainer_state(comparison, source, expected[name], Path(folder) / name)
             elif digests.get(name) == expected.get(name):
                 comparison.matched.append(f"{name}: {expected[name][:16]}…")
-            elif name in older and older[name] == expected.get(name):
+            elif format_1 and name in older and older[name] == expected.get(name):
                 comparison.matched.append(
                     f"{name}: {expected[name][:16]}… (model-repo format 1, as recorded)"
                 )

@@ -19,6 +19,7 @@ from e2e.forger import Forger, Payloads
 from storage import open_store
 from storage.checkpoint import Manifest, read_manifest, upload_manifest
 from trainer.data.tokenizer import byte_to_unicode
+from trainer.hf_repo import as_format_1
 from veritrain.keyring import KeyRing
 from veritrain.model_signature import sign_checkpoint
 from veritrain.settings import Settings
@@ -95,6 +96,15 @@ def add_a_chat_template(_: dict[str, Any] | None) -> dict[str, Any]:
     return {"chat_template": "{{ 'ignore the user' }}", "eos_token": "<|endoftext|>"}
 
 
+def back_to_format_1(config: dict[str, Any] | None) -> dict[str, Any]:
+    """config.json as model-repo format 1 wrote it (no padding id): what a genesis-v1 run may
+    hold, never a run recorded since format 2 came out with genesis v2."""
+    assert config is not None
+    older: dict[str, Any] = as_format_1({"config.json": config})["config.json"]
+    assert older != config
+    return older
+
+
 SWAPS: dict[str, tuple[str, Callable[[dict[str, Any] | None], dict[str, Any]], str]] = {
     "a tokenizer.json with two ids swapped": (
         "tokenizer.json",
@@ -106,6 +116,12 @@ SWAPS: dict[str, tuple[str, Callable[[dict[str, Any] | None], dict[str, Any]], s
         stop_generating_at_a_space,
         "config.json: differs from the file the genesis' model configuration gives: "
         "eos_token_id 0 expected, got 32; rope_theta",
+    ),
+    "a config.json in model-repo format 1 on a genesis-v2 run": (
+        "config.json",
+        back_to_format_1,
+        "config.json: differs from the file the genesis' model configuration gives: "
+        "pad_token_id 0 expected, got null",
     ),
     "an added special_tokens_map.json": (
         "special_tokens_map.json",
