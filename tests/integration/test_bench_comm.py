@@ -37,6 +37,7 @@ def namespaces() -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # measures the shaped link's rate and lists the machine's network namespaces
 def test_tiny_comm_bench_reports_every_field(tmp_path: Path) -> None:
     before = namespaces() if netns_unavailable() is None else ""
     result = run_comm_bench(
