@@ -59,7 +59,8 @@ def _run_session(tmp_path: Path, *options: str) -> tuple[list[str], list[str]]:
     log = tmp_path / "log"
     log.mkdir()
     env = {
-        **os.environ,
+        # Not the variables of the xdist worker that runs this test: the inner session has its own.
+        **{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
         "BUILT_ONCE_LOG": str(log),
         "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
     }
