@@ -54,6 +54,11 @@ def _is_xdist(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput") or bool(getattr(config.option, "numprocesses", 0))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--only-serial") and _is_xdist(config):
+        raise pytest.UsageError("--only-serial runs tests one at a time: leave out -n")
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     postgres = os.environ.get("VERITRAIN_TEST_POSTGRES_URL")
     s3 = os.environ.get("VERITRAIN_TEST_S3_ENDPOINT")
