@@ -25,13 +25,30 @@ demo: $(STAMP)
 	$(BIN)/veritrain demo
 
 # Lint and type-check first (cheap), then start the services, run the tests, and stop the
-# services even when tests fail.
+# services even when tests fail. The tests run in two phases:
+#   1. in TEST_WORKERS parallel processes (pytest-xdist). Most of a test's time is spent waiting
+#      for spawned processes to start, not computing, so 4 workers pay off on 2 cores. A file's
+#      tests stay on one worker (--dist loadfile), so a module's recorded run is trained once.
+#   2. the tests marked `serial` (timing, machine-wide state), one at a time (--only-serial).
+# Exit status 5 is "no test selected": PYTEST_ARGS may leave one phase empty, not both.
+# Serially, in one process: make test TEST_WORKERS=0
+TEST_WORKERS ?= 4
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	scripts/services.sh start $(VENV)
-	. .ci-state/env && status=0; \
-	  CI=$${CI:-true} $(BIN)/python -m pytest $(PYTEST_ARGS) || status=$$?; \
+	. .ci-state/env && export CI=$${CI:-true} && status=0; \
+	  if [ "$(TEST_WORKERS)" = 0 ]; then \
+	    $(BIN)/python -m pytest $(PYTEST_ARGS) || status=$$?; \
+	  else \
+	    parallel=0; serial=0; \
+	    $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) || parallel=$$?; \
+	    $(BIN)/python -m pytest --only-serial $(PYTEST_ARGS) || serial=$$?; \
+	    for s in $$parallel $$serial; do \
+	      if [ $$status -eq 0 ] && [ $$s -ne 5 ]; then status=$$s; fi; \
+	    done; \
+	    if [ $$parallel -eq 5 ] && [ $$serial -eq 5 ]; then status=5; fi; \
+	  fi; \
 	  scripts/services.sh stop $(VENV); exit $$status
 
 lint: $(STAMP)

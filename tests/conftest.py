@@ -3,6 +3,13 @@
 ``make test`` starts PostgreSQL and SeaweedFS (scripts/services.sh) and exports where they
 are. When ``CI=true`` or ``VERITRAIN_REQUIRE_SERVICES=1`` a missing server is a test
 *failure*, never a skip, so CI cannot go green without running the integration tests.
+
+``make test`` runs the tests in parallel (pytest-xdist, ``-n 4 --dist loadfile``): every test
+gets its own database and bucket (uuid names), every server binds a port the OS picks, and
+network namespaces are named after the process that makes them. A test that must not share
+the machine with other tests (it asserts timing or a machine-wide state) is marked
+``@pytest.mark.serial``: xdist workers leave it out, and ``make test`` runs those tests
+afterwards on their own with ``--only-serial``.
 """
 
 from __future__ import annotations
@@ -31,14 +38,38 @@ def _missing(what: str, variable: str) -> None:
     pytest.skip(message)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--only-serial",
+        action="store_true",
+        help="run only the tests marked serial (the second phase of `make test`)",
+    )
+
+
+def _is_xdist(config: pytest.Config) -> bool:
+    """Whether this process runs tests beside others (an xdist worker or its controller)."""
+    return hasattr(config, "workerinput") or bool(getattr(config.option, "numprocesses", 0))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--only-serial") and _is_xdist(config):
+        raise pytest.UsageError("--only-serial runs tests one at a time: leave out -n")
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     postgres = os.environ.get("VERITRAIN_TEST_POSTGRES_URL")
     s3 = os.environ.get("VERITRAIN_TEST_S3_ENDPOINT")
     redacted = postgres.split("@")[-1] if postgres else "not configured"
-    return [
+    lines = [
         f"veritrain: PostgreSQL {redacted}; SeaweedFS S3 {s3 or 'not configured'}; "
         f"servers {'required' if _services_required() else 'optional (tests skip without them)'}"
     ]
+    if _is_xdist(config):
+        lines.append(
+            "veritrain: tests marked serial are left out of parallel runs; "
+            "run them on their own with `pytest --only-serial` (make test does)"
+        )
+    return lines
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -66,6 +97,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
         if "e2e" in parts:
             item.add_marker(pytest.mark.e2e)
+    # Serial tests run alone: never in a parallel run, and only they with --only-serial.
+    only_serial = config.getoption("--only-serial")
+    if only_serial or _is_xdist(config):
+        keep: list[pytest.Item] = []
+        left_out: list[pytest.Item] = []
+        for item in items:
+            serial = item.get_closest_marker("serial") is not None
+            (keep if serial == only_serial else left_out).append(item)
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = keep
 
 
 @pytest.fixture(scope="session")

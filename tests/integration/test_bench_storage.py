@@ -18,8 +18,15 @@ from veritrain.bench.storage import MiB, StorageBenchConfig, run_storage_bench
 pytestmark = pytest.mark.integration
 
 
+def bench_buckets(s3_server: S3Server) -> set[str]:
+    """The bench's scratch buckets (``vt-bench-<uuid>``): tests running beside this one make and
+    delete buckets of their own."""
+    names = {b["Name"] for b in s3_server.client().list_buckets()["Buckets"]}
+    return {name for name in names if name.startswith("vt-bench-")}
+
+
 def test_tiny_storage_bench_with_s3(tmp_path: Path, s3_server: S3Server) -> None:
-    buckets_before = {b["Name"] for b in s3_server.client().list_buckets()["Buckets"]}
+    buckets_before = bench_buckets(s3_server)
     result = run_storage_bench(StorageBenchConfig(sizes=(1 * MiB, 4 * MiB), workdir=tmp_path))
     data = result.to_dict()
     for name in ("store_and_hash", "api_download", "s3_upload", "s3_download"):
@@ -28,7 +35,7 @@ def test_tiny_storage_bench_with_s3(tmp_path: Path, s3_server: S3Server) -> None
             entry["ratio"] > 0 and entry["ours_mib_per_s"] > 0 and entry["baseline_mib_per_s"] > 0
         ), name
         assert set(entry["peak_growth_mib"]) == {"1", "4"}
-    assert {b["Name"] for b in s3_server.client().list_buckets()["Buckets"]} == buckets_before
+    assert bench_buckets(s3_server) == buckets_before  # its scratch bucket is gone
     # The store really holds the payload, named by its SHA-256 (besides the probe's warm-up object).
     payload = (tmp_path / "payload-4MiB.bin").read_bytes()
     stored = tmp_path / "store-4MiB" / "sha256" / hashlib.sha256(payload).hexdigest()

@@ -45,7 +45,10 @@ HEARTBEAT_TIMEOUT = 2.0
 TIMEOUT = 600.0
 """A guard against hanging, not a speed check."""
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
+"""Serial: the lighthouse drops a cluster whose heartbeat is 2 s late, and the restarted cluster
+must rejoin before the run ends; tests in parallel beside it starve it of CPU and make both
+happen at the wrong time (tests/conftest.py)."""
 
 
 @dataclass(frozen=True)

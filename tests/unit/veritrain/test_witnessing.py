@@ -207,6 +207,7 @@ def test_no_witnesses_costs_nothing(tmp_path: Path) -> None:
     assert pusher._thread is None
 
 
+@pytest.mark.serial  # a 50 ms bound on notify(): tests beside it on 2 cores can exceed it
 def test_the_background_pusher_never_blocks_and_pushes_the_newest_head(
     log: SmallLog, witnesses: list[RunningWitness]
 ) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from unit.web.web_fixture_run import DemoRun, record_demo_run
+from unit.web.web_fixture_run import DemoRun, record_demo_run, record_demo_run_once
 
 from web.app import create_app
 from web.settings import AppSettings
@@ -17,8 +17,7 @@ from web.settings import AppSettings
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
-    root = tmp_path_factory.mktemp("web-demo")
-    return record_demo_run(f"sqlite:///{root / 'ledger.db'}", f"file://{root / 'objects'}")
+    return record_demo_run_once(tmp_path_factory)
 
 
 def settings_for(run: DemoRun, *, presign: bool = True) -> AppSettings:

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
+from built_once import built_once
 
 from ledger.db import create_engine
 from ledger.service import Ledger
@@ -237,6 +239,18 @@ def record_demo_run(
         steps=steps,
         finished=finish,
         manifest=manifest,
+    )
+
+
+def record_demo_run_once(factory: pytest.TempPathFactory) -> DemoRun:
+    """The default demo run (SQLite + local store), recorded once per test session and shared
+    by every test and xdist worker that asks (tests/built_once.py): only read it."""
+    return built_once(
+        factory,
+        "demo-run",
+        lambda root: record_demo_run(
+            f"sqlite:///{root / 'ledger.db'}", f"file://{root / 'objects'}"
+        ),
     )
 
 
