@@ -4,7 +4,7 @@ A verifier that judged an old run by today's rules would either fail an honest r
 dishonest one, silently. So from genesis v2 on the genesis names every rule the run relies on
 (``rules``); a genesis v1, written before, relies on the rules of its time (:data:`RULES_V1`).
 ``veritrain verify`` refuses a run that names a rule it does not implement, with a clear error,
-and judges every other run by the rules its genesis names (veritrain/verify/rules.py holds the
+and judges every other run by the rules its genesis names (veritrain/rules.py holds the
 rules this veritrain implements).
 
 A rule name is ``<namespace>.<rule>/v<n>``; a change to what a rule decides is a new version

@@ -434,14 +434,19 @@ def _compare_generations(
     """Under bitwise, what the re-executed model says against what the step recorded it
     saying: token for token, text for text."""
     said = Generations.from_payload(json.loads(read_verified(source, recorded.generations.object)))
-    differing = [
-        g.prompt for g, h in zip(said.generations, again.generations, strict=True) if g != h
-    ]
-    if said.prompts != again.prompts or said.max_new_tokens != again.max_new_tokens:
+    if (
+        said.prompts != again.prompts
+        or said.max_new_tokens != again.max_new_tokens
+        or len(said.generations) != len(again.generations)
+    ):
         comparison.mismatched.append(
             "generations: the recorded object was made for other prompts or lengths"
         )
-    elif not differing:
+        return
+    differing = [
+        g.prompt for g, h in zip(said.generations, again.generations, strict=True) if g != h
+    ]
+    if not differing:
         comparison.matched.append(
             f"generations: {len(said.generations)} greedy continuations equal token for token"
         )
@@ -548,6 +553,10 @@ def _compare_trainer_state(
 ) -> None:
     recorded = json.loads(read_verified(source, recorded_digest))
     again = json.loads(reproduced.read_text())
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("cursor"), dict):
+        # A state file the run's writer never makes: a mismatch to name, not a KeyError.
+        comparison.mismatched.append(f"{TRAINER_STATE}: the recorded file has no data cursor")
+        return
     differing = [
         k
         for k in set(recorded["cursor"]) | set(again["cursor"])
