@@ -58,7 +58,18 @@ def test_poisoned_cluster_is_flagged_in_its_round_with_two_clusters(config, name
         assert [list(u.anomalies) for u in updates] == [[], []], f"honest round {round} flagged"
     flagged = history[3][0].anomalies
     assert [a.cluster for a in flagged] == [1]
-    assert ("norm" if how == "scale" else "cosine with the other clusters") in flagged[0].reason
+    # Verdict rule v2 judges two clusters' direction against the 0.02 floor alone: noise sent
+    # through DiLoCoX's shared low-rank bases keeps a cosine above it, and is caught instead by
+    # what compression leaves of it (about half its norm, below 0.6x the other cluster's).
+    expected = {
+        "scale": "the reference",  # large_norm: x100 against the median of the others' norms
+        "noise": (
+            "cosine with the other clusters"
+            if config.kind == "diloco"
+            else "the other clusters' median"  # small_norm
+        ),
+    }[how]
+    assert expected in flagged[0].reason, flagged[0].reason
     assert all(list(u.anomalies) == list(flagged) for u in history[3]), "clusters must agree"
 
 
@@ -156,4 +167,6 @@ def test_payload_replaced_by_noise_is_flagged_under_the_one_step_delay(named_par
     assert [list(updates[t].anomalies) for t in range(3)] == [[], [], []]
     flagged = updates[3].anomalies
     assert [a.cluster for a in flagged] == [1], flagged
-    assert "cosine with the other clusters" in flagged[0].reason
+    # Under verdict rule v2 (two clusters: direction only below the 0.02 floor) the encoded
+    # noise is caught by its norm: the codec keeps well under 0.6x of the honest one's.
+    assert "the other clusters' median" in flagged[0].reason, flagged[0].reason
