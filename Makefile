@@ -42,7 +42,7 @@ test: $(STAMP)
 	    $(BIN)/python -m pytest $(PYTEST_ARGS) || status=$$?; \
 	  else \
 	    parallel=0; serial=0; \
-	    $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) || parallel=$$?; \
+	    $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=30 $(PYTEST_ARGS) || parallel=$$?; \
 	    $(BIN)/python -m pytest --only-serial $(PYTEST_ARGS) || serial=$$?; \
 	    for s in $$parallel $$serial; do \
 	      if [ $$status -eq 0 ] && [ $$s -ne 5 ]; then status=$$s; fi; \

@@ -1,86 +1,44 @@
-"""Every attack of ``veritrain bench poison`` against the trainer's verdicts: 4 clusters of the
-tiny preset in one process (veritrain/bench/poison_run.py), a short run, the attack active from
-round 2. Each attack is caught in every round it is active, by the rule that should catch it,
-and left out of the mean -- except the cluster that trains on other data, which the online rules
-cannot tell from an honest one (docs/outer-algorithm.md §4): re-executing its contribution, as
-``veritrain audit`` does for a drawn pair, catches it."""
+"""``veritrain bench poison`` against the trainer's verdicts: a clean run flags no one, and the
+cluster that trains on other data -- which the online rules cannot tell from an honest one
+(docs/outer-algorithm.md §4) -- is caught by re-executing its contribution, as ``veritrain
+audit`` does for a drawn pair; and what the bench reports. The other attacks are in
+test_bench_poison_sent.py and test_bench_poison_lazy.py (tests/unit/bench/poison_bench_setup.py
+is the shared set-up)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
+from poison_bench_setup import ATTACKER, ROUNDS, Setup, poison_setup, simulate_attack
 
-from trainer.api import assignment_rule
-from trainer.config import TrainConfig
-from trainer.data.build import prepare_data
-from trainer.data.reader import BatchReader
-from veritrain.bench.poison import AttackResult, PoisonBenchConfig, PoisonBenchResult
-from veritrain.bench.poison_run import PoisonRun, RunOutcome, Scenario, attacked_rounds, simulate
-
-ATTACKER = 3
+from veritrain.bench.poison import AttackResult, PoisonBenchResult
+from veritrain.bench.poison_run import PoisonRun, RunOutcome, attacked_rounds
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrainConfig, BatchReader]:
-    """The bench's configuration, shrunk: a 2-layer, 32-wide model, 4 rounds of 8 inner steps."""
-    config = PoisonBenchConfig(outer_steps=4, inner_steps=8).run_config(seed=0)
-    small = replace(config.model, num_hidden_layers=2, hidden_size=32, intermediate_size=96)
-    config = replace(config, model=small)
-    prepared = prepare_data(config.data, tmp_path_factory.mktemp("poison-data"))
-    return config, BatchReader(
-        prepared.manifest, assignment_rule(config, prepared.manifest), prepared.source
-    )
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
+    return poison_setup(tmp_path_factory.mktemp("poison-data"))
 
 
-def run(
-    setup: tuple[TrainConfig, BatchReader], scenario: Scenario | None
-) -> tuple[PoisonRun, RunOutcome]:
-    config, reader = setup
-    attack = PoisonRun(config=config, scenario=scenario, attacker=ATTACKER)
-    return attack, simulate(attack, reader)
+@pytest.fixture(scope="module")
+def other_data(setup: Setup) -> tuple[PoisonRun, RunOutcome]:
+    """One simulated run whose attacker trains on other data (both of its tests read it)."""
+    return simulate_attack(setup, "lazy_other_data")
 
 
-def test_a_clean_run_flags_no_one(setup: tuple[TrainConfig, BatchReader]) -> None:
-    _, outcome = run(setup, None)
-    assert [[v.flags for v in round_] for round_ in outcome.verdicts] == [[()] * 4] * 4
+def test_a_clean_run_flags_no_one(setup: Setup) -> None:
+    _, outcome = simulate_attack(setup, None)
+    assert [[v.flags for v in round_] for round_ in outcome.verdicts] == [[()] * 4] * ROUNDS
     for round_ in outcome.verdicts:  # every contribution scored, and every honest one helps
         assert all(v.score is not None and v.score.held_out < 0 for v in round_)
 
 
-@pytest.mark.parametrize(
-    ("scenario", "rule"),
-    [
-        ("scale", "large_norm"),
-        ("noise", "direction"),
-        ("sign_flip", "direction"),
-        ("replay", "replayed"),
-        ("free_rider", "empty"),
-        ("lazy_quarter_steps", "small_norm"),
-    ],
-)
-def test_each_attack_is_caught_and_excluded_in_every_round_it_is_active(
-    scenario: Scenario, rule: str, setup: tuple[TrainConfig, BatchReader]
-) -> None:
-    attack, outcome = run(setup, scenario)
-    for t in range(4):
-        verdicts = outcome.verdicts[t]
-        honest = [v.flags for v in verdicts if v.cluster != ATTACKER]
-        assert honest == [(), (), ()], f"round {t}: honest clusters flagged {honest}"
-        mine = verdicts[ATTACKER]
-        if t in attacked_rounds(attack):
-            assert rule in mine.flags and mine.excluded, f"round {t}: {mine}"
-        else:
-            assert mine.flags == (), f"round {t}, before the attack: {mine}"
-
-
 def test_a_cluster_trained_on_other_data_passes_the_online_rules(
-    setup: tuple[TrainConfig, BatchReader],
+    other_data: tuple[PoisonRun, RunOutcome],
 ) -> None:
     """Its update is an honest update of other windows: norm, direction and held-out gain are
     those of an honest cluster, and its own-data advantage is within the noise on this model
     (what catches it is re-executing its inner steps: ``veritrain reproduce --cluster J``)."""
-    attack, outcome = run(setup, "lazy_other_data")
+    attack, outcome = other_data
     for t in attacked_rounds(attack):
         verdicts = outcome.verdicts[t]
         assert [v.flags for v in verdicts] == [()] * 4
@@ -92,13 +50,13 @@ def test_a_cluster_trained_on_other_data_passes_the_online_rules(
 
 
 def test_re_executing_the_lazy_cluster_catches_it_in_every_round_it_was_lazy_only(
-    setup: tuple[TrainConfig, BatchReader],
+    other_data: tuple[PoisonRun, RunOutcome],
 ) -> None:
     """What ``veritrain audit`` does to a drawn pair: the attacker's H inner steps taken again
     on its assigned windows. The cluster that trained on other data, which no verdict flags, is
     caught in each round it was lazy; its honest rounds match bit for bit."""
-    attack, outcome = run(setup, "lazy_other_data")
-    assert outcome.reexecuted == [t in attacked_rounds(attack) for t in range(4)]
+    attack, outcome = other_data
+    assert outcome.reexecuted == [t in attacked_rounds(attack) for t in range(ROUNDS)]
 
 
 def test_the_result_reports_rates_and_loss_gaps() -> None:

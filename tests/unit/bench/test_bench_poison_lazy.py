@@ -1,0 +1,39 @@
+"""``veritrain bench poison``: replayed, free-riding and lazy contributions are each caught in every
+round they are active, by the rule that should catch them, and left out of the mean
+(tests/unit/bench/poison_bench_setup.py has the shrunk set-up; the attacks are split over
+files so that parallel test workers run them side by side)."""
+
+from __future__ import annotations
+
+import pytest
+from poison_bench_setup import ATTACKER, ROUNDS, Setup, poison_setup, simulate_attack
+
+from veritrain.bench.poison_run import Scenario, attacked_rounds
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
+    return poison_setup(tmp_path_factory.mktemp("poison-data"))
+
+
+@pytest.mark.parametrize(
+    ("scenario", "rule"),
+    [
+        ("replay", "replayed"),
+        ("free_rider", "empty"),
+        ("lazy_quarter_steps", "small_norm"),
+    ],
+)
+def test_each_attack_is_caught_and_excluded_in_every_round_it_is_active(
+    scenario: Scenario, rule: str, setup: Setup
+) -> None:
+    attack, outcome = simulate_attack(setup, scenario)
+    for t in range(ROUNDS):
+        verdicts = outcome.verdicts[t]
+        honest = [v.flags for v in verdicts if v.cluster != ATTACKER]
+        assert honest == [(), (), ()], f"round {t}: honest clusters flagged {honest}"
+        mine = verdicts[ATTACKER]
+        if t in attacked_rounds(attack):
+            assert rule in mine.flags and mine.excluded, f"round {t}: {mine}"
+        else:
+            assert mine.flags == (), f"round {t}, before the attack: {mine}"
