@@ -59,6 +59,7 @@ from veritrain.audit.comparison import Bisection, Comparison
 from veritrain.audit.contributions import (
     PAYLOAD_LIMIT,
     compare_contribution_digests,
+    compare_in_flight,
     compare_payloads,
 )
 from veritrain.audit.distance import global_distance, largest, tensor_distances
@@ -216,6 +217,8 @@ def reproduce_step(
                 seconds,
                 counting,
             )
+        if cluster is None and previous is not None:
+            compare_in_flight(comparison, previous, result)
         if cluster is None:
             if choice.mode == "bitwise":
                 said = generate(config, data.tokenizer(), model_state(result.files.tensors))

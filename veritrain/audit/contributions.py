@@ -16,7 +16,7 @@ else, so the payload is judged on its own, in every mode:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -27,6 +27,7 @@ from trainer.checkpoint import CheckpointFiles, outer_file
 from trainer.config import TrainConfig
 from trainer.outer.errors import OuterStateError, PayloadError
 from trainer.outer.replay import decoded_payloads
+from trainer.recorder import AppliedRound
 from veritrain.audit.comparison import Comparison
 from veritrain.audit.distance import global_distance, largest, tensor_distances
 from veritrain.audit.modes import ModeChoice
@@ -131,6 +132,44 @@ def compare_payloads(
                 f"recorded payload (largest {worst.value if worst else 0.0:.3g})"
             )
     return disputed
+
+
+def in_flight_problems(
+    signed: Mapping[Key, str], round_: int, applied: Sequence[AppliedRound]
+) -> list[str]:
+    """Under the one-step delay a step applies the previous round late, from the payloads the
+    checkpoint before it holds (each cluster's outer state). A state is not re-executed, so
+    those payloads must be, digest for digest, the contributions the previous step's clusters
+    signed (``signed``: (cluster, stage) -> digest of round ``round_``); otherwise the state
+    was edited after the step -- in any mode, since payload bytes do not drift. One sentence per
+    difference; empty when the re-execution applied exactly the signed payloads, or applied no
+    round ``round_`` (a blocking run)."""
+    problems = []
+    for exchange in applied:
+        if exchange.round != round_:
+            continue
+        used = {(c.cluster, c.stage): c.digest for c in exchange.contribution_digests}
+        for key in sorted(set(signed) | set(used)):
+            if used.get(key) != signed.get(key):
+                problems.append(
+                    f"round {round_} applied late: cluster {key[0]} stage {key[1]}'s payload in "
+                    f"the state before is {str(used.get(key))[:16]}…, the contribution it signed "
+                    f"{str(signed.get(key))[:16]}… (the outer state was edited after the step)"
+                )
+    return problems
+
+
+def compare_in_flight(comparison: Comparison, previous: OuterStep, result: Reexecution) -> None:
+    """:func:`in_flight_problems` for a whole-step re-execution, into ``comparison``."""
+    problems = in_flight_problems(
+        previous.signed_contributions(), previous.step, result.record.applied
+    )
+    comparison.mismatched.extend(problems)
+    if not problems and any(a.round == previous.step for a in result.record.applied):
+        comparison.matched.append(
+            f"round {previous.step} applied late from the state before: the payloads its "
+            "clusters signed"
+        )
 
 
 def _signed_payloads(recorded: OuterStep, cluster: int | None) -> dict[Key, str]:
