@@ -5,9 +5,11 @@ catching a lazy cluster (veritrain/audit/spot_check.py); exit 0 only if every pa
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
+
+from veritrain.cli.audit_mode import ModeOption, checked_mode
 
 
 def audit(
@@ -28,24 +30,14 @@ def audit(
     api: Annotated[
         str | None, typer.Option(help="Read the run from the public HTTP API at this URL.")
     ] = None,
-    mode: Annotated[
-        str,
-        typer.Option(
-            help="auto: the policy decides (bitwise on its hardware class); "
-            "bitwise or tolerance: demand one."
-        ),
-    ] = "auto",
+    mode: ModeOption = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Spot-check a run: re-execute a random sample of clusters' contributions."""
     from veritrain.audit.spot_check import spot_check
     from veritrain.sources import open_source
 
-    if mode not in ("auto", "bitwise", "tolerance"):
-        raise typer.BadParameter(
-            f"expected auto, bitwise or tolerance, got {mode!r}", param_hint="--mode"
-        )
-    chosen: Any = mode
+    chosen = checked_mode(mode)
     say = None if as_json else (lambda line: typer.echo(line, err=True))
     with open_source(api) as source:
         check = spot_check(source, run_id, sample, seed=seed, mode=chosen, say=say)

@@ -9,6 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
+from veritrain.cli.audit_mode import ModeOption, checked_mode
+
 
 def reproduce(
     run_id: Annotated[
@@ -46,13 +48,7 @@ def reproduce(
             help="Re-execute on this device (cpu or cuda) instead of the recorded choice."
         ),
     ] = None,
-    mode: Annotated[
-        str,
-        typer.Option(
-            help="auto: the policy decides (bitwise on its hardware class); "
-            "bitwise or tolerance: demand one."
-        ),
-    ] = "auto",
+    mode: ModeOption = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
 ) -> None:
     """Download what step T needs, re-execute it, compare with the ledger."""
@@ -61,10 +57,7 @@ def reproduce(
     from veritrain.reproduce import reproduce_step
     from veritrain.sources import open_source
 
-    if mode not in ("auto", "bitwise", "tolerance"):
-        raise typer.BadParameter(
-            f"expected auto, bitwise or tolerance, got {mode!r}", param_hint="--mode"
-        )
+    chosen = checked_mode(mode)
     chosen_precision: Any = precision  # Execution checks the values
     chosen_device: Any = device
     try:
@@ -77,7 +70,6 @@ def reproduce(
         raise typer.BadParameter(
             str(exc), param_hint="--precision / --threads / --device"
         ) from None
-    chosen: Any = mode
     with open_source(api) as source:
         comparison = reproduce_step(
             source, run_id, step, cluster, execution=execution, mode=chosen, bisect=bisect

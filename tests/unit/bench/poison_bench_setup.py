@@ -12,7 +12,7 @@ from trainer.config import TrainConfig
 from trainer.data.build import prepare_data
 from trainer.data.reader import BatchReader
 from veritrain.bench.poison import PoisonBenchConfig
-from veritrain.bench.poison_run import PoisonRun, RunOutcome, Scenario, simulate
+from veritrain.bench.poison_run import PoisonRun, RunOutcome, Scenario, attacked_rounds, simulate
 
 ATTACKER = 3
 ROUNDS = 4
@@ -35,3 +35,18 @@ def simulate_attack(setup: Setup, scenario: Scenario | None) -> tuple[PoisonRun,
     config, reader = setup
     attack = PoisonRun(config=config, scenario=scenario, attacker=ATTACKER)
     return attack, simulate(attack, reader)
+
+
+def assert_caught_in_every_active_round(setup: Setup, scenario: Scenario, rule: str) -> None:
+    """The attack is flagged by ``rule`` and excluded in every round it is active, and nothing
+    else is flagged: not the honest clusters, not the attacker before it attacks."""
+    attack, outcome = simulate_attack(setup, scenario)
+    for t in range(ROUNDS):
+        verdicts = outcome.verdicts[t]
+        honest = [v.flags for v in verdicts if v.cluster != ATTACKER]
+        assert honest == [(), (), ()], f"round {t}: honest clusters flagged {honest}"
+        mine = verdicts[ATTACKER]
+        if t in attacked_rounds(attack):
+            assert rule in mine.flags and mine.excluded, f"round {t}: {mine}"
+        else:
+            assert mine.flags == (), f"round {t}, before the attack: {mine}"

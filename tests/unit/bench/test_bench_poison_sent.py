@@ -6,9 +6,9 @@ files so that parallel test workers run them side by side)."""
 from __future__ import annotations
 
 import pytest
-from poison_bench_setup import ATTACKER, ROUNDS, Setup, poison_setup, simulate_attack
+from poison_bench_setup import Setup, assert_caught_in_every_active_round, poison_setup
 
-from veritrain.bench.poison_run import Scenario, attacked_rounds
+from veritrain.bench.poison_run import Scenario
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +27,4 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
 def test_each_attack_is_caught_and_excluded_in_every_round_it_is_active(
     scenario: Scenario, rule: str, setup: Setup
 ) -> None:
-    attack, outcome = simulate_attack(setup, scenario)
-    for t in range(ROUNDS):
-        verdicts = outcome.verdicts[t]
-        honest = [v.flags for v in verdicts if v.cluster != ATTACKER]
-        assert honest == [(), (), ()], f"round {t}: honest clusters flagged {honest}"
-        mine = verdicts[ATTACKER]
-        if t in attacked_rounds(attack):
-            assert rule in mine.flags and mine.excluded, f"round {t}: {mine}"
-        else:
-            assert mine.flags == (), f"round {t}, before the attack: {mine}"
+    assert_caught_in_every_active_round(setup, scenario, rule)
