@@ -412,15 +412,19 @@ def _compare_files(
         shards = {n: tensor_nbytes(files.tensors[n]) for n in files.tensors if is_model_shard(n)}
         if shards:
             digests.update(write_model_index(folder, shards))
-        # A step recorded before model-repo format 2 is judged by the format it recorded.
+        # A step of a genesis-v1 run may hold model-repo format 1: judged by what it recorded.
         metadata = {n: d for n, d in files.json.items() if n in REPO_METADATA}
-        older = write_files(Path(folder) / "format-1", json_files=as_format_1(metadata))
+        older = (
+            write_files(Path(folder) / "format-1", json_files=as_format_1(metadata))
+            if format_1
+            else {}
+        )
         for name in sorted(set(expected) | set(digests)):
             if name == TRAINER_STATE and name in digests and digests[name] != expected.get(name):
                 _compare_trainer_state(comparison, source, expected[name], Path(folder) / name)
             elif digests.get(name) == expected.get(name):
                 comparison.matched.append(f"{name}: {expected[name][:16]}…")
-            elif format_1 and name in older and older[name] == expected.get(name):
+            elif name in older and older[name] == expected.get(name):
                 comparison.matched.append(
                     f"{name}: {expected[name][:16]}… (model-repo format 1, as recorded)"
                 )

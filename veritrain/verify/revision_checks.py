@@ -69,8 +69,9 @@ class RevisionFiles:
     documents: Mapping[str, Any]
     """File name -> the JSON document it must be (model-repo files and the model index)."""
     format_1: Mapping[str, Any]
-    """The model-repo documents a run recorded before model-repo format 2 wrote instead
-    (trainer/hf_repo.py ``as_format_1``): a revision recorded so is judged by them."""
+    """The model-repo documents a genesis-v1 run, recorded before model-repo format 2, may
+    hold instead (trainer/hf_repo.py ``as_format_1``); empty for a later run, whose revisions
+    are format 2 (it came out with genesis v2)."""
     model_shards: frozenset[str]
     clusters: int
     stages: int
@@ -97,7 +98,11 @@ def revision_files(
         **repo_json_files(config.model, tokenizer_export(tokenizer)),
         MODEL_INDEX: model_index(shards),
     }
-    older = as_format_1({n: d for n, d in documents.items() if n in REPO_METADATA})
+    older = (
+        as_format_1({n: d for n, d in documents.items() if n in REPO_METADATA})
+        if genesis.version == 1
+        else {}
+    )
     # As the writer's JSON reads back (tuples become lists).
     return RevisionFiles(
         documents=json.loads(json.dumps(documents)),
@@ -153,10 +158,7 @@ def check_revision_files(
             result.fail(f"revision file {problem}", index=entry.index, step=step.step)
         for name, document in expected.documents.items():
             if name in files:
-                # Model-repo format 2 came out with genesis v2: only a v1 run may have written
-                # format 1.
-                older = expected.format_1.get(name, document) if genesis.version == 1 else document
-                accepted = (document, older)
+                accepted = (document, expected.format_1.get(name, document))
                 _document(result, entry, step, source, name, files[name], accepted, checked)
         if TRAINER_STATE in files:
             _trainer_state(result, entry, step, genesis, source, files[TRAINER_STATE])
