@@ -15,7 +15,7 @@ name: one key must never serve two cosigner names (the spec's rule). A v1 cosign
 origin has this root hash".
 
 This module is pure: it builds, parses and checks cosignatures; the witness that makes them
-is ``ledger/witness/``, the log side that collects them ``veritrain/witnessing.py``.
+is ``ledger/witness/``, the log side that collects them ``veritrain/witnesses/push.py``.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ POLICY_MODES = ("bitwise", "tolerance")
 
 @dataclass(frozen=True, kw_only=True)
 class CodeIdentity:
-    """The source tree that trained (veritrain/provenance.py computes it)."""
+    """The source tree that trained (veritrain/record/provenance.py computes it)."""
 
     source_sha256: str
     """SHA-256 over the ``sha256sum``-format lines of every source file, sorted by path."""

@@ -37,8 +37,8 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 RUST_LOG
     "(torch $("$PY" -c 'import torch; print(torch.__version__)')): run this on a GPU host"
 missing=$("$PY" - <<'EOF'
 import importlib
-for module in ("veritrain.cli.main", "trainer.api", "veritrain.reproduce", "veritrain.verify",
-               "veritrain.bench.step_throughput", "veritrain.training", "tokenizers"):
+for module in ("veritrain.cli.main", "trainer.api", "veritrain.audit.reproduce", "veritrain.audit.verify",
+               "veritrain.bench.step_throughput", "veritrain.record.training", "tokenizers"):
     try:
         importlib.import_module(module)
     except ModuleNotFoundError as exc:

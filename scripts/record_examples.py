@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from records.outer_step import OuterStep
-from veritrain.recorded_run import RecordedRun
+from veritrain.sources.recorded_run import RecordedRun
 from veritrain.sources import open_source
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -63,7 +63,7 @@ class InMemoryRecorder(SignsNothing):
         commitments: InnerCommitments | None = None,
     ) -> StageContribution | None:
         """Keep the payload bytes (a re-execution's reproduce compares them with the recorded
-        payload, veritrain/reproduce.py); sign nothing."""
+        payload, veritrain/audit/reproduce.py); sign nothing."""
         self.sink.append(("payload", step, own.cluster, own.stage, payload))
         return None
 

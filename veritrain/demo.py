@@ -20,12 +20,12 @@ from rich.console import Console
 
 from trainer.config import with_overrides
 from trainer.presets import run_preset
-from veritrain.reproduce import Comparison, reproduce_step
+from veritrain.audit.reproduce import Comparison, reproduce_step
+from veritrain.audit.verify import Report, verify_run
+from veritrain.audit.verify.seen_heads import SeenHeads
+from veritrain.record.training import train_recorded
 from veritrain.settings import Settings
 from veritrain.sources import DirectSource
-from veritrain.training import train_recorded
-from veritrain.verify import Report, verify_run
-from veritrain.verify.seen_heads import SeenHeads
 
 DEMO_PRESET = "tiny"
 DEMO_METHOD = "dilocox"

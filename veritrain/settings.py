@@ -16,7 +16,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from veritrain.errors import SettingsError
-from veritrain.witness_endpoints import WitnessEndpoint, parse_witnesses
+from veritrain.witnesses.endpoints import WitnessEndpoint, parse_witnesses
 
 _DB_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg")
 _STORE_SCHEMES = ("file", "s3")
@@ -49,7 +49,7 @@ class Settings(BaseSettings):
 
     witnesses: Annotated[tuple[WitnessEndpoint, ...], NoDecode] = ()
     """C2SP tlog-witnesses that cosign every run's tree heads: ``VKEY@URL`` items separated by
-    spaces or commas (veritrain/witness_endpoints.py); empty: none."""
+    spaces or commas (veritrain/witnesses/endpoints.py); empty: none."""
 
     @field_validator("witnesses", mode="before")
     @classmethod

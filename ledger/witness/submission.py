@@ -1,6 +1,6 @@
 """The body of a C2SP tlog-witness ``add-checkpoint`` request, and the ``text/x.tlog.size``
 body of its 409 answer: one typed home for the format the log writes
-(``veritrain/witnessing.py``) and the witness reads (``ledger/witness/witness.py``).
+(``veritrain/witnesses/push.py``) and the witness reads (``ledger/witness/witness.py``).
 
 tlog-witness, "add-checkpoint": the body is
 

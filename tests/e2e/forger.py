@@ -37,7 +37,7 @@ from records.outer_step import ClusterContributions, StepAttestation, aggregate_
 from storage import ObjectStore, open_store
 from trainer.recorder import AttestationRequest, ContributionDigest
 from veritrain.cluster_identity import ClusterKeyFolder, ClusterSigner
-from veritrain.keyring import KeyRing
+from veritrain.record.keyring import KeyRing
 from veritrain.settings import Settings
 from veritrain.step_attestation import StatementSigner, shard_dependency, statement_parameters
 

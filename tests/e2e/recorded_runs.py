@@ -8,8 +8,8 @@ from pathlib import Path
 
 from trainer.config import with_overrides
 from trainer.presets import run_preset
+from veritrain.record.training import train_recorded
 from veritrain.settings import Settings, load_settings
-from veritrain.training import train_recorded
 
 RUN_ID = "e2e-run"
 OUTER_STEPS = 4

@@ -22,13 +22,13 @@ from trainer.config import with_overrides
 from trainer.execution import Execution
 from trainer.presets import run_preset
 from trainer.runtime.forgery import Forgery
-from veritrain.recorded_run import RecordedRun
-from veritrain.reproduce import reproduce_step
+from veritrain.audit.reproduce import reproduce_step
+from veritrain.audit.verify import verify_run
+from veritrain.record.training import recorder_factory
 from veritrain.settings import Settings, load_settings
 from veritrain.sources import DirectSource
 from veritrain.sources.api import ApiSource
-from veritrain.training import recorder_factory
-from veritrain.verify import verify_run
+from veritrain.sources.recorded_run import RecordedRun
 from web.settings import WebSettings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

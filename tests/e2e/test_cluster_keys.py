@@ -18,10 +18,10 @@ from attestation.contribution import Contribution, sign_contribution
 from attestation.keys import SigningKey
 from records import Genesis
 from storage import open_store
-from veritrain.keyring import KeyRing
+from veritrain.audit.verify import verify_run
+from veritrain.record.keyring import KeyRing
 from veritrain.settings import Settings
 from veritrain.sources import DirectSource
-from veritrain.verify import verify_run
 from web.settings import WebSettings
 
 STEP = 2

@@ -11,12 +11,12 @@ import pytest
 from records.genesis import Genesis
 from trainer.config import with_overrides
 from trainer.presets import run_preset
-from veritrain.reproduce import reproduce_step
+from veritrain.audit.reproduce import reproduce_step
+from veritrain.audit.verify import verify_run
+from veritrain.record.training import train_recorded
 from veritrain.settings import Settings, load_settings
 from veritrain.sources import DirectSource
 from veritrain.sources.base import read_verified
-from veritrain.training import train_recorded
-from veritrain.verify import verify_run
 
 RUN_ID = "e2e-dp"
 OUTER_STEPS = 2

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from e2e.forger import Forger, Payloads
 
+from veritrain.audit.verify import Report, SeenHeads, verify_run
 from veritrain.settings import Settings
 from veritrain.sources import DirectSource
-from veritrain.verify import Report, SeenHeads, verify_run
 
 STEP = 2
 
@@ -212,7 +212,7 @@ def test_quotes_are_judged_at_the_time_their_entry_was_recorded(fresh_run: Setti
 def test_a_consistent_metric_rewrite_passes_verify_and_fails_reproduce(fresh_run: Settings) -> None:
     """The honest limit: a rewrite of a measurement, re-signed with every key, is consistent;
     only re-executing the step (or a witness that saw the first history) exposes it."""
-    from veritrain.reproduce import reproduce_step
+    from veritrain.audit.reproduce import reproduce_step
 
     Forger(fresh_run, run_id(fresh_run)).rewrite(
         edit_payload("outer_step", lower_the_eval_loss, step=STEP)
@@ -231,7 +231,7 @@ def test_a_consistent_metric_rewrite_passes_verify_and_fails_reproduce(fresh_run
 def test_a_metric_listed_as_non_finite_must_be_non_finite_when_reproduced(
     fresh_run: Settings, edit: Callable[[dict[str, Any]], None]
 ) -> None:
-    from veritrain.reproduce import reproduce_step
+    from veritrain.audit.reproduce import reproduce_step
 
     Forger(fresh_run, run_id(fresh_run)).rewrite(edit_payload("outer_step", edit, step=STEP))
 
@@ -329,7 +329,7 @@ def test_verify_and_reproduce_warn_when_no_re_execution_here_can_be_in_the_class
 ) -> None:
     """An old run (no signed class) that names a GPU nobody has verifies -- nothing holds it to
     more -- but verify and reproduce both say loudly that this machine is outside its class."""
-    from veritrain.reproduce import reproduce_step
+    from veritrain.audit.reproduce import reproduce_step
 
     def old_run_on_z9000(genesis: dict[str, Any]) -> None:
         _forget_the_enrolled_hardware(genesis)

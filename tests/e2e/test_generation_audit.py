@@ -15,10 +15,10 @@ from attestation.canonical import canonical_json
 from records.generations import Generation, Generations
 from storage import open_store
 from trainer.execution import Execution
-from veritrain.recorded_run import RecordedRun
-from veritrain.reproduce import reproduce_step
+from veritrain.audit.reproduce import reproduce_step
 from veritrain.settings import Settings
 from veritrain.sources import DirectSource
+from veritrain.sources.recorded_run import RecordedRun
 
 STEP = 2
 FAKED = "the model never said this at all, not one word of it. "

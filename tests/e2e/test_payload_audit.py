@@ -12,10 +12,10 @@ from trainer.config import with_overrides
 from trainer.execution import Execution
 from trainer.presets import run_preset
 from trainer.runtime.forgery import Forgery
-from veritrain.reproduce import reproduce_step
+from veritrain.audit.reproduce import reproduce_step
+from veritrain.record.training import recorder_factory
 from veritrain.settings import Settings, load_settings
 from veritrain.sources import DirectSource
-from veritrain.training import recorder_factory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -18,11 +18,11 @@ from e2e.recorded_runs import copy_run
 from records import OuterStep
 from trainer.config import PoisonForTesting, with_overrides
 from trainer.presets import run_preset
-from veritrain.recorded_run import RecordedRun
+from veritrain.audit.verify import Report, verify_run
+from veritrain.record.training import train_recorded
 from veritrain.settings import Settings, load_settings
 from veritrain.sources import DirectSource
-from veritrain.training import train_recorded
-from veritrain.verify import Report, verify_run
+from veritrain.sources.recorded_run import RecordedRun
 from web.settings import WebSettings
 
 RUN_ID = "poisoned"

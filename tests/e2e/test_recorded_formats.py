@@ -20,10 +20,10 @@ from e2e.forger import Forger, Payloads
 
 from ledger.db import upgrade
 from records.versions import GENESIS
-from veritrain.recorded_run import RecordedRun
+from veritrain.audit.verify import verify_run
 from veritrain.settings import Settings
 from veritrain.sources import DirectSource
-from veritrain.verify import verify_run
+from veritrain.sources.recorded_run import RecordedRun
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 RECORDED = sorted(p.name for p in FIXTURES.iterdir() if (p / "ledger.db").is_file())

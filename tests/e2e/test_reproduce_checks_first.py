@@ -11,8 +11,8 @@ import pytest
 import rfc8785
 from e2e.recorded_runs import OUTER_STEPS, RUN_ID
 
+from veritrain.audit.reproduce import reproduce_step
 from veritrain.errors import ReproduceError
-from veritrain.reproduce import reproduce_step
 from veritrain.settings import Settings
 from veritrain.sources import DirectSource
 

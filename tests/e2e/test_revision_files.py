@@ -1,5 +1,5 @@
 """Every file of a checkpoint revision is what the genesis and the data manifest fix, not only
-the weights (veritrain/verify/revision_checks.py, docs/auditing.md check 7).
+the weights (veritrain/audit/verify/revision_checks.py, docs/auditing.md check 7).
 
 The attack: an operator holding every key swaps a file of step 2's revision -- the tokenizer,
 the model configuration -- or adds one a loader would pick up, stores a new manifest, signs it
@@ -20,11 +20,11 @@ from storage import open_store
 from storage.checkpoint import Manifest, read_manifest, upload_manifest
 from trainer.data.tokenizer import byte_to_unicode
 from trainer.hf_repo import as_format_1
-from veritrain.keyring import KeyRing
+from veritrain.audit.verify import verify_run
 from veritrain.model_signature import sign_checkpoint
+from veritrain.record.keyring import KeyRing
 from veritrain.settings import Settings
 from veritrain.sources import DirectSource
-from veritrain.verify import verify_run
 
 STEP = 2
 

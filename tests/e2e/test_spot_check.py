@@ -17,9 +17,9 @@ from trainer.presets import run_preset
 from trainer.runtime.forgery import Forgery
 from veritrain.audit.spot_check import draw_pairs, spot_check
 from veritrain.cli.main import app
+from veritrain.record.training import recorder_factory
 from veritrain.settings import Settings, load_settings
 from veritrain.sources import DirectSource
-from veritrain.training import recorder_factory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

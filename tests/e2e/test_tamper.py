@@ -18,10 +18,10 @@ from attestation.statement import IN_TOTO_PAYLOAD_TYPE
 from ledger.db import create_engine
 from ledger.keyring import InMemoryLogKeys
 from ledger.service import Ledger
+from veritrain.audit.verify import Report, verify_run
+from veritrain.audit.verify.seen_heads import SeenHeads
 from veritrain.settings import Settings
 from veritrain.sources import DirectSource
-from veritrain.verify import Report, verify_run
-from veritrain.verify.seen_heads import SeenHeads
 
 STEP = 2
 """The outer step every case tampers with."""

@@ -21,11 +21,11 @@ from e2e.test_tamper import (
     roll_back_tree_head,
 )
 
-from veritrain.reproduce import reproduce_step
+from veritrain.audit.reproduce import reproduce_step
+from veritrain.audit.verify import verify_run
+from veritrain.audit.verify.seen_heads import SeenHeads
 from veritrain.settings import Settings
 from veritrain.sources.api import ApiSource
-from veritrain.verify import verify_run
-from veritrain.verify.seen_heads import SeenHeads
 from web.settings import WebSettings
 
 Serve = Callable[[WebSettings], str]

@@ -17,9 +17,9 @@ import pytest
 from e2e.lying_proxy import lying_proxy
 from e2e.recorded_runs import RUN_ID
 
+from veritrain.audit.verify import SeenHeads, verify_run
 from veritrain.settings import Settings
 from veritrain.sources.api import ApiSource
-from veritrain.verify import SeenHeads, verify_run
 from web.settings import WebSettings
 
 Serve = Callable[[WebSettings], str]
@@ -118,7 +118,7 @@ def test_with_sampling_the_newest_checkpoint_is_always_re_hashed(
 ) -> None:
     """No size the source reports decides what is checked: the newest checkpoint is re-hashed
     in full, and its verified bytes size the rest of the run."""
-    import veritrain.verify.object_checks as object_checks
+    import veritrain.audit.verify.object_checks as object_checks
     from veritrain.sources import DirectSource
 
     monkeypatch.setattr(object_checks, "FULL_CHECK_BYTES", 0)  # sample, however small the run

@@ -29,12 +29,12 @@ from attestation.keys import COSIGNATURE_V1_ALGORITHM, SigningKey
 from ledger.db import create_engine, upgrade
 from ledger.service import Ledger
 from ledger.witness import TrustedLogs
+from veritrain.audit.verify import Report, verify_run
 from veritrain.settings import Settings
 from veritrain.sources import DirectSource, RunSource
 from veritrain.sources.api import ApiSource
-from veritrain.verify import Report, verify_run
-from veritrain.witness_endpoints import WitnessEndpoint
-from veritrain.witnessing import push_latest, push_tree_head
+from veritrain.witnesses.endpoints import WitnessEndpoint
+from veritrain.witnesses.push import push_latest, push_tree_head
 from web.settings import WebSettings
 from web.witness_app import WitnessSettings, create_witness_app
 

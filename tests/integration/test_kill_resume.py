@@ -21,10 +21,10 @@ from pathlib import Path
 from ledger.db import create_engine
 from ledger.errors import RunNotFoundError, SchemaMissingError
 from ledger.service import Ledger
+from veritrain.audit.verify import verify_run
+from veritrain.audit.verify.seen_heads import SeenHeads
 from veritrain.settings import load_settings
 from veritrain.sources import DirectSource
-from veritrain.verify import verify_run
-from veritrain.verify.seen_heads import SeenHeads
 
 ARGS = [
     "train",

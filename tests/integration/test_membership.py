@@ -31,8 +31,8 @@ from ledger.db import create_engine
 from ledger.errors import RunNotFoundError, SchemaMissingError
 from ledger.service import Ledger
 from records import OuterStep
+from veritrain.audit.reproduce import reproduce_step
 from veritrain.bench.netns import emulated_link, netns_unavailable
-from veritrain.reproduce import reproduce_step
 from veritrain.settings import load_settings
 from veritrain.sources import DirectSource
 

@@ -12,11 +12,11 @@ import pytest
 from e2e.recorded_runs import RUN_ID, record_small_run
 
 from storage import open_store
-from veritrain.reproduce import reproduce_step
+from veritrain.audit.reproduce import reproduce_step
+from veritrain.audit.verify import verify_run
+from veritrain.audit.verify.seen_heads import SeenHeads
 from veritrain.settings import Settings
 from veritrain.sources import DirectSource
-from veritrain.verify import verify_run
-from veritrain.verify.seen_heads import SeenHeads
 
 
 @pytest.fixture

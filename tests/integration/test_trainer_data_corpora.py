@@ -20,7 +20,7 @@ from trainer.data.shards import shard_file_name
 from trainer.presets import run_preset
 from veritrain.bench.memory_probe import Measurement, probe
 from veritrain.bench.synthetic_corpus import CorpusFormat, write_corpus
-from veritrain.local_recorder import LocalDirectoryRecorder, read_records
+from veritrain.record.local_recorder import LocalDirectoryRecorder, read_records
 
 VOCAB = 512
 MiB = 2**20

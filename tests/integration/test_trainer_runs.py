@@ -29,7 +29,12 @@ from trainer.hf_repo import GENERATION_CONFIG, HF_CONFIG, load_pretrained
 from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
 from trainer.presets import run_preset
 from trainer.runtime.lighthouse import Lighthouse, LighthouseSettings
-from veritrain.local_recorder import LocalDirectoryRecorder, load_step, read_records, step_directory
+from veritrain.record.local_recorder import (
+    LocalDirectoryRecorder,
+    load_step,
+    read_records,
+    step_directory,
+)
 
 STEPS = 5
 CLI_ARGS = [

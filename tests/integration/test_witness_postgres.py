@@ -16,8 +16,8 @@ from ledger.cosignature import cosignatures_in
 from ledger.db import create_engine, upgrade
 from ledger.errors import OldSizeMismatchError, WitnessRefusal
 from ledger.witness import TrustedLogs, Witness
-from veritrain.witness_endpoints import WitnessEndpoint
-from veritrain.witnessing import BackgroundPusher, push_latest
+from veritrain.witnesses.endpoints import WitnessEndpoint
+from veritrain.witnesses.push import BackgroundPusher, push_latest
 from web.witness_app import WitnessSettings, create_witness_app
 
 KEY = SigningKey.generate("witness.test/pg", signature_type=COSIGNATURE_V1_ALGORITHM)

@@ -24,10 +24,10 @@ from ledger.cosignature import cosignatures_in, cosigner_key
 from ledger.db import create_engine, upgrade
 from ledger.keyring import InMemoryLogKeys
 from ledger.service import Ledger
+from veritrain.audit.verify.witness_quorum import check_quorum
 from veritrain.settings import Settings
-from veritrain.verify.witness_quorum import check_quorum
-from veritrain.witness_endpoints import WitnessEndpoint
-from veritrain.witnessing import push_tree_head
+from veritrain.witnesses.endpoints import WitnessEndpoint
+from veritrain.witnesses.push import push_tree_head
 
 RUN_ID = "witnessed-run"
 
@@ -273,8 +273,8 @@ def test_verify_demands_a_quorum_that_the_honest_run_meets_and_a_rewrite_does_no
 ) -> None:
     from e2e.forger import Forger
 
+    from veritrain.audit.verify import verify_run
     from veritrain.sources import DirectSource
-    from veritrain.verify import verify_run
 
     assert push_tree_head(ledger, RUN_ID, [w.endpoint for w in witnesses]).ok
     vkeys = [w.vkey for w in witnesses]

@@ -712,7 +712,7 @@ class _Process:
 
     def _reported_commitments(self) -> InnerCommitments | None:
         """The step's commitments for its record, when the record needs them: a re-execution's
-        record is compared with the signed ones (veritrain/reproduce.py). A training run's
+        record is compared with the signed ones (veritrain/audit/reproduce.py). A training run's
         processes each store and sign their own with their contribution (``_commit``), and the
         entry names those objects; sending them again would put ~100 kB a step on the slow
         link for every stage (measured at tiny, 25 inner steps: 106 of a report's 111 kB)."""

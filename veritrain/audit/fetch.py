@@ -41,9 +41,9 @@ from trainer.data.assignment import AssignmentRule
 from trainer.data.build import PreparedData
 from trainer.data.shards import shard_file_name
 from trainer.errors import DataError
-from veritrain.downloads import download_object, read_checkpoint_manifest
 from veritrain.errors import CorruptObjectError
 from veritrain.sources import SMALL_OBJECT_LIMIT, MetricRow, RunSource, read_verified
+from veritrain.sources.downloads import download_object, read_checkpoint_manifest
 
 Window = tuple[int, int]
 """(shard index, first token) of a window of ``context + 1`` tokens."""

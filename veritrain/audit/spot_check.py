@@ -19,7 +19,8 @@ What a sample of K of the run's N pairs catches (drawn without replacement, unif
 
 Steps: 1. the log verifies (``reproduce``'s first step, once per pair); 2. the pairs are drawn
 from ``secrets.SystemRandom`` (or a seed, for a repeatable audit: an operator who learns the
-seed knows the draw); 3. each pair is re-executed by :func:`veritrain.reproduce.reproduce_step`.
+seed knows the draw); 3. each pair is re-executed by
+:func:`veritrain.audit.reproduce.reproduce_step`.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from typing import Any
 from veritrain.audit.comparison import Comparison
 from veritrain.audit.modes import Requested
 from veritrain.errors import ReproduceError
-from veritrain.recorded_run import RecordedRun
 from veritrain.sources import RunSource
+from veritrain.sources.recorded_run import RecordedRun
 
 Pair = tuple[int, int]
 """(outer step, cluster)."""
@@ -139,7 +140,7 @@ def spot_check(
     say: Callable[[str], None] | None = None,
 ) -> SpotCheck:
     """Draw ``sample`` pairs and re-execute each (module docstring)."""
-    from veritrain.reproduce import reproduce_step, verified_run
+    from veritrain.audit.reproduce import reproduce_step, verified_run
 
     run, _ = verified_run(source, run_id)
     pairs = run_pairs(run)

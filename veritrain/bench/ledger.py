@@ -6,7 +6,7 @@
    (``VERITRAIN_BENCH_POSTGRES_URL``, else the test server's ``VERITRAIN_TEST_POSTGRES_URL``;
    a scratch database is created there and dropped afterwards, so the URL needs CREATEDB).
 2. **Verifying a 10,000-entry run** the way ``veritrain verify`` does at log level
-   (veritrain/verify/log_checks.py, checks 1-3: signed tree head, hash chain and root,
+   (veritrain/audit/verify/log_checks.py, checks 1-3: signed tree head, hash chain and root,
    every entry's inclusion proof) plus check 9 (the metrics table against the signed
    entries), each phase timed so the report says what dominates. Objects are not re-hashed.
 3. **Inclusion-proof latency** through the HTTP API: ``veritrain serve`` in its own process
@@ -33,18 +33,18 @@ from typing import Any
 from ledger.db import create_engine, upgrade
 from ledger.keyring import InMemoryLogKeys
 from ledger.service import Ledger
+from veritrain.audit.verify.log_checks import check_chain, check_inclusion, check_tree_head
+from veritrain.audit.verify.object_checks import check_metrics
+from veritrain.audit.verify.report import Report
 from veritrain.bench.http_load import Connection, Response
 from veritrain.bench.scratch import scratch_dir
 from veritrain.bench.server import served
 from veritrain.bench.stats import percentile, rate, verdict
 from veritrain.bench.synthetic_run import SyntheticRun, build_synthetic_run
 from veritrain.errors import BenchError
-from veritrain.recorded_run import RecordedRun
 from veritrain.settings import Settings
 from veritrain.sources import DirectSource
-from veritrain.verify.log_checks import check_chain, check_inclusion, check_tree_head
-from veritrain.verify.object_checks import check_metrics
-from veritrain.verify.report import Report
+from veritrain.sources.recorded_run import RecordedRun
 
 APPENDS_TARGET = 200.0
 VERIFY_TARGET_S = 10.0

@@ -54,7 +54,7 @@ def reproduce(
     """Download what step T needs, re-execute it, compare with the ledger."""
     from trainer.errors import ConfigError
     from trainer.execution import Execution
-    from veritrain.reproduce import reproduce_step
+    from veritrain.audit.reproduce import reproduce_step
     from veritrain.sources import open_source
 
     chosen = checked_mode(mode)

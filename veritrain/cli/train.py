@@ -150,10 +150,15 @@ def train(
     from trainer.api import run_configuration
     from trainer.config import load_config_file, with_overrides
     from trainer.presets import run_preset
-    from veritrain.local_run import recorded_config, run_directory_of, train_into_directory
     from veritrain.policy import PolicyChoice
+    from veritrain.record.local_run import recorded_config, run_directory_of, train_into_directory
+    from veritrain.record.training import (
+        ClusterPlacement,
+        default_run_id,
+        resume_recorded,
+        train_recorded,
+    )
     from veritrain.settings import load_settings
-    from veritrain.training import ClusterPlacement, default_run_id, resume_recorded, train_recorded
 
     settings = load_settings()
     if verification not in ("bitwise", "tolerance"):

@@ -66,10 +66,10 @@ def verify(
 ) -> None:
     """Re-check a run: tree head, hash chain, proofs, statements, quotes, contributions,
     checkpoints, data and metrics."""
+    from veritrain.audit.verify import verify_run
+    from veritrain.audit.verify.cluster_key_checks import parse_cluster_key
+    from veritrain.audit.verify.seen_heads import SeenHeads
     from veritrain.sources import open_source
-    from veritrain.verify import verify_run
-    from veritrain.verify.cluster_key_checks import parse_cluster_key
-    from veritrain.verify.seen_heads import SeenHeads
 
     try:
         pinned = [parse_cluster_key(item) for item in cluster_key or ()]

@@ -123,7 +123,7 @@ def push(
     from ledger.service import Ledger
     from veritrain.errors import SettingsError
     from veritrain.settings import load_settings
-    from veritrain.witnessing import push_latest
+    from veritrain.witnesses.push import push_latest
 
     settings = load_settings()
     if not settings.witnesses:

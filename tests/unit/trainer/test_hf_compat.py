@@ -34,7 +34,7 @@ from trainer.hf_repo import (
 from trainer.model import TIED_EMBEDDING, TIED_HEAD, CausalLM, ModelConfig, build_stage
 from trainer.recorder import OuterStepRecord, ProcessInfo
 from trainer.runtime.state import model_file_tensors
-from veritrain.local_recorder import LocalDirectoryRecorder, step_directory
+from veritrain.record.local_recorder import LocalDirectoryRecorder, step_directory
 
 
 def shape(family: str, *, tied: bool) -> ModelConfig:

@@ -20,10 +20,10 @@ from trainer.presets import run_preset
 from trainer.recorder import RunStart
 from veritrain.cluster_identity import ClusterKeyFolder, enrolment
 from veritrain.errors import RecorderError
-from veritrain.genesis import run_genesis
 from veritrain.hardware import training_hardware
-from veritrain.keyring import KeyRing
 from veritrain.policy import PolicyChoice
+from veritrain.record.genesis import run_genesis
+from veritrain.record.keyring import KeyRing
 
 RUN, CONFIG = "run-1", "ab" * 32
 

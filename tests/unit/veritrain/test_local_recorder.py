@@ -20,7 +20,7 @@ from trainer.checkpoint import (
 from trainer.data.shards import DirectoryShardSource
 from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
 from trainer.recorder import OuterStepRecord, ProcessInfo, RunStart, RunSummary
-from veritrain.local_recorder import (
+from veritrain.record.local_recorder import (
     LocalDirectoryRecorder,
     latest_recorded_step,
     read_records,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from veritrain.provenance import dependency_identity
+from veritrain.record.provenance import dependency_identity
 
 
 def test_the_dependency_identity_names_the_torch_that_runs(

@@ -11,9 +11,9 @@ from typing import Any
 
 from ledger.envelope import build_body
 from ledger.merkle import leaf_hash
-from veritrain.recorded_run import RecordedRun
-from veritrain.verify.log_checks import check_chain
-from veritrain.verify.report import Report
+from veritrain.audit.verify.log_checks import check_chain
+from veritrain.audit.verify.report import Report
+from veritrain.sources.recorded_run import RecordedRun
 
 EXAMPLES = json.loads(
     (Path(__file__).resolve().parents[1] / "records" / "examples.json").read_text()

@@ -3,7 +3,7 @@ cannot predict it, and repeated verifications cover different objects."""
 
 from __future__ import annotations
 
-from veritrain.verify.sampling import sample
+from veritrain.audit.verify.sampling import sample
 
 
 def test_draws_are_subsets_of_the_asked_size_and_differ_between_verifications() -> None:

@@ -13,9 +13,9 @@ import pytest
 
 from attestation.canonical import canonical_digest, canonical_json
 from records.rules import RULES_V1
-from veritrain.recorded_run import RecordedRun
-from veritrain.verify.commitment_checks import check_genesis
-from veritrain.verify.report import Report
+from veritrain.audit.verify.commitment_checks import check_genesis
+from veritrain.audit.verify.report import Report
+from veritrain.sources.recorded_run import RecordedRun
 
 V1_RUN = Path(__file__).resolve().parents[2] / "fixtures" / "v1-0313592" / "ledger.db"
 RUN_ID = "v1-0313592"

@@ -10,8 +10,8 @@ from unit.ledger.witness_helpers import SmallLog, small_log
 
 from ledger.checkpoint import Checkpoint
 from ledger.db import upgrade
-from veritrain.verify.witness_freshness import judge_view
-from veritrain.witness_views import WitnessView, WitnessViewError
+from veritrain.audit.verify.witness_freshness import judge_view
+from veritrain.witnesses.views import WitnessView, WitnessViewError
 
 AT = 1_800_000_000  # 2027-01-15 08:00:00 UTC
 

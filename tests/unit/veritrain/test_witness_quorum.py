@@ -14,7 +14,7 @@ from attestation.keys import COSIGNATURE_V1_ALGORITHM, SigningKey
 from ledger.cosignature import cosign
 from ledger.db import upgrade
 from ledger.note import open_note
-from veritrain.verify.witness_quorum import check_quorum
+from veritrain.audit.verify.witness_quorum import check_quorum
 
 
 @pytest.fixture(scope="module")

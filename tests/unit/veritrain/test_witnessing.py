@@ -21,8 +21,8 @@ from ledger.db import create_engine, upgrade
 from ledger.models import Cosignature
 from ledger.witness import TrustedLogs
 from veritrain.settings import SettingsError, load_settings
-from veritrain.witness_endpoints import WitnessEndpoint
-from veritrain.witnessing import BackgroundPusher, PushPolicy, push_latest, push_tree_head
+from veritrain.witnesses.endpoints import WitnessEndpoint
+from veritrain.witnesses.push import BackgroundPusher, PushPolicy, push_latest, push_tree_head
 from web.app import create_app
 from web.settings import AppSettings
 from web.witness_app import WitnessSettings, create_witness_app

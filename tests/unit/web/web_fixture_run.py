@@ -1,5 +1,6 @@
-"""A realistic small run recorded by the real recorder (``veritrain.recorder.LedgerRecorder``),
-for the web tests (and the e2e and integration tests that serve it). Import it as
+"""A realistic small run recorded by the real recorder
+(``veritrain.record.recorder.LedgerRecorder``), for the web tests (and the e2e and
+integration tests that serve it). Import it as
 ``from unit.web.web_fixture_run import record_demo_run``.
 
 Nothing here writes an entry by hand: the recorder builds every payload from its typed
@@ -54,7 +55,7 @@ from trainer.recorder import (
     RunStart,
     RunSummary,
 )
-from veritrain.recorder import LedgerRecorderFactory
+from veritrain.record.recorder import LedgerRecorderFactory
 
 ORIGIN = "test.veritrain.local"
 MODEL = ModelConfig(

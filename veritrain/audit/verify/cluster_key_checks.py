@@ -20,7 +20,7 @@ from attestation.enrolment import cluster_fingerprint
 from attestation.errors import AttestationError
 from attestation.keys import PublicKey
 from records import Genesis
-from veritrain.verify.report import Report
+from veritrain.audit.verify.report import Report
 
 _ROLES = ("contribution", "attestation", "platform_root")
 _NAME_SUFFIX = {

@@ -33,7 +33,7 @@ PACKAGES = (
     "veritrain",
     "migrations",
 )
-SOURCE_ROOT = Path(__file__).resolve().parent.parent
+SOURCE_ROOT = Path(__file__).resolve().parents[2]  # veritrain/record/ -> the source root
 
 
 def source_files(root: Path = SOURCE_ROOT) -> list[Path]:

@@ -19,12 +19,12 @@ from storage.errors import StorageError
 from trainer.api import assignment_rule
 from trainer.config import TrainConfig
 from trainer.errors import TrainerError
-from veritrain.downloads import read_data_manifest
+from veritrain.audit.verify.report import Report
+from veritrain.audit.verify.sampling import sample
 from veritrain.errors import VeritrainError
-from veritrain.recorded_run import LogEntry, RecordedRun
 from veritrain.sources import RunSource, read_verified, stream_verified
-from veritrain.verify.report import Report
-from veritrain.verify.sampling import sample
+from veritrain.sources.downloads import read_data_manifest
+from veritrain.sources.recorded_run import LogEntry, RecordedRun
 
 FULL_CHECK_BYTES = 1 << 30
 SAMPLED_SHARDS = 16

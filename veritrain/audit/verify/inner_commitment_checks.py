@@ -17,11 +17,11 @@ import json
 from records import OuterStep, RecordError
 from records.commitments import FINGERPRINT_DIMS, FINGERPRINT_METHOD, InnerCommitments
 from storage.errors import StorageError
+from veritrain.audit.verify.expect import Mismatch, expect
+from veritrain.audit.verify.report import CheckResult
 from veritrain.errors import VeritrainError
-from veritrain.recorded_run import LogEntry
 from veritrain.sources import RunSource, read_verified
-from veritrain.verify.expect import Mismatch, expect
-from veritrain.verify.report import CheckResult
+from veritrain.sources.recorded_run import LogEntry
 
 
 def check_inner_commitments(

@@ -1,13 +1,13 @@
 """The log side of C2SP tlog-witness: push a run's newest signed tree head to its witnesses
 and keep the cosignatures they return.
 
-For each witness (``VERITRAIN_WITNESSES``, veritrain/witness_endpoints.py):
+For each witness (``VERITRAIN_WITNESSES``, veritrain/witnesses/endpoints.py):
 
 1. the old size is the largest size of the run that witness cosigned (the ledger's
    ``cosignatures`` table; 0 if none), and the consistency proof runs from there to the
    head (tlog-witness: none from 0). When the table says the witness cosigned this very head,
    the witness is asked what it holds now (its tlog-witness monitoring view,
-   veritrain/witness_views.py): only that exact head is "up-to-date"; a larger one is a
+   veritrain/witnesses/views.py): only that exact head is "up-to-date"; a larger one is a
    rollback of this log, reported as in 3 -- our table may have been rolled back with it;
 2. ``POST <url>/add-checkpoint``; transport errors, 5xx and 429 are retried with exponential
    backoff, a bounded number of times;
@@ -49,8 +49,8 @@ from ledger.note import open_note
 from ledger.records import SignedTreeHead
 from ledger.service import Ledger
 from ledger.witness.submission import SIZE_CONTENT_TYPE, AddCheckpoint, parse_size
-from veritrain.witness_endpoints import WitnessEndpoint
-from veritrain.witness_views import WitnessViewError, fetch_view
+from veritrain.witnesses.endpoints import WitnessEndpoint
+from veritrain.witnesses.views import WitnessViewError, fetch_view
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 A cosignature says "this was the largest tree I had seen *at that time*". An operator that
 rolls its log back to a head the witnesses once cosigned can serve that head with its old
-cosignatures, and the quorum check (veritrain/verify/witness_quorum.py) passes. What it cannot
-do is make a witness forget: asked directly (veritrain/witness_views.py, the tlog-witness
+cosignatures, and the quorum check (veritrain/audit/verify/witness_quorum.py) passes. What it cannot
+do is make a witness forget: asked directly (veritrain/witnesses/views.py, the tlog-witness
 monitoring view), a witness that has cosigned a larger tree since shows it, signed by the log
 key itself. One such checkpoint is proof that the served head is not the newest: it fails the
 check whatever the quorum.
@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from ledger.errors import LedgerError
 from ledger.merkle import verify_consistency
 from veritrain.errors import SourceError
-from veritrain.witness_views import WitnessView, WitnessViewError
+from veritrain.witnesses.views import WitnessView, WitnessViewError
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,14 @@
 
 With ``--witness VKEY ... --quorum K`` the verified head must be cosigned by K distinct given
 witnesses, on a checkpoint at least as large as the verified one and consistent with it
-(veritrain/verify/witness_quorum.py): a log rewritten since those witnesses saw it fails, even
+(veritrain/audit/verify/witness_quorum.py): a log rewritten since those witnesses saw it fails, even
 for a verifier that never looked before.
 
 A cosignature is a statement about the past, so a log rolled back to a head the witnesses once
 cosigned still carries a quorum. With ``--witness VKEY@URL`` the verifier also asks the witness
-itself, not the log server, what it holds now (veritrain/witness_views.py): a witness holding a
+itself, not the log server, what it holds now (veritrain/witnesses/views.py): a witness holding a
 larger or another tree fails the check, and the quorum counts only witnesses that still hold
-the served head (veritrain/verify/witness_freshness.py). A witness given without a URL counts
+the served head (veritrain/audit/verify/witness_freshness.py). A witness given without a URL counts
 on its cosignature alone, and the report says so.
 
 Without the flags, the report names the witnesses whose cosignature lines the head carries --
@@ -24,15 +24,15 @@ import httpx
 
 from ledger.errors import LedgerError, VerificationError
 from ledger.note import open_note
+from veritrain.audit.verify.log_checks import TrustedHead
+from veritrain.audit.verify.report import CheckResult, Report
+from veritrain.audit.verify.witness_freshness import ViewVerdict, judge_view
+from veritrain.audit.verify.witness_quorum import QuorumResult, check_quorum
 from veritrain.errors import SourceError
-from veritrain.recorded_run import RecordedRun
 from veritrain.sources import RunSource
-from veritrain.verify.log_checks import TrustedHead
-from veritrain.verify.report import CheckResult, Report
-from veritrain.verify.witness_freshness import ViewVerdict, judge_view
-from veritrain.verify.witness_quorum import QuorumResult, check_quorum
-from veritrain.witness_endpoints import WitnessEndpoint, parse_witness_option
-from veritrain.witness_views import WitnessView, WitnessViewError, fetch_origins, fetch_view
+from veritrain.sources.recorded_run import RecordedRun
+from veritrain.witnesses.endpoints import WitnessEndpoint, parse_witness_option
+from veritrain.witnesses.views import WitnessView, WitnessViewError, fetch_origins, fetch_view
 
 
 def check_witnesses(

@@ -28,9 +28,9 @@ from trainer.config import TrainConfig
 from trainer.recorder import RunStart
 from veritrain.errors import RecorderError
 from veritrain.hardware import hardware_differences, training_hardware
-from veritrain.keyring import KeyRing
 from veritrain.model_signature import load_or_create_key, public_pem
 from veritrain.policy import PolicyChoice
+from veritrain.record.keyring import KeyRing
 from veritrain.rules import written_for
 
 

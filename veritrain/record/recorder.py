@@ -93,16 +93,16 @@ from trainer.recorder import (
 from veritrain.cluster_identity import SPEAKER_STAGE, ClusterKeyFolder, ClusterSigner, enrolment
 from veritrain.errors import RecorderError
 from veritrain.generations import generate, stored_model_state
-from veritrain.genesis import reference_launch_measurement, run_genesis
 from veritrain.hardware import hardware_differences, training_hardware
-from veritrain.keyring import KeyRing
 from veritrain.model_signature import sign_checkpoint
 from veritrain.policy import PolicyChoice
-from veritrain.provenance import code_identity, dependency_identity
-from veritrain.recorded_run import RecordedRun
+from veritrain.record.genesis import reference_launch_measurement, run_genesis
+from veritrain.record.keyring import KeyRing
+from veritrain.record.provenance import code_identity, dependency_identity
+from veritrain.sources.recorded_run import RecordedRun
 from veritrain.step_attestation import StatementSigner, shard_dependency, statement_parameters
-from veritrain.witness_endpoints import WitnessEndpoint
-from veritrain.witnessing import BackgroundPusher
+from veritrain.witnesses.endpoints import WitnessEndpoint
+from veritrain.witnesses.push import BackgroundPusher
 
 MAX_PAYLOAD_BYTES = 1 << 40
 """A fetched payload is read whole: what one cluster sends for one stage shard."""
@@ -259,7 +259,7 @@ class LedgerRecorder:
         )
         self._ledger = ledger
         # Witnesses cosign every new head from a background thread: one that is down or does
-        # not know the log yet never holds up training (veritrain/witnessing.py).
+        # not know the log yet never holds up training (veritrain/witnesses/push.py).
         self._pusher = BackgroundPusher(ledger, self._settings.witnesses)
         code, dependencies = self._settings.code, self._settings.dependencies
         try:

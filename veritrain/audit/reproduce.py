@@ -76,15 +76,15 @@ from veritrain.audit.fetch import (
 from veritrain.audit.inner_steps import Dispute, StageVerdict, first_dispute, judge_stage
 from veritrain.audit.modes import ModeChoice, Requested, choose_mode
 from veritrain.audit.recorded import recorded_commitments
-from veritrain.downloads import read_checkpoint_manifest, read_data_manifest
+from veritrain.audit.verify.commitment_checks import check_genesis
+from veritrain.audit.verify.log_checks import check_chain, check_tree_head
+from veritrain.audit.verify.report import Report
 from veritrain.errors import ReproduceError
 from veritrain.generations import check_continuations, generate, model_state
 from veritrain.policy import GENERATION_LOGIT_MARGIN
-from veritrain.recorded_run import RecordedRun
 from veritrain.sources import RunSource, read_verified
-from veritrain.verify.commitment_checks import check_genesis
-from veritrain.verify.log_checks import check_chain, check_tree_head
-from veritrain.verify.report import Report
+from veritrain.sources.downloads import read_checkpoint_manifest, read_data_manifest
+from veritrain.sources.recorded_run import RecordedRun
 
 __all__ = ["Comparison", "choose_mode", "reproduce_step", "verified_run"]
 

@@ -8,7 +8,7 @@ log key signed a tree of that size, and the witness checked it against everythin
 
 That is what catches a rollback to a head the witnesses once cosigned: the operator can serve
 an old head *with* the old cosignatures, but it cannot make a witness forget the larger tree it
-cosigned since (veritrain/verify/witness_checks.py, veritrain/witnessing.py).
+cosigned since (veritrain/audit/verify/witness_checks.py, veritrain/witnesses/push.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ledger.checkpoint import Checkpoint, verify_checkpoint
 from ledger.cosignature import cosignatures_in
 from ledger.errors import VerificationError
 from ledger.witness.witness import origin_hash
-from veritrain.witness_endpoints import WitnessEndpoint
+from veritrain.witnesses.endpoints import WitnessEndpoint
 
 
 class WitnessViewError(Exception):

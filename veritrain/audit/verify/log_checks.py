@@ -22,11 +22,11 @@ from records import (
     KIND_OUTER_STEP,
     Genesis,
 )
+from veritrain.audit.verify.report import Report
+from veritrain.audit.verify.seen_heads import SeenHeads, Sighting
 from veritrain.errors import SourceError
-from veritrain.recorded_run import RecordedRun
 from veritrain.sources import RunSource
-from veritrain.verify.report import Report
-from veritrain.verify.seen_heads import SeenHeads, Sighting
+from veritrain.sources.recorded_run import RecordedRun
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,13 @@ from ledger.merkle import root_hash
 from records import Genesis, OuterStep
 from records.outer_step import UNCOMPRESSED_BITS, Compression, aggregate_digest
 from storage.errors import StorageError
+from veritrain.audit.verify.expect import Mismatch, expect
+from veritrain.audit.verify.inner_commitment_checks import check_inner_commitments
+from veritrain.audit.verify.report import Report
 from veritrain.errors import VeritrainError
-from veritrain.recorded_run import LogEntry, RecordedRun
 from veritrain.sources import RunSource, read_verified
+from veritrain.sources.recorded_run import LogEntry, RecordedRun
 from veritrain.step_attestation import outer_step_events, shard_dependency, statement_parameters
-from veritrain.verify.expect import Mismatch, expect
-from veritrain.verify.inner_commitment_checks import check_inner_commitments
-from veritrain.verify.report import Report
 
 _FETCH_ERRORS = (StorageError, VeritrainError, ValueError, AttestationError)
 """What fetching and checking one object can raise: a failed check of that object, never a

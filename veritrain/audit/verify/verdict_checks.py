@@ -45,15 +45,15 @@ from trainer.outer.errors import OuterError
 from trainer.outer.replay import RecordedRound, ReplayedStep, replay_step
 from trainer.outer.verdict import Measures, VerdictHistory, VerdictRule, decide
 from veritrain.audit.modes import choose_mode
-from veritrain.downloads import download_object, read_checkpoint_manifest
+from veritrain.audit.verify.data_checks import DataIndex
+from veritrain.audit.verify.expect import Mismatch
+from veritrain.audit.verify.report import CheckResult, Report
+from veritrain.audit.verify.sampling import sample
 from veritrain.errors import VeritrainError
 from veritrain.policy import PARAMETER_DISTANCE_BOUND
-from veritrain.recorded_run import LogEntry, RecordedRun
 from veritrain.sources import RunSource, read_verified
-from veritrain.verify.data_checks import DataIndex
-from veritrain.verify.expect import Mismatch
-from veritrain.verify.report import CheckResult, Report
-from veritrain.verify.sampling import sample
+from veritrain.sources.downloads import download_object, read_checkpoint_manifest
+from veritrain.sources.recorded_run import LogEntry, RecordedRun
 
 CHECK = 12
 ALL_STEPS = 8

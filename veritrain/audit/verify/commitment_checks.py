@@ -29,6 +29,7 @@ from attestation.measurement import launch_measurement
 from records import Genesis, RunFinal
 from trainer.config import TrainConfig
 from trainer.errors import TrainerError
+from veritrain.audit.verify.report import CheckResult, Report
 from veritrain.cluster_identity import enrolment
 from veritrain.hardware import (
     hardware_differences,
@@ -36,9 +37,8 @@ from veritrain.hardware import (
     reexecution_hardware,
 )
 from veritrain.policy import policy_problems
-from veritrain.recorded_run import RecordedRun
 from veritrain.rules import unimplemented
-from veritrain.verify.report import CheckResult, Report
+from veritrain.sources.recorded_run import RecordedRun
 
 
 def check_genesis(report: Report, run: RecordedRun) -> TrainConfig | None:

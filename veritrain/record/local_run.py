@@ -12,8 +12,8 @@ from trainer.api import train, train_cluster
 from trainer.config import TrainConfig
 from trainer.errors import CheckpointError
 from trainer.recorder import RunSummary
-from veritrain.local_recorder import LocalDirectoryRecorder, load_step, resume_directory
-from veritrain.training import ClusterPlacement
+from veritrain.record.local_recorder import LocalDirectoryRecorder, load_step, resume_directory
+from veritrain.record.training import ClusterPlacement
 
 
 def recorded_config(run_directory: Path) -> TrainConfig:

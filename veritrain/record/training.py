@@ -15,14 +15,14 @@ from trainer.checkpoint import CheckpointFiles
 from trainer.config import TrainConfig
 from trainer.data.build import PreparedData
 from trainer.recorder import RunSummary
-from veritrain.downloads import download_checkpoint, download_data, read_data_manifest
 from veritrain.errors import RecorderError, SourceError
-from veritrain.keyring import KeyRing
 from veritrain.policy import PolicyChoice
-from veritrain.recorded_run import RecordedRun
-from veritrain.recorder import LedgerRecorderFactory, append_final
+from veritrain.record.keyring import KeyRing
+from veritrain.record.recorder import LedgerRecorderFactory, append_final
 from veritrain.settings import Settings
 from veritrain.sources import DirectSource
+from veritrain.sources.downloads import download_checkpoint, download_data, read_data_manifest
+from veritrain.sources.recorded_run import RecordedRun
 
 
 @dataclass(frozen=True)

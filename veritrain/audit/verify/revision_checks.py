@@ -48,10 +48,10 @@ from trainer.hf_repo import REPO_METADATA, as_format_1, repo_json_files
 from trainer.model import TIED_HEAD, build_stage
 from trainer.runtime.state import FORMAT as TRAINER_STATE_FORMAT
 from trainer.runtime.state import Cursor
+from veritrain.audit.verify.report import CheckResult, Report
 from veritrain.errors import VeritrainError
-from veritrain.recorded_run import LogEntry, RecordedRun
 from veritrain.sources import RunSource, read_verified
-from veritrain.verify.report import CheckResult, Report
+from veritrain.sources.recorded_run import LogEntry, RecordedRun
 
 REPO_FILE_LIMIT = 64 << 20
 """The largest model-repo JSON file read (a large vocabulary's tokenizer.json is ~10 MB)."""

@@ -5,7 +5,7 @@ Re-hashing every checkpoint of a large run is expensive. Without ``--deep`` the 
 re-hashes the newest checkpoint in full, estimates the run's checkpoint bytes from the bytes
 it just verified (never from sizes the source reports), and re-hashes everything when that is
 at most :data:`FULL_CHECK_BYTES`, else a sample of :data:`SAMPLED_STEPS` more steps drawn from
-local randomness mixed with the signed root (veritrain/verify/sampling.py). Manifests are
+local randomness mixed with the signed root (veritrain/audit/verify/sampling.py). Manifests are
 always fetched and their roots recomputed; only the bulk files are sampled.
 """
 
@@ -19,13 +19,13 @@ from records.generations import Generations
 from storage.checkpoint import Manifest
 from storage.errors import StorageError
 from trainer.config import TrainConfig
-from veritrain.downloads import read_checkpoint_manifest
+from veritrain.audit.verify.report import Report
+from veritrain.audit.verify.sampling import sample
 from veritrain.errors import VeritrainError
 from veritrain.model_signature import check_signature
-from veritrain.recorded_run import LogEntry, RecordedRun
 from veritrain.sources import RunSource, SourceError, read_verified, stream_verified
-from veritrain.verify.report import Report
-from veritrain.verify.sampling import sample
+from veritrain.sources.downloads import read_checkpoint_manifest
+from veritrain.sources.recorded_run import LogEntry, RecordedRun
 
 FULL_CHECK_BYTES = 1 << 30
 """Without --deep, runs whose checkpoints total at most this many bytes are re-hashed entirely."""
@@ -45,7 +45,7 @@ def check_checkpoints(
     recorded manifest root, and lists as many files as the entry says; its ``model.sig``
     verifies under the genesis' model-signing key over exactly those files; files are
     re-hashed (all, or a sample: see the module doc). Returns the manifests that read, by
-    entry index (veritrain/verify/revision_checks.py checks what their files say)."""
+    entry index (veritrain/audit/verify/revision_checks.py checks what their files say)."""
     result = report.check(7)
     manifests: dict[int, tuple[LogEntry, Manifest]] = {}
     for entry, step in run.outer_steps:

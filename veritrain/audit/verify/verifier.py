@@ -43,20 +43,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from records import Genesis
+from veritrain.audit.verify.cluster_key_checks import check_cluster_keys
+from veritrain.audit.verify.commitment_checks import check_final, check_genesis
+from veritrain.audit.verify.data_checks import check_data, load_data
+from veritrain.audit.verify.evidence_checks import (
+    check_contributions,
+    check_quotes,
+    check_statements,
+)
+from veritrain.audit.verify.log_checks import (
+    check_chain,
+    check_inclusion,
+    check_tree_head,
+    remember,
+)
+from veritrain.audit.verify.object_checks import check_checkpoints, check_generations, check_metrics
+from veritrain.audit.verify.report import Report
+from veritrain.audit.verify.revision_checks import check_revision_files
+from veritrain.audit.verify.seen_heads import SeenHeads
+from veritrain.audit.verify.verdict_checks import check_verdicts
+from veritrain.audit.verify.witness_checks import check_witnesses
 from veritrain.errors import SourceError
-from veritrain.recorded_run import RecordedRun
 from veritrain.sources import RunSource
-from veritrain.verify.cluster_key_checks import check_cluster_keys
-from veritrain.verify.commitment_checks import check_final, check_genesis
-from veritrain.verify.data_checks import check_data, load_data
-from veritrain.verify.evidence_checks import check_contributions, check_quotes, check_statements
-from veritrain.verify.log_checks import check_chain, check_inclusion, check_tree_head, remember
-from veritrain.verify.object_checks import check_checkpoints, check_generations, check_metrics
-from veritrain.verify.report import Report
-from veritrain.verify.revision_checks import check_revision_files
-from veritrain.verify.seen_heads import SeenHeads
-from veritrain.verify.verdict_checks import check_verdicts
-from veritrain.verify.witness_checks import check_witnesses
+from veritrain.sources.recorded_run import RecordedRun
 
 
 def verify_run(
