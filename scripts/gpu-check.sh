@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GPU check of issue 22, one prepared script for a single-GPU host (about 6-8 minutes):
-#   (a) a tiny C2 S1 bf16 run on CUDA under the tolerance policy, `veritrain verify`, and
-#       `veritrain reproduce --step 1 --device cpu` (the CUDA-recorded step re-executed on a CPU);
+#   (a) a tiny C2 S1 bf16 run on CUDA under the tolerance policy, `veritrain verify`,
+#       `veritrain reproduce --step 1 --device cpu` (the CUDA-recorded step re-executed on a CPU)
+#       and `--device cuda` (on the GPU that recorded it: is a GPU run bitwise repeatable?);
+#   (a') step 1 of the CPU-recorded fixture run tests/fixtures/v2-ded52f9 re-executed on the GPU;
 #   (b) `veritrain bench throughput` at qwen2-1.5b and qwen2-0.5b (bf16, S1, 4 x 8 x 1024);
 #   (c) a short `veritrain train` at qwen2-0.5b (C1 S1, same batch), its inner steps' tokens/s
 #       against (b)'s for the same shape and batch: the cost of the audit (commitments) and of
@@ -37,7 +39,8 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 RUST_LOG
     "(torch $("$PY" -c 'import torch; print(torch.__version__)')): run this on a GPU host"
 missing=$("$PY" - <<'EOF'
 import importlib
-for module in ("veritrain.cli.main", "trainer.api", "veritrain.audit.reproduce", "veritrain.audit.verify",
+for module in ("veritrain.cli.main", "trainer.api", "veritrain.audit.reproduce",
+               "veritrain.audit.verify",
                "veritrain.bench.step_throughput", "veritrain.record.training", "tokenizers"):
     try:
         importlib.import_module(module)
@@ -75,11 +78,20 @@ step train-tiny 240 train-tiny.out "${VT[@]}" train --preset tiny --clusters 2 -
 step verify-tiny 120 verify-tiny.json "${VT[@]}" verify gpu-check-tiny --json
 step reproduce-tiny-cpu 180 reproduce-tiny-cpu.json "${VT[@]}" reproduce gpu-check-tiny \
   --step 1 --device cpu --json
+step reproduce-tiny-gpu 120 reproduce-tiny-gpu.json "${VT[@]}" reproduce gpu-check-tiny \
+  --step 1 --device cuda --json
+# (a') a CPU-recorded run (the kept fixture, copied: verify and reproduce write to its ledger)
+cp -r "$ROOT/tests/fixtures/v2-ded52f9" "$OUT/fixture-data" || fail "cannot copy the fixture"
+step reproduce-fixture-gpu 120 reproduce-fixture-gpu.json env VERITRAIN_DATA_DIR="$OUT/fixture-data" \
+  "${VT[@]}" reproduce v2-ded52f9 --step 1 --device cuda --json
 # (b) the model and its inner step alone, in one process
+#     (at 0.5b the per-inner-step commitments, the audit's cost on the host, are timed apart)
 for preset in qwen2-1.5b qwen2-0.5b; do
+  extra=()
+  [ "$preset" = qwen2-0.5b ] && extra=(--commitments)
   step "bench-$preset" 150 "bench-$preset.json" "${VT[@]}" bench throughput --preset "$preset" \
     --device cuda --precision bf16 --stages 1 --micro-batches 4 --micro-batch-size 8 --steps 3 \
-    --json
+    "${extra[@]}" --json
 done
 # (c) the real trainer at the bench's shape and batch
 step train-qwen2-0.5b 300 train-qwen2-0.5b.out "${VT[@]}" train --preset qwen2-0.5b \
@@ -88,7 +100,7 @@ step train-qwen2-0.5b 300 train-qwen2-0.5b.out "${VT[@]}" train --preset qwen2-0
 
 # The summary and the table.
 "$PY" - "$OUT" "$ROOT" <<'EOF'
-import datetime, json, pathlib, sqlite3, subprocess, sys
+import datetime, json, pathlib, re, sqlite3, subprocess, sys
 
 import torch
 
@@ -112,7 +124,23 @@ try:
 except (OSError, subprocess.CalledProcessError):
     commit = "unknown"
 bench = {p: load(f"bench-{p}.json") for p in ("qwen2-1.5b", "qwen2-0.5b")}
-verify, reproduce = load("verify-tiny.json"), load("reproduce-tiny-cpu.json")
+verify = load("verify-tiny.json")
+
+
+def reproduced(name):
+    """A reproduce report in brief: its rule, verdict and the largest distance it measured."""
+    report = load(name)
+    if report is None:
+        return None
+    lines = report.get("matched", []) + report.get("mismatched", [])
+    largest = [float(x) for line in lines for x in re.findall(r"largest ([0-9.eE+-]+)", line)]
+    return {"mode": report.get("mode"), "ok": report.get("ok"),
+            "largest_distance": max(largest, default=None),
+            "mismatched": report.get("mismatched", []), "warnings": report.get("warnings", [])}
+
+
+reproductions = {name: reproduced(f"{name}.json")
+                 for name in ("reproduce-tiny-cpu", "reproduce-tiny-gpu", "reproduce-fixture-gpu")}
 
 # (c): the ledger's metrics of each recorded step (ledger/models.py Metric)
 trainer = {}
@@ -148,11 +176,12 @@ summary = {
     "python": sys.version.split()[0],
     "steps": steps,
     "verify_ok": (verify or {}).get("ok"),
-    "reproduce_cpu": reproduce,
+    "reproductions": reproductions,
     "bench": {
         p: None if r is None else {k: r.get(k) for k in (
             "parameters", "tokens_per_second", "mfu", "peak_tflops", "peak_source",
-            "peak_memory_bytes")}
+            "peak_memory_bytes", "commitment_seconds_per_step",
+            "tokens_per_second_with_commitments")}
         for p, r in bench.items()
     },
     "trainer_qwen2_0_5b": trainer,
@@ -165,11 +194,18 @@ print(f"\ngpu-check on {summary['device']} (torch {summary['torch']}, CUDA {summ
 print(f"  {'step':<22} {'exit':>4} {'seconds':>8}")
 for name, s in steps.items():
     print(f"  {name:<22} {s['exit']:>4} {s['seconds']:>8}")
+for name, r in reproductions.items():
+    if r:
+        print(f"  {name}: {r['mode']}, ok={r['ok']}, largest relative distance "
+              f"{r['largest_distance']}")
 for p, r in summary["bench"].items():
     if r:
         print(f"  bench {p}: {r['tokens_per_second']:,.0f} tokens/s, MFU {r['mfu']:.1%} of "
               f"{r['peak_tflops']:.4g} TFLOP/s ({r['peak_source']}), "
               f"peak {r['peak_memory_bytes'] / 1e9:.1f} GB")
+        if r.get("commitment_seconds_per_step"):
+            print(f"    + commitments {r['commitment_seconds_per_step']:.3f} s per inner step: "
+                  f"{r['tokens_per_second_with_commitments']:,.0f} tokens/s")
 if trainer:
     ratio = trainer["inner_over_bench"]
     print(f"  train qwen2-0.5b step {trainer['step']}: inner steps "

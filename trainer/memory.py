@@ -102,6 +102,8 @@ class StageStep:
     """Wall time of one inner step, timed without the profiler (0 when not timed)."""
     tokens_per_step: int
     """Tokens one inner step trains on (micro_batches * micro_batch_size * context)."""
+    commitment_seconds_per_step: float = 0.0
+    """Wall time of one inner step's commitments (0 when not measured)."""
 
 
 def measure_stage_step(
@@ -116,10 +118,14 @@ def measure_stage_step(
     device: torch.device | None = None,
     timed_steps: int = 0,
     seed: int = 0,
+    commitments: bool = False,
 ) -> StageStep:
     """Peak memory of stage ``stage`` over its construction and two inner steps (the second
     one holds AdamW's states, created by the first), then ``timed_steps`` more steps timed
-    without the profiler."""
+    without the profiler. With ``commitments``, the per-inner-step commitments the trainer
+    makes after each step (trainer/runtime/commitments.py: digest and fingerprint of the
+    stage's parameters, on the host) are timed apart, ``timed_steps`` times, after a first one
+    that builds the fingerprint's buckets."""
     device = device or torch.device("cpu")
     generator = torch.Generator(device="cpu").manual_seed(seed)
     runner: _StageRunner | None = None
@@ -149,11 +155,24 @@ def measure_stage_step(
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         seconds = (time.perf_counter() - started) / timed_steps
+    commitment_seconds = 0.0
+    if timed_steps and commitments:
+        from trainer.runtime.commitments import StageCommitments
+
+        stage_commitments = StageCommitments(
+            list(runner.module.named_parameters()), run_id="bench", cluster=0, stage=stage
+        )
+        stage_commitments.after_inner_step(0)  # builds the buckets once, as a process does
+        started = time.perf_counter()  # the copy to the host waits for the device anyway
+        for inner_step in range(1, timed_steps + 1):
+            stage_commitments.after_inner_step(inner_step)
+        commitment_seconds = (time.perf_counter() - started) / timed_steps
     return StageStep(
         stage=stage,
         peak_bytes=peak.bytes,
         seconds_per_step=seconds,
         tokens_per_step=micro_batches * micro_batch_size * model.context,
+        commitment_seconds_per_step=commitment_seconds,
     )
 
 

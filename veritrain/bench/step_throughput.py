@@ -50,6 +50,8 @@ class ThroughputBenchConfig:
     """The device's peak FLOP/s in TFLOP/s; None: the datasheet's, else a measured rate."""
     threads: int | None = None
     """CPU intra-op threads (None: torch's default)."""
+    commitments: bool = False
+    """Also time the per-inner-step commitments the trainer makes (the audit's cost)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +60,7 @@ class StageResult:
     peak_bytes: int
     planned_bytes: float
     seconds_per_step: float
+    commitment_seconds_per_step: float = 0.0
 
     @property
     def planned_over_measured(self) -> float:
@@ -79,6 +82,18 @@ class ThroughputResult:
     @property
     def mfu(self) -> float:
         return self.flops_per_token * self.tokens_per_second / (self.peak_tflops * 1e12)
+
+    @property
+    def commitment_seconds_per_step(self) -> float:
+        """All stages' commitments after one inner step (0 when not measured)."""
+        return sum(s.commitment_seconds_per_step for s in self.stages)
+
+    @property
+    def tokens_per_second_with_commitments(self) -> float:
+        """The inner step's rate once each step also makes its commitments, as the trainer's
+        inner loop does (the same as ``tokens_per_second`` when they were not measured)."""
+        seconds = sum(s.seconds_per_step for s in self.stages) + self.commitment_seconds_per_step
+        return self.tokens_per_step / seconds
 
     @property
     def peak_memory_bytes(self) -> int:
@@ -103,6 +118,14 @@ class ThroughputResult:
                 f"  {s.stage:>5} {s.peak_bytes / 1e6:9.2f} {s.planned_bytes / 1e6:11.2f} "
                 f"{s.planned_over_measured:13.3f} {s.seconds_per_step:8.3f}"
             )
+        if c.commitments:
+            out.append(
+                f"  commitments (digest + fingerprint on the host): "
+                f"{self.commitment_seconds_per_step:.3f} s per inner step; with them "
+                f"{self.tokens_per_second_with_commitments:,.0f} tokens/s = "
+                f"{self.tokens_per_second_with_commitments / self.tokens_per_second:.2f} "
+                "of the step alone"
+            )
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -116,6 +139,8 @@ class ThroughputResult:
             "peak_tflops": self.peak_tflops,
             "peak_source": self.peak_source,
             "mfu": self.mfu,
+            "commitment_seconds_per_step": self.commitment_seconds_per_step,
+            "tokens_per_second_with_commitments": self.tokens_per_second_with_commitments,
             "peak_memory_bytes": self.peak_memory_bytes,
             "stages": [
                 {**asdict(s), "planned_over_measured": s.planned_over_measured} for s in self.stages
@@ -162,6 +187,7 @@ def run_throughput_bench(
                 activation_checkpointing=config.activation_checkpointing,
                 device=device,
                 timed_steps=config.timed_steps,
+                commitments=config.commitments,
             )
         )
     tokens = steps[0].tokens_per_step
@@ -196,6 +222,7 @@ def run_throughput_bench(
                 peak_bytes=s.peak_bytes,
                 planned_bytes=planned.stages[s.stage].inner_step_bytes,
                 seconds_per_step=s.seconds_per_step,
+                commitment_seconds_per_step=s.commitment_seconds_per_step,
             )
             for s in steps
         ),

@@ -240,6 +240,13 @@ def throughput(
     threads: Annotated[
         int | None, typer.Option(min=1, help="CPU intra-op threads (default: torch's).")
     ] = None,
+    commitments: Annotated[
+        bool,
+        typer.Option(
+            "--commitments",
+            help="Also time the per-inner-step commitments the trainer makes after each step.",
+        ),
+    ] = False,
 ) -> None:
     """Tokens/s, MFU and each stage's measured peak memory next to the planner's estimate."""
     from veritrain.bench.step_throughput import ThroughputBenchConfig, run_throughput_bench
@@ -261,6 +268,7 @@ def throughput(
         timed_steps=steps,
         peak_tflops=peak_tflops,
         threads=threads,
+        commitments=commitments,
     )
     _print(run_throughput_bench(config, say=_say), json_output)
 

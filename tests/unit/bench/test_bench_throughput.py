@@ -46,6 +46,19 @@ def test_reports_tokens_per_second_mfu_and_each_stages_peak_memory(extra: list[s
     assert all(0.85 <= s["planned_over_measured"] <= 1.15 for s in report["stages"])
 
 
+def test_commitments_are_timed_apart_and_slow_the_step_down() -> None:
+    """The audit's cost as the trainer pays it: each inner step's digest and fingerprint."""
+    result = runner.invoke(app, [*SMALL_RUN, "--commitments"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["commitment_seconds_per_step"] > 0
+    assert all(s["commitment_seconds_per_step"] > 0 for s in report["stages"])
+    assert report["tokens_per_second_with_commitments"] < report["tokens_per_second"]
+    without = json.loads(runner.invoke(app, SMALL_RUN).stdout)
+    assert without["commitment_seconds_per_step"] == 0
+    assert without["tokens_per_second_with_commitments"] == without["tokens_per_second"]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_on_cuda_peak_memory_comes_from_the_caching_allocator() -> None:
     result = runner.invoke(app, [*SMALL_RUN, "--device", "cuda", "--precision", "bf16"])
