@@ -3,14 +3,15 @@
 #   (a) a tiny C2 S1 bf16 run on CUDA under the tolerance policy, `veritrain verify`,
 #       `veritrain reproduce --step 1 --device cpu` (the CUDA-recorded step re-executed on a CPU)
 #       and `--device cuda` (on the GPU that recorded it: is a GPU run bitwise repeatable?);
-#   (a') step 1 of the CPU-recorded fixture run tests/fixtures/v2-ded52f9 re-executed on the GPU;
+#   (a') a tiny CPU-recorded run (fp32, bitwise policy) whose step 1 is re-executed on the GPU;
 #   (b) `veritrain bench throughput` at qwen2-1.5b and qwen2-0.5b (bf16, S1, 4 x 8 x 1024);
 #   (c) a short `veritrain train` at qwen2-0.5b (C1 S1, same batch), its inner steps' tokens/s
 #       against (b)'s for the same shape and batch: the cost of the audit (commitments) and of
 #       the rest of a step (exchange, scores, checkpoint and recording) are reported apart.
 # It writes OUT_DIR/gpu-check.json (one summary) and prints a table.
 #
-# Usage: scripts/gpu-check.sh OUT_DIR      (PYTHON=... picks the interpreter; default python3)
+# Usage: scripts/gpu-check.sh OUT_DIR      (PYTHON=... picks the interpreter; default python3;
+#        GPU_CHECK_PARTS=ab runs only parts (a) and (b), for a rerun on a short lease)
 #
 # It installs nothing: the interpreter must already have torch with CUDA and veritrain's
 # dependencies (a GPU image's own torch is kept; ../shared/gpu/wheels.sh downloads the others as
@@ -21,6 +22,7 @@ set -uo pipefail
 OUT=${1:?usage: scripts/gpu-check.sh OUT_DIR}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
+PARTS=${GPU_CHECK_PARTS:-abc}
 
 fail() {
   echo "gpu-check: $*" >&2
@@ -72,6 +74,7 @@ step() {
 }
 
 VT=("$PY" -m veritrain)
+if [[ $PARTS == *a* ]]; then
 # (a) record a CUDA run, verify it, re-execute its step 1 on the CPU
 step train-tiny 240 train-tiny.out "${VT[@]}" train --preset tiny --clusters 2 --stages 1 \
   --outer-steps 2 --precision bf16 --verification tolerance --run-id gpu-check-tiny --quiet
@@ -80,10 +83,14 @@ step reproduce-tiny-cpu 180 reproduce-tiny-cpu.json "${VT[@]}" reproduce gpu-che
   --step 1 --device cpu --json
 step reproduce-tiny-gpu 120 reproduce-tiny-gpu.json "${VT[@]}" reproduce gpu-check-tiny \
   --step 1 --device cuda --json
-# (a') a CPU-recorded run (the kept fixture, copied: verify and reproduce write to its ledger)
-cp -r "$ROOT/tests/fixtures/v2-ded52f9" "$OUT/fixture-data" || fail "cannot copy the fixture"
-step reproduce-fixture-gpu 120 reproduce-fixture-gpu.json env VERITRAIN_DATA_DIR="$OUT/fixture-data" \
-  "${VT[@]}" reproduce v2-ded52f9 --step 1 --device cuda --json
+# (a') a CPU-recorded run (recorded here with CUDA hidden, fp32, bitwise policy, S1: one GPU
+#      holds one stage) re-executed on the GPU
+step train-cpu 240 train-cpu.out env CUDA_VISIBLE_DEVICES= "${VT[@]}" train --preset tiny \
+  --clusters 2 --stages 1 --outer-steps 1 --run-id gpu-check-cpu --quiet
+step reproduce-cpu-run-gpu 120 reproduce-cpu-run-gpu.json "${VT[@]}" reproduce gpu-check-cpu \
+  --step 1 --device cuda --json
+fi
+if [[ $PARTS == *b* ]]; then
 # (b) the model and its inner step alone, in one process
 #     (at 0.5b the per-inner-step commitments, the audit's cost on the host, are timed apart)
 for preset in qwen2-1.5b qwen2-0.5b; do
@@ -93,10 +100,13 @@ for preset in qwen2-1.5b qwen2-0.5b; do
     --device cuda --precision bf16 --stages 1 --micro-batches 4 --micro-batch-size 8 --steps 3 \
     "${extra[@]}" --json
 done
+fi
+if [[ $PARTS == *c* ]]; then
 # (c) the real trainer at the bench's shape and batch
 step train-qwen2-0.5b 300 train-qwen2-0.5b.out "${VT[@]}" train --preset qwen2-0.5b \
   --clusters 1 --stages 1 --outer-steps 2 --inner-steps 4 --verification tolerance \
   --run-id gpu-check-qwen2 --quiet
+fi
 
 # The summary and the table.
 "$PY" - "$OUT" "$ROOT" <<'EOF'
@@ -140,7 +150,7 @@ def reproduced(name):
 
 
 reproductions = {name: reproduced(f"{name}.json")
-                 for name in ("reproduce-tiny-cpu", "reproduce-tiny-gpu", "reproduce-fixture-gpu")}
+                 for name in ("reproduce-tiny-cpu", "reproduce-tiny-gpu", "reproduce-cpu-run-gpu")}
 
 # (c): the ledger's metrics of each recorded step (ledger/models.py Metric)
 trainer = {}

@@ -87,6 +87,35 @@ def test_across_precisions_a_stage_at_a_time_and_the_metric_is_not_judged() -> N
     )  # no bf16 on either side
 
 
+def test_a_bf16_run_re_executed_on_another_device_is_judged_as_across_precisions() -> None:
+    """Measured on an H200: a CUDA bf16 step re-executed at bf16 on a CPU drifts 0.01-0.1 per
+    tensor, beyond any per-tensor bound; on the recording device it is bit-equal."""
+    genesis, config = _genesis_here(mode="tolerance")
+    config = replace(config, precision="bf16")
+    here = reexecution_hardware(config)
+    there = "cpu" if here.device == "cuda" else "cuda"
+    recorded = replace(genesis.verification_policy.hardware, device=there)
+    genesis = replace(
+        genesis, verification_policy=replace(genesis.verification_policy, hardware=recorded)
+    )
+    choice = choose_mode(genesis, config)
+    assert (choice.mode, choice.granularity, choice.bound, choice.judge_metric) == (
+        "tolerance",
+        "stage",
+        CROSS_PRECISION_DISTANCE_BOUND,
+        False,
+    )
+    assert f"bf16 on {there} and this re-execution runs bf16 on {here.device}" in choice.reason
+    assert choose_mode(genesis, config, requested="bitwise").mode == "bitwise"
+    # the same device, or fp32 on both sides: judged tensor by tensor as before
+    same = replace(genesis.verification_policy.hardware, device=here.device)
+    on_same = replace(
+        genesis, verification_policy=replace(genesis.verification_policy, hardware=same)
+    )
+    assert choose_mode(on_same, config).granularity == "tensor"
+    assert choose_mode(genesis, replace(config, precision="fp32")).granularity == "tensor"
+
+
 def test_a_tolerance_policy_is_tolerance_everywhere() -> None:
     genesis, config = _genesis_here(mode="tolerance")
     assert choose_mode(genesis, config).reason.startswith("the genesis fixed a tolerance policy")
