@@ -86,7 +86,7 @@ step reproduce-tiny-gpu 120 reproduce-tiny-gpu.json "${VT[@]}" reproduce gpu-che
 # (a') a CPU-recorded run (recorded here with CUDA hidden, fp32, bitwise policy, S1: one GPU
 #      holds one stage) re-executed on the GPU
 step train-cpu 240 train-cpu.out env CUDA_VISIBLE_DEVICES= "${VT[@]}" train --preset tiny \
-  --clusters 2 --stages 1 --outer-steps 1 --run-id gpu-check-cpu --quiet
+  --clusters 2 --stages 1 --outer-steps 2 --run-id gpu-check-cpu --quiet
 step reproduce-cpu-run-gpu 120 reproduce-cpu-run-gpu.json "${VT[@]}" reproduce gpu-check-cpu \
   --step 1 --device cuda --json
 fi
