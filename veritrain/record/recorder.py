@@ -37,6 +37,7 @@ from attestation.canonical import canonical_digest, canonical_json
 from attestation.enrolment import verify_possession
 from attestation.errors import AttestationError
 from attestation.keys import PublicKey
+from attestation.registry import DEFAULT_TEE_TYPE
 from attestation.statement import CodeDigest
 from ledger.db import create_engine, upgrade
 from ledger.errors import NotFoundError
@@ -122,6 +123,9 @@ class LedgerRecorderFactory:
     """Cluster -> its key folder, where given explicitly (``veritrain train --key-dir``)."""
     origin: str
     policy: PolicyChoice = field(default_factory=PolicyChoice)
+    tee_type: str = DEFAULT_TEE_TYPE
+    """The TEE back-end every cluster attests with and the genesis names
+    (attestation/registry.py, ``VERITRAIN_TEE_TYPE``)."""
     witnesses: tuple[WitnessEndpoint, ...] = ()
     """C2SP tlog-witnesses every new tree head is pushed to (``VERITRAIN_WITNESSES``)."""
     code: CodeIdentity = field(default_factory=code_identity)
@@ -160,8 +164,12 @@ class LedgerRecorder:
             cluster=cluster,
             stage=self._process.stage,
             store=self._store,
+            tee_type=self._settings.tee_type,
             launch_measurement=reference_launch_measurement(
-                self._settings.code, self._settings.dependencies, run.config_digest
+                self._settings.tee_type,
+                self._settings.code,
+                self._settings.dependencies,
+                run.config_digest,
             ),
         )
         if self._process.stage != SPEAKER_STAGE:
@@ -281,6 +289,7 @@ class LedgerRecorder:
                 code=code,
                 dependencies=dependencies,
                 policy=self._settings.policy,
+                tee_type=self._settings.tee_type,
             )
             ledger.create_run(run.run_id, genesis.to_payload())
             self._enroll_keys(run.run_id, genesis)

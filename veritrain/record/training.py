@@ -62,6 +62,7 @@ def recorder_factory(
         cluster_key_dirs=explicit,
         origin=settings.origin,
         policy=policy or PolicyChoice(),
+        tee_type=settings.tee_type,
         witnesses=settings.witnesses,
     )
 
