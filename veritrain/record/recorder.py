@@ -5,7 +5,7 @@ One ``LedgerRecorder`` is built inside every training process by the picklable
 :class:`LedgerRecorderFactory`:
 
 * every process, ``save_state``: writes its own checkpoint files (safetensors / JSON, via
-  ``storage.checkpoint``) and uploads them; nothing gathers the model in one process;
+  ``storage.checkpoint_files``) and uploads them; nothing gathers the model in one process;
 * the coordinator, ``begin``: creates the run (genesis), uploads the data shards and appends
   the ``data.manifest`` entry -- or, on resume, checks that the ledger's run is the one being
   continued;
@@ -68,7 +68,7 @@ from records.outer_step import (
     shards_read,
 )
 from storage import ObjectStore, open_store
-from storage.checkpoint import (
+from storage.checkpoint_files import (
     INDEX_FILE,
     Manifest,
     read_manifest,
@@ -77,8 +77,8 @@ from storage.checkpoint import (
     write_files,
     write_model_index,
 )
-from storage.checkpoint.sharding import header_tensor_sizes, is_model_shard
-from trainer.checkpoint import CheckpointFiles
+from storage.checkpoint_files.sharding import header_tensor_sizes, is_model_shard
+from trainer.checkpoint_layout import CheckpointFiles
 from trainer.config import TrainConfig
 from trainer.data.tokenizer import Tokenizer, corpus_tokenizer
 from trainer.recorder import (
@@ -229,7 +229,7 @@ class LedgerRecorder:
     ) -> CheckpointFiles | None:
         """The chosen files of a recorded checkpoint, each verified against the manifest, whose
         root must be the recorded one."""
-        from trainer.checkpoint import load_checkpoint_directory
+        from trainer.checkpoint_layout import load_checkpoint_directory
 
         manifest = read_manifest(self._store, checkpoint.manifest_object)
         if manifest.root != checkpoint.manifest_root:
