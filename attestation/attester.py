@@ -1,13 +1,14 @@
 """The attester interface: what the recorder and the verifier need from any TEE back-end.
 
 Callers hold quotes as opaque bytes (stored as content-addressed objects, their digests in the
-ledger) and talk to back-ends only through these two protocols, so a hardware back-end
-(Intel TDX or AMD SEV-SNP through Linux configfs-tsm) is added by writing one
-:class:`Attester` and one :class:`QuoteVerifier`, without touching the recorder or
-``veritrain verify``. docs/attestation.md describes how.
+ledger) and talk to back-ends only through these two protocols, which a back-end hands out from
+the registry (attestation/registry.py, keyed by TEE type). A hardware back-end (Intel TDX or
+AMD SEV-SNP through Linux configfs-tsm) is added by writing one module in
+``attestation/backends/`` with one :class:`Attester` and one :class:`QuoteVerifier`, without
+touching the recorder or ``veritrain verify``. docs/attestation.md describes how.
 
-The only back-end today is :class:`attestation.software.SoftwareAttester`, which labels
-everything ``tee_type: "software"``: it proves which key signed which measurements, and
+The only back-end today is the software one (``attestation/backends/software.py``), which
+labels everything ``tee_type: "software"``: it proves which key signed which measurements, and
 nothing about hardware isolation.
 """
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from attestation.keys import PublicKey
 from attestation.measurement import INITIAL_REGISTERS, Event, EventLog, RegisterValues
 
 SOFTWARE_TEE_TYPE = "software"
@@ -74,6 +76,23 @@ class QuoteExpectations:
     at: datetime
     """The time at which the attestation key's endorsement must be valid (for a recorded run,
     the time of the ledger entry holding the quote)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuotePolicy:
+    """What a run fixed before training for one attester's quotes (its genesis records every
+    value): the verifier of any back-end is built from it."""
+
+    platform_root: PublicKey
+    """The key that endorses the attestation key (the software TEE's operator-held platform
+    root; a hardware back-end checks its vendor's certificate chain instead)."""
+    attestation_key: PublicKey
+    """The attestation key enrolled for this attester: a quote by any other key is refused,
+    even one the platform root endorsed."""
+    launch_measurement: bytes
+    """The reference launch measurement (48 bytes)."""
+    minimum_svn: int
+    """Lowest acceptable security version number."""
 
 
 class QuoteVerifier(Protocol):

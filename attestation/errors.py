@@ -12,6 +12,10 @@ class AttestationError(Exception):
     """Base of every error raised by ``attestation``."""
 
 
+class UnknownTeeTypeError(AttestationError):
+    """No TEE back-end is registered for a TEE type (attestation/registry.py)."""
+
+
 class KeyFormatError(AttestationError):
     """A key string or key file is malformed (wrong prefix, name, length or key id)."""
 
@@ -63,6 +67,10 @@ class EndorsementValidityError(VerificationError):
 
 class QuoteSignatureError(SignatureError):
     """The quote is not signed by the endorsed attestation key."""
+
+
+class UnenrolledKeyError(VerificationError):
+    """The quote's endorsed attestation key is not the one enrolled for this attester."""
 
 
 class EndorsementMismatchError(VerificationError):

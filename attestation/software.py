@@ -6,7 +6,8 @@ endorsement says ``tee_type: "software"``. What that proves: the holder of the e
 reported these measurements, for this nonce and binding. What it does not prove: that the
 process was isolated from its host, that the key could not be copied, or that the reported
 measurements match the code that actually ran; anyone with the key can sign anything. A
-hardware back-end closes exactly those gaps (see docs/attestation.md).
+hardware back-end closes exactly those gaps (see docs/attestation.md). Callers reach it through
+the registry (attestation/registry.py, attestation/backends/software.py), never by name.
 """
 
 from __future__ import annotations

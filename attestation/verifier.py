@@ -6,7 +6,8 @@ subclass of the first check that fails. The checks, in order:
   1. the endorsement names a trusted platform root              UntrustedRootError
   2. that root signed the endorsement                            EndorsementSignatureError
   3. the endorsement is valid at the time asked about            EndorsementValidityError
-  4. the endorsed attestation key signed the quote               QuoteSignatureError
+  4. the endorsed attestation key is the enrolled one (if named)  UnenrolledKeyError
+     and it signed the quote                                     QuoteSignatureError
   5. the quote's tee_type and svn are those endorsed              EndorsementMismatchError
   6. tee_type is "software" (never a hardware claim)             TeeTypeError
   7. the debug flag is off                                       DebugModeError
@@ -43,6 +44,7 @@ from attestation.errors import (
     SecurityVersionError,
     SignatureError,
     TeeTypeError,
+    UnenrolledKeyError,
     UntrustedRootError,
 )
 from attestation.keys import PublicKey
@@ -65,6 +67,9 @@ class SoftwarePolicy:
     """The reference launch measurement (48 bytes)."""
     minimum_svn: int = 0
     """Lowest acceptable security version number."""
+    attestation_key: PublicKey | None = None
+    """The attestation key enrolled for this attester, if one was: a quote by another key is
+    refused even when a trusted root endorsed that key."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "platform_roots", tuple(self.platform_roots))
@@ -95,7 +100,14 @@ def verify_quote(quote: Quote, *, policy: SoftwarePolicy, expected: QuoteExpecta
     body = quote.body
     endorsed = quote.endorsement.body
 
-    # 4. The quote is signed by the endorsed attestation key.
+    # 4. The quote is signed by the endorsed attestation key, which is the enrolled one: a root
+    # may endorse many keys, but only the enrolled key proved possession for this attester.
+    enrolled = policy.attestation_key
+    if enrolled is not None and enrolled.raw != endorsed.attestation_key.raw:
+        raise UnenrolledKeyError(
+            f"quote: expected the enrolled attestation key {enrolled.vkey}, "
+            f"got a quote by {endorsed.attestation_key.vkey}"
+        )
     try:
         endorsed.attestation_key.verify(quote.signature, body.signed_message())
     except SignatureError:

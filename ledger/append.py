@@ -23,7 +23,6 @@ from sqlalchemy.orm import Session
 
 from attestation.keys import SigningKey
 from ledger import tree_store
-from ledger.checkpoint import Checkpoint, sign_checkpoint
 from ledger.envelope import KIND_FINAL, KIND_GENESIS, KIND_OUTER_STEP, build_body, check_kind
 from ledger.errors import (
     ConflictError,
@@ -43,6 +42,7 @@ from ledger.models import (
     Run,
     TreeHead,
 )
+from ledger.tlog_checkpoint import Checkpoint, sign_checkpoint
 
 ROLE_LOG = "log"
 """Enrolled-key role of a run's log key (the signer of its tree heads)."""

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from attestation.errors import AttestationError
 from attestation.keys import PublicKey
 from ledger import subtrees
-from ledger.checkpoint import Checkpoint, parse_checkpoint, verify_checkpoint
 from ledger.envelope import KIND_FINAL, KIND_GENESIS, parse_body
 from ledger.errors import InvalidEntryError, VerificationError
 from ledger.merkle import leaf_hash, root_hash
 from ledger.note import open_note
 from ledger.records import MetricPoint, SignedTreeHead
 from ledger.subtrees import Node
+from ledger.tlog_checkpoint import Checkpoint, parse_checkpoint, verify_checkpoint
 
 
 @dataclass(frozen=True)

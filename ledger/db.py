@@ -40,6 +40,10 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 _WRITE_OPTION = "ledger_write"
 
+DATABASE_URL_VARIABLE = "VERITRAIN_DATABASE_URL"
+"""The environment variable naming the ledger database: what ``migrations/env.py`` reads when
+Alembic is run by hand (``alembic -c migrations/alembic.ini upgrade head``)."""
+
 
 def database_url(url: str) -> sa.URL:
     """Parse ``url``, mapping plain ``postgresql://`` to the psycopg 3 driver."""
@@ -182,7 +186,7 @@ def head_revisions() -> tuple[str, ...]:
 def alembic_config(url: str | None) -> Any:
     """An Alembic ``Config`` for the ``migrations`` package, built in code so it works from an
     installed package (no alembic.ini in the working directory needed). ``url`` None lets
-    ``migrations/env.py`` read it from the settings."""
+    ``migrations/env.py`` read it from ``-x database_url=URL`` or :data:`DATABASE_URL_VARIABLE`."""
     from alembic.config import Config
 
     location = migrations_dir()

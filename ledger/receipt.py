@@ -21,9 +21,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ledger.checkpoint import Checkpoint, verify_checkpoint
 from ledger.errors import VerificationError
 from ledger.merkle import HASH_SIZE, leaf_hash, verify_inclusion
+from ledger.tlog_checkpoint import Checkpoint, verify_checkpoint
 
 HEADER = "c2sp.org/tlog-proof@v1"
 """First line of every tlog-proof@v1 receipt."""

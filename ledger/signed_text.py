@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ledger.checkpoint import parse_checkpoint, verify_checkpoint
 from ledger.errors import VerificationError
 from ledger.note import verify_note
 from ledger.receipt import HEADER as RECEIPT_HEADER
 from ledger.receipt import parse_receipt, verify_receipt
+from ledger.tlog_checkpoint import parse_checkpoint, verify_checkpoint
 
 
 @dataclass(frozen=True)

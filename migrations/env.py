@@ -1,18 +1,23 @@
 """Alembic environment for the ledger schema.
 
 The database URL comes, in order, from ``config.attributes["database_url"]`` (set by
-:func:`ledger.db.upgrade`), the ``sqlalchemy.url`` ini option, or the ``VERITRAIN_*``
-settings. SQLite runs in batch mode (``render_as_batch``): it cannot ALTER most of a table
-in place, so Alembic rebuilds the table instead.
+:func:`ledger.db.upgrade`, which ``veritrain db upgrade`` calls with the settings' URL), the
+``sqlalchemy.url`` ini option, ``-x database_url=URL`` on Alembic's command line, or the
+``VERITRAIN_DATABASE_URL`` environment variable. Like everything below the composition root
+(DESIGN.md §1), it imports ledger/ only, never ``veritrain``. SQLite runs in batch mode
+(``render_as_batch``): it cannot ALTER most of a table in place, so Alembic rebuilds the table
+instead.
 """
 
 from __future__ import annotations
+
+import os
 
 import sqlalchemy as sa
 from alembic import context
 from sqlalchemy.pool import NullPool
 
-from ledger.db import database_url
+from ledger.db import DATABASE_URL_VARIABLE, database_url
 from ledger.models import Base
 
 config = context.config
@@ -22,11 +27,17 @@ _UPGRADE_LOCK = 0x7665726974726169  # "veritrai": the PostgreSQL advisory lock k
 
 
 def _url() -> str:
-    url = config.attributes.get("database_url") or config.get_main_option("sqlalchemy.url")
+    url = (
+        config.attributes.get("database_url")
+        or config.get_main_option("sqlalchemy.url")
+        or context.get_x_argument(as_dictionary=True).get("database_url")
+        or os.environ.get(DATABASE_URL_VARIABLE)
+    )
     if not url:
-        from veritrain.settings import load_settings  # only when Alembic is run by hand
-
-        url = load_settings().database_url
+        raise RuntimeError(
+            f"no ledger database to migrate: expected {DATABASE_URL_VARIABLE} or "
+            "-x database_url=URL, got neither (`veritrain db upgrade` applies the defaults)"
+        )
     return database_url(str(url)).render_as_string(hide_password=False)
 
 

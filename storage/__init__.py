@@ -2,7 +2,7 @@
 files (safetensors shards, a Hugging Face index, a manifest with a root digest).
 
 Importing this package loads neither boto3 nor torch; ``storage.s3`` and
-``storage.checkpoint`` do.
+``storage.checkpoint_files`` do.
 """
 
 from storage.base import ObjectStore

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 
-from trainer.checkpoint import CheckpointFiles, write_checkpoint_directory
+from trainer.checkpoint_layout import CheckpointFiles, write_checkpoint_directory
 from trainer.config import TrainConfig
 from trainer.data.assignment import AssignmentRule
 from trainer.data.build import PreparedData, prepare_data

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-from trainer.checkpoint import MODEL_INDEX
+from trainer.checkpoint_layout import MODEL_INDEX
 from trainer.errors import CheckpointError, ConfigError
 from trainer.model import FAMILIES, ModelConfig
 

@@ -21,7 +21,7 @@ import torch
 
 from records.commitments import InnerCommitments
 from records.outer_step import StageContribution
-from trainer.checkpoint import CheckpointFiles
+from trainer.checkpoint_layout import CheckpointFiles
 from trainer.errors import CheckpointError
 from trainer.recorder import (
     ContributionDigest,

@@ -56,7 +56,7 @@ from records.outer_step import (
     QuoteRef,
     StageContribution,
 )
-from trainer.checkpoint import CheckpointFiles
+from trainer.checkpoint_layout import CheckpointFiles
 from trainer.data.shards import ShardSource
 
 

@@ -26,15 +26,14 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from attestation.attester import SOFTWARE_TEE_TYPE
+from attestation.attester import Attester
 from attestation.canonical import canonical_digest, canonical_json
 from attestation.contribution import Contribution, sign_contribution
-from attestation.endorsement import endorse
 from attestation.enrolment import Enrolment, prove_possession
 from attestation.keys import SigningKey, load_or_create
 from attestation.measurement import OUTER_STEP_EVENT, OUTER_STEP_REGISTER
 from attestation.quote import report_data
-from attestation.software import DEFAULT_VALIDITY, SOFTWARE_SVN, SoftwareAttester
+from attestation.registry import tee_backend
 from ledger.envelope import check_run_id
 from records.commitments import InnerCommitments
 from records.genesis import ClusterKeys, HardwareClass
@@ -142,29 +141,25 @@ class ClusterSigner:
         cluster: int,
         stage: int,
         store: ObjectStore,
+        tee_type: str,
         launch_measurement: bytes,
         now: datetime | None = None,
     ) -> None:
+        """``tee_type``: the back-end the speaker's attester comes from (attestation/registry.py;
+        the genesis names it); ``launch_measurement``: what that attester reports."""
         self._run_id = run_id
         self._cluster = cluster
         self._stage = stage
         self._store = store
         self._contribution_key = keys.contribution_key(run_id, cluster)
-        self._attester: SoftwareAttester | None = None
+        self._attester: Attester | None = None
         self._attested: list[str] = []
         if stage == SPEAKER_STAGE:
-            key = keys.attestation_key(run_id, cluster)
-            start = now or datetime.now(UTC)
-            endorsement = endorse(
+            self._attester = tee_backend(tee_type).attester(
+                attestation_key=keys.attestation_key(run_id, cluster),
                 platform_root=keys.platform_root(run_id, cluster),
-                attestation_key=key.public,
-                tee_type=SOFTWARE_TEE_TYPE,
-                svn=SOFTWARE_SVN,
-                not_before=start,
-                not_after=start + DEFAULT_VALIDITY,
-            )
-            self._attester = SoftwareAttester(
-                attestation_key=key, endorsement=endorsement, launch_measurement=launch_measurement
+                launch_measurement=launch_measurement,
+                now=now or datetime.now(UTC),
             )
 
     def sign(

@@ -26,7 +26,7 @@ from safetensors.torch import load
 
 from records.generations import Generation, Generations
 from storage import ObjectStore
-from storage.checkpoint.sharding import is_model_shard
+from storage.checkpoint_files.sharding import is_model_shard
 from trainer.config import TrainConfig
 from trainer.data.tokenizer import Tokenizer
 from trainer.generate import greedy_generate, model_from_state

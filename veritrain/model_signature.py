@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from attestation.dsse import pae
 from storage import ObjectStore
-from storage.checkpoint import Manifest
+from storage.checkpoint_files import Manifest
 from veritrain.errors import VeritrainError
 
 SIGNATURE_FILE = "model.sig"

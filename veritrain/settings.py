@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from attestation.registry import DEFAULT_TEE_TYPE, registered_tee_types
 from veritrain.errors import SettingsError
 from veritrain.witnesses.endpoints import WitnessEndpoint, parse_witnesses
 
@@ -47,6 +48,10 @@ class Settings(BaseSettings):
     """When the store is S3, answer object downloads with a 302 to a presigned URL instead of
     proxying."""
 
+    tee_type: str = DEFAULT_TEE_TYPE
+    """The TEE back-end new runs attest with (attestation/registry.py): ``software`` unless a
+    hardware back-end is installed and this host has that hardware."""
+
     witnesses: Annotated[tuple[WitnessEndpoint, ...], NoDecode] = ()
     """C2SP tlog-witnesses that cosign every run's tree heads: ``VKEY@URL`` items separated by
     spaces or commas (veritrain/witnesses/endpoints.py); empty: none."""
@@ -55,6 +60,14 @@ class Settings(BaseSettings):
     @classmethod
     def _parse_witnesses(cls, value: object) -> object:
         return parse_witnesses(value) if isinstance(value, str) else value
+
+    @field_validator("tee_type")
+    @classmethod
+    def _tee_type_is_registered(cls, value: str) -> str:
+        registered = registered_tee_types()
+        if value not in registered:
+            raise ValueError(f"expected one of {', '.join(registered)}, got {value!r}")
+        return value
 
     @field_validator("origin")
     @classmethod

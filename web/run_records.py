@@ -31,7 +31,7 @@ from records import (
 
 if TYPE_CHECKING:
     from storage import ObjectStore
-    from storage.checkpoint import Manifest
+    from storage.checkpoint_files import Manifest
 
 STATUS_RUNNING = "running"
 STATUS_FINISHED = "finished"
@@ -122,8 +122,8 @@ def checkpoint_ref(ledger: Ledger, run_id: str, step: int) -> CheckpointRef:
 def load_manifest(store: ObjectStore, ref: CheckpointRef) -> Manifest:
     """The manifest object of ``ref``, verified (its bytes hash to the digest the entry names)
     and checked to have the root the entry records."""
-    # storage.checkpoint loads torch (about 3 s the first time); only manifests need it.
-    from storage.checkpoint import read_manifest
+    # storage.checkpoint_files loads torch (about 3 s the first time); only manifests need it.
+    from storage.checkpoint_files import read_manifest
 
     manifest = read_manifest(store, ref.manifest_object)
     if manifest.root != ref.manifest_root:

@@ -39,7 +39,6 @@ from sqlalchemy.orm import Session
 
 from attestation.keys import COSIGNATURE_V1_ALGORITHM, PublicKey, SigningKey
 from ledger import db
-from ledger.checkpoint import Checkpoint, parse_checkpoint
 from ledger.cosignature import Cosignature, cosign
 from ledger.errors import (
     InconsistentCheckpointError,
@@ -53,6 +52,7 @@ from ledger.errors import (
 from ledger.merkle import EMPTY_ROOT, verify_consistency
 from ledger.models import NAME_LENGTH, VKEY_LENGTH, WitnessCheckpoint
 from ledger.note import NoteSignature, open_note, verify_note
+from ledger.tlog_checkpoint import Checkpoint, parse_checkpoint
 from ledger.witness.submission import MAX_SIZE, AddCheckpoint, parse_add_checkpoint
 from ledger.witness.trusted_logs import TrustedLogs
 

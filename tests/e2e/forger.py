@@ -134,11 +134,13 @@ class Forger:
                         cluster=c,
                         stage=s,
                         store=store,
+                        tee_type=genesis.tee.type,
                         launch_measurement=bytes.fromhex(genesis.tee.launch_measurement),
                         now=now,
                     )
                     for c, folder in enumerate(folders)
                     for s in range(genesis.topology.stages)
+                    if reattest  # the clusters' signers attest only when steps are re-attested
                 ]
                 statements = StatementSigner(
                     run_id=self.run_id,

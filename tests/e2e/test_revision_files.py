@@ -17,7 +17,7 @@ import pytest
 from e2e.forger import Forger, Payloads
 
 from storage import open_store
-from storage.checkpoint import Manifest, read_manifest, upload_manifest
+from storage.checkpoint_files import Manifest, read_manifest, upload_manifest
 from trainer.data.tokenizer import byte_to_unicode
 from trainer.hf_repo import as_format_1
 from veritrain.audit.verify import verify_run

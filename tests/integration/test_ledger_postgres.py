@@ -14,12 +14,12 @@ import pytest
 import sqlalchemy as sa
 
 from attestation.keys import SigningKey
-from ledger.checkpoint import verify_checkpoint
 from ledger.db import create_engine, upgrade
 from ledger.errors import ConflictError, DuplicateStepError, RunExistsError
 from ledger.merkle import verify_consistency, verify_inclusion
 from ledger.receipt import verify_receipt
 from ledger.service import Ledger
+from ledger.tlog_checkpoint import verify_checkpoint
 
 ORIGIN = "pg.veritrain.local"
 RUN = "concurrent"

@@ -4,7 +4,11 @@ schema of ledger/models.py, on SQLite and on PostgreSQL."""
 from __future__ import annotations
 
 import multiprocessing
+import os
+import subprocess
+import sys
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -12,7 +16,14 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from ledger.db import alembic_config, create_engine, current_revision, head_revisions, upgrade
+from ledger.db import (
+    alembic_config,
+    create_engine,
+    current_revision,
+    head_revisions,
+    migrations_dir,
+    upgrade,
+)
 from ledger.models import Base
 
 TABLES = {
@@ -94,3 +105,55 @@ def test_downgrade_to_base_and_back(sqlite_url: str) -> None:
         engine.dispose()
     upgrade(sqlite_url)
     _assert_schema_matches_models(sqlite_url)
+
+
+_BY_HAND = """
+import sys
+from alembic.config import main
+main(argv=sys.argv[1:])
+print(sorted(m for m in sys.modules if m.split(".")[0] == "veritrain"))
+"""
+"""``alembic ARGS`` in a fresh interpreter, then the veritrain modules it imported."""
+
+
+def _alembic_by_hand(
+    tmp_path: Path, *args: str, database_url: str | None
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VERITRAIN_")}
+    if database_url is not None:
+        env["VERITRAIN_DATABASE_URL"] = database_url
+    ini = str(migrations_dir() / "alembic.ini")
+    return subprocess.run(
+        [sys.executable, "-c", _BY_HAND, "-c", ini, *args, "upgrade", "head"],
+        cwd=tmp_path,  # a stray default database would land here
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("named_by", ["environment", "x-argument"])
+def test_alembic_run_by_hand_migrates_the_named_database_without_the_composition_root(
+    tmp_path: Path, named_by: str
+) -> None:
+    url = f"sqlite:///{tmp_path / 'by-hand.db'}"
+    if named_by == "environment":
+        done = _alembic_by_hand(tmp_path, database_url=url)
+    else:
+        done = _alembic_by_hand(tmp_path, "-x", f"database_url={url}", database_url=None)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"  # migrations/ never imports veritrain
+    _assert_schema_matches_models(url)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["by-hand.db"]
+
+
+def test_alembic_run_by_hand_without_a_database_url_says_what_to_set(tmp_path: Path) -> None:
+    done = _alembic_by_hand(tmp_path, database_url=None)
+    assert done.returncode != 0
+    assert (
+        "no ledger database to migrate: expected VERITRAIN_DATABASE_URL or -x database_url=URL, "
+        "got neither (`veritrain db upgrade` applies the defaults)"
+    ) in done.stderr
+    assert list(tmp_path.iterdir()) == []

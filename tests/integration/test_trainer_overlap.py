@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from trainer.api import reexecute_outer_step, train
-from trainer.checkpoint import TRAINER_STATE, CheckpointFiles
+from trainer.checkpoint_layout import TRAINER_STATE, CheckpointFiles
 from trainer.config import TrainConfig, with_overrides
 from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
 from trainer.presets import run_preset

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from trainer.api import train
-from trainer.checkpoint import CheckpointFiles, inner_file, model_file
+from trainer.checkpoint_layout import CheckpointFiles, inner_file, model_file
 from trainer.config import TrainConfig, with_overrides
 from trainer.data.assignment import AssignmentRule
 from trainer.data.build import prepare_data

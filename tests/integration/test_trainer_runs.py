@@ -22,7 +22,7 @@ import torch
 import transformers
 
 from trainer.api import reexecute_outer_step, train
-from trainer.checkpoint import TRAINER_STATE, CheckpointFiles
+from trainer.checkpoint_layout import TRAINER_STATE, CheckpointFiles
 from trainer.config import PoisonForTesting, TrainConfig, with_overrides
 from trainer.generate import greedy_generate, model_from_state
 from trainer.hf_repo import GENERATION_CONFIG, HF_CONFIG, load_pretrained

@@ -1,6 +1,6 @@
 """What one process saves at the end of an outer step, and how it comes back on resume.
 
-File names and contents are documented in trainer/checkpoint.py. The run's position -- the
+File names and contents are documented in trainer/checkpoint_layout.py. The run's position -- the
 *cursor* -- travels in ``trainer_state.json``: the next step, the data cursor (global inner
 steps done), the next round's H, the clusters that took part in the saved step and, under the
 one-step delay, which round's exchange is still in flight, with the signals its ``apply`` will
@@ -22,7 +22,13 @@ from typing import Any
 
 import torch
 
-from trainer.checkpoint import TRAINER_STATE, CheckpointFiles, inner_file, model_file, outer_file
+from trainer.checkpoint_layout import (
+    TRAINER_STATE,
+    CheckpointFiles,
+    inner_file,
+    model_file,
+    outer_file,
+)
 from trainer.errors import CheckpointError
 from trainer.model import TIED_HEAD, StageModel
 from trainer.outer.protocol import OuterAlgorithm

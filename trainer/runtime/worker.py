@@ -45,7 +45,7 @@ import torch.distributed as dist
 from records.commitments import InnerCommitments
 from records.genesis import ClusterKeys
 from records.outer_step import CheckpointRef, Quorum, StageContribution
-from trainer.checkpoint import (
+from trainer.checkpoint_layout import (
     TRAINER_STATE,
     CheckpointFiles,
     exchange_file,

@@ -23,7 +23,7 @@ import torch
 from records import OuterStep
 from storage.errors import StorageError
 from trainer.api import Reexecution
-from trainer.checkpoint import CheckpointFiles, outer_file
+from trainer.checkpoint_layout import CheckpointFiles, outer_file
 from trainer.config import TrainConfig
 from trainer.outer.errors import OuterStateError, PayloadError
 from trainer.outer.replay import decoded_payloads

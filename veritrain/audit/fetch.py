@@ -29,8 +29,8 @@ import numpy as np
 from records import DataManifest, Shard
 from records.data_manifest import TOKEN_BYTES, TokenDtype
 from records.outer_step import CheckpointRef
-from storage.checkpoint import INDEX_FILE, Manifest
-from trainer.checkpoint import (
+from storage.checkpoint_files import INDEX_FILE, Manifest
+from trainer.checkpoint_layout import (
     TRAINER_STATE,
     CheckpointFiles,
     inner_file,

@@ -45,10 +45,10 @@ from records import DataManifest, OuterStep
 from records.commitments import InnerCommitments
 from records.generations import Generations
 from records.genesis import VerificationPolicy
-from storage.checkpoint import write_files, write_model_index
-from storage.checkpoint.sharding import is_model_shard, tensor_nbytes
+from storage.checkpoint_files import write_files, write_model_index
+from storage.checkpoint_files.sharding import is_model_shard, tensor_nbytes
 from trainer.api import Reexecution, assignment_rule, reexecute_outer_step
-from trainer.checkpoint import TRAINER_STATE, CheckpointFiles, outer_file
+from trainer.checkpoint_layout import TRAINER_STATE, CheckpointFiles, outer_file
 from trainer.config import TrainConfig
 from trainer.data.assignment import AssignmentRule
 from trainer.data.tokenizer import Tokenizer

@@ -52,7 +52,7 @@ import torch
 
 from records.commitments import InnerCommitments
 from trainer.api import Reexecution, reexecute_outer_step, train
-from trainer.checkpoint import CheckpointFiles, inner_file
+from trainer.checkpoint_layout import CheckpointFiles, inner_file
 from trainer.config import TrainConfig, with_overrides
 from trainer.data.build import PreparedData, prepare_data
 from trainer.execution import Execution

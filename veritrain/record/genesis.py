@@ -8,10 +8,8 @@ chosen before any training happens.
 
 from __future__ import annotations
 
-from attestation.attester import SOFTWARE_TEE_TYPE
 from attestation.canonical import canonical_digest
-from attestation.measurement import launch_measurement
-from attestation.software import SOFTWARE_SVN
+from attestation.registry import tee_backend
 from records.fields import Fields
 from records.genesis import (
     ClusterKeys,
@@ -35,9 +33,11 @@ from veritrain.rules import written_for
 
 
 def reference_launch_measurement(
-    code: CodeIdentity, dependencies: DependencyIdentity, config_digest: str
+    tee_type: str, code: CodeIdentity, dependencies: DependencyIdentity, config_digest: str
 ) -> bytes:
-    return launch_measurement(
+    """What an attester of ``tee_type`` reports for a launch of this code, these dependencies and
+    this configuration: the genesis' reference value (attestation/registry.py)."""
+    return tee_backend(tee_type).launch_measurement(
         code_digest=code.source_sha256,
         dependency_digest=dependencies.sha256,
         config_digest=config_digest,
@@ -52,6 +52,7 @@ def run_genesis(
     code: CodeIdentity,
     dependencies: DependencyIdentity,
     policy: PolicyChoice,
+    tee_type: str,
 ) -> Genesis:
     if canonical_digest(dict(run.config)) != run.config_digest:
         raise RecorderError(
@@ -72,6 +73,7 @@ def run_genesis(
                 f"than the coordinator ({'; '.join(differences)}); a run's verification policy "
                 "names one class, so train every cluster in it"
             )
+    tee = tee_backend(tee_type)
     return Genesis(
         run_id=run.run_id,
         method=str(run.config.get("method")),
@@ -90,12 +92,12 @@ def run_genesis(
             clusters=clusters,
         ),
         tee=TeeReference(
-            type=SOFTWARE_TEE_TYPE,
-            svn=SOFTWARE_SVN,
-            minimum_svn=SOFTWARE_SVN,
+            type=tee.tee_type,
+            svn=tee.svn,
+            minimum_svn=tee.svn,
             debug=False,
             launch_measurement=reference_launch_measurement(
-                code, dependencies, run.config_digest
+                tee.tee_type, code, dependencies, run.config_digest
             ).hex(),
             reference=ReferenceDigests(
                 code_digest=code.source_sha256,

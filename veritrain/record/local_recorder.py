@@ -14,7 +14,7 @@ Layout under ``root``::
         trainer_state.json
         record.json                            written last: the step is complete
 
-Files are written by ``storage.checkpoint`` exactly as the ledger-backed recorder writes them
+Files are written by ``storage.checkpoint_files`` exactly as the ledger-backed recorder writes them
 (same bytes, same digests), into a temporary folder and renamed into place, so a killed run
 leaves whole files. On a multi-host run each host writes its own processes' files under its
 own ``root``.
@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
-from storage.checkpoint import write_files, write_model_index
-from storage.checkpoint.sharding import header_tensor_sizes, is_model_shard
-from trainer.checkpoint import CheckpointFiles, load_checkpoint_directory
+from storage.checkpoint_files import write_files, write_model_index
+from storage.checkpoint_files.sharding import header_tensor_sizes, is_model_shard
+from trainer.checkpoint_layout import CheckpointFiles, load_checkpoint_directory
 from trainer.data.shards import DirectoryShardSource
 from trainer.errors import CheckpointError
 from trainer.recorder import OuterStepRecord, ProcessInfo, RunStart, RunSummary, SignsNothing

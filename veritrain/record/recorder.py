@@ -5,7 +5,7 @@ One ``LedgerRecorder`` is built inside every training process by the picklable
 :class:`LedgerRecorderFactory`:
 
 * every process, ``save_state``: writes its own checkpoint files (safetensors / JSON, via
-  ``storage.checkpoint``) and uploads them; nothing gathers the model in one process;
+  ``storage.checkpoint_files``) and uploads them; nothing gathers the model in one process;
 * the coordinator, ``begin``: creates the run (genesis), uploads the data shards and appends
   the ``data.manifest`` entry -- or, on resume, checks that the ledger's run is the one being
   continued;
@@ -37,6 +37,7 @@ from attestation.canonical import canonical_digest, canonical_json
 from attestation.enrolment import verify_possession
 from attestation.errors import AttestationError
 from attestation.keys import PublicKey
+from attestation.registry import DEFAULT_TEE_TYPE
 from attestation.statement import CodeDigest
 from ledger.db import create_engine, upgrade
 from ledger.errors import NotFoundError
@@ -67,7 +68,7 @@ from records.outer_step import (
     shards_read,
 )
 from storage import ObjectStore, open_store
-from storage.checkpoint import (
+from storage.checkpoint_files import (
     INDEX_FILE,
     Manifest,
     read_manifest,
@@ -76,8 +77,8 @@ from storage.checkpoint import (
     write_files,
     write_model_index,
 )
-from storage.checkpoint.sharding import header_tensor_sizes, is_model_shard
-from trainer.checkpoint import CheckpointFiles
+from storage.checkpoint_files.sharding import header_tensor_sizes, is_model_shard
+from trainer.checkpoint_layout import CheckpointFiles
 from trainer.config import TrainConfig
 from trainer.data.tokenizer import Tokenizer, corpus_tokenizer
 from trainer.recorder import (
@@ -122,6 +123,9 @@ class LedgerRecorderFactory:
     """Cluster -> its key folder, where given explicitly (``veritrain train --key-dir``)."""
     origin: str
     policy: PolicyChoice = field(default_factory=PolicyChoice)
+    tee_type: str = DEFAULT_TEE_TYPE
+    """The TEE back-end every cluster attests with and the genesis names
+    (attestation/registry.py, ``VERITRAIN_TEE_TYPE``)."""
     witnesses: tuple[WitnessEndpoint, ...] = ()
     """C2SP tlog-witnesses every new tree head is pushed to (``VERITRAIN_WITNESSES``)."""
     code: CodeIdentity = field(default_factory=code_identity)
@@ -160,8 +164,12 @@ class LedgerRecorder:
             cluster=cluster,
             stage=self._process.stage,
             store=self._store,
+            tee_type=self._settings.tee_type,
             launch_measurement=reference_launch_measurement(
-                self._settings.code, self._settings.dependencies, run.config_digest
+                self._settings.tee_type,
+                self._settings.code,
+                self._settings.dependencies,
+                run.config_digest,
             ),
         )
         if self._process.stage != SPEAKER_STAGE:
@@ -221,7 +229,7 @@ class LedgerRecorder:
     ) -> CheckpointFiles | None:
         """The chosen files of a recorded checkpoint, each verified against the manifest, whose
         root must be the recorded one."""
-        from trainer.checkpoint import load_checkpoint_directory
+        from trainer.checkpoint_layout import load_checkpoint_directory
 
         manifest = read_manifest(self._store, checkpoint.manifest_object)
         if manifest.root != checkpoint.manifest_root:
@@ -281,6 +289,7 @@ class LedgerRecorder:
                 code=code,
                 dependencies=dependencies,
                 policy=self._settings.policy,
+                tee_type=self._settings.tee_type,
             )
             ledger.create_run(run.run_id, genesis.to_payload())
             self._enroll_keys(run.run_id, genesis)

@@ -11,7 +11,7 @@ from pathlib import Path
 from ledger.db import create_engine
 from ledger.service import Ledger
 from trainer.api import train, train_cluster
-from trainer.checkpoint import CheckpointFiles
+from trainer.checkpoint_layout import CheckpointFiles
 from trainer.config import TrainConfig
 from trainer.data.build import PreparedData
 from trainer.recorder import RunSummary
@@ -62,6 +62,7 @@ def recorder_factory(
         cluster_key_dirs=explicit,
         origin=settings.origin,
         policy=policy or PolicyChoice(),
+        tee_type=settings.tee_type,
         witnesses=settings.witnesses,
     )
 

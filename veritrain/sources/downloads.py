@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 from attestation.canonical import canonical_json
 from records import DataManifest, DataManifestEntry, RecordError
 from records.outer_step import CheckpointRef
-from storage.checkpoint import INDEX_FILE, Manifest
+from storage.checkpoint_files import INDEX_FILE, Manifest
 from veritrain.errors import DownloadError
 from veritrain.sources import SMALL_OBJECT_LIMIT, RunSource, read_verified, stream_verified
 
 if TYPE_CHECKING:
-    from trainer.checkpoint import CheckpointFiles
+    from trainer.checkpoint_layout import CheckpointFiles
     from trainer.data.build import PreparedData
 
 MAX_DATA_MANIFEST_BYTES = 256 << 20
@@ -68,7 +68,7 @@ def download_checkpoint(
 ) -> CheckpointFiles:
     """The state a step recorded, file by file (the Hugging Face index is derived from the
     shards and left out)."""
-    from trainer.checkpoint import load_checkpoint_directory
+    from trainer.checkpoint_layout import load_checkpoint_directory
 
     manifest = read_checkpoint_manifest(source, checkpoint)
     directory.mkdir(parents=True, exist_ok=True)

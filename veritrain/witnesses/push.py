@@ -43,11 +43,11 @@ from typing import Literal
 import httpx
 
 from ledger.append import ROLE_LOG
-from ledger.checkpoint import parse_checkpoint
 from ledger.errors import LedgerError
 from ledger.note import open_note
 from ledger.records import SignedTreeHead
 from ledger.service import Ledger
+from ledger.tlog_checkpoint import parse_checkpoint
 from ledger.witness.submission import SIZE_CONTENT_TYPE, AddCheckpoint, parse_size
 from veritrain.witnesses.endpoints import WitnessEndpoint
 from veritrain.witnesses.views import WitnessViewError, fetch_view

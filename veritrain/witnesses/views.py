@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import httpx
 
-from ledger.checkpoint import Checkpoint, verify_checkpoint
 from ledger.cosignature import cosignatures_in
 from ledger.errors import VerificationError
+from ledger.tlog_checkpoint import Checkpoint, verify_checkpoint
 from ledger.witness.witness import origin_hash
 from veritrain.witnesses.endpoints import WitnessEndpoint
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -28,6 +29,7 @@ from attestation.errors import (
     ReportDataMismatchError,
     SecurityVersionError,
     TeeTypeError,
+    UnenrolledKeyError,
     UntrustedRootError,
     VerificationError,
 )
@@ -86,6 +88,27 @@ def test_quote_signed_by_an_unendorsed_key_fails(scenario: Scenario) -> None:
     quote = scenario.quote(signer=SigningKey.generate("attester"))
     with pytest.raises(QuoteSignatureError):
         verify_quote(quote, policy=scenario.policy(), expected=scenario.expected())
+
+
+def test_quote_by_an_endorsed_key_other_than_the_enrolled_one_fails(scenario: Scenario) -> None:
+    """The trusted root endorsed the quote's key, and that key signed it -- but the run
+    enrolled another attestation key for this attester."""
+    enrolled = SigningKey.generate("enrolled-attester")
+    with pytest.raises(
+        UnenrolledKeyError,
+        match=re.escape(f"expected the enrolled attestation key {enrolled.public.vkey}, got"),
+    ):
+        verify_quote(
+            scenario.quote(),
+            policy=scenario.policy(attestation_key=enrolled.public),
+            expected=scenario.expected(),
+        )
+    # The enrolled key itself passes.
+    verify_quote(
+        scenario.quote(),
+        policy=scenario.policy(attestation_key=scenario.attestation_key.public),
+        expected=scenario.expected(),
+    )
 
 
 def test_quote_with_a_security_version_other_than_endorsed_fails(scenario: Scenario) -> None:

@@ -10,7 +10,6 @@ import pytest
 
 from attestation.errors import KeyFormatError
 from attestation.keys import COSIGNATURE_V1_ALGORITHM, PublicKey, SigningKey
-from ledger.checkpoint import Checkpoint, sign_checkpoint, verify_checkpoint
 from ledger.cosignature import (
     Cosignature,
     cosign,
@@ -21,6 +20,7 @@ from ledger.cosignature import (
 )
 from ledger.errors import VerificationError
 from ledger.note import open_note, sign_note, sign_note_with, verify_note
+from ledger.tlog_checkpoint import Checkpoint, sign_checkpoint, verify_checkpoint
 
 # The example of c2sp.org/tlog-cosignature ("Format" and "Ed25519 signed message").
 SPEC_TEXT = "example.com/behind-the-sofa\n20852163\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n"

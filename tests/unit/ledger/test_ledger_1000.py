@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from unit.ledger.ledger_helpers import ORIGIN, StepClock
 
-from ledger.checkpoint import verify_checkpoint
 from ledger.db import create_engine
 from ledger.errors import VerificationError
 from ledger.keyring import InMemoryLogKeys
 from ledger.merkle import consistency_proof, inclusion_proof, verify_consistency, verify_inclusion
 from ledger.service import Ledger
+from ledger.tlog_checkpoint import verify_checkpoint
 
 APPENDS = 1000
 SIZE = APPENDS + 1  # plus the genesis entry

@@ -14,7 +14,6 @@ from sqlalchemy.engine import Engine
 from unit.ledger.ledger_helpers import ORIGIN, log_vkey
 
 from attestation.keys import SigningKey
-from ledger.checkpoint import verify_checkpoint
 from ledger.db import create_engine, upgrade
 from ledger.errors import (
     DuplicateStepError,
@@ -35,6 +34,7 @@ from ledger.keyring import InMemoryLogKeys
 from ledger.merkle import leaf_hash, root_hash, verify_consistency, verify_inclusion
 from ledger.receipt import verify_receipt
 from ledger.service import Ledger, read_runs
+from ledger.tlog_checkpoint import verify_checkpoint
 
 
 def start(ledger: Ledger, run_id: str = "r1", steps: int = 0) -> None:

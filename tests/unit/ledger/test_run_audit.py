@@ -12,11 +12,11 @@ import pytest
 from attestation.canonical import canonical_json
 from attestation.keys import SigningKey
 from ledger.audit import audit_run_log, check_metrics
-from ledger.checkpoint import Checkpoint, sign_checkpoint
 from ledger.envelope import build_body
 from ledger.errors import VerificationError
 from ledger.merkle import leaf_hash, root_hash
 from ledger.records import MetricPoint
+from ledger.tlog_checkpoint import Checkpoint, sign_checkpoint
 
 RUN = "r1"
 ORIGIN = f"veritrain.local/runs/{RUN}"

@@ -7,8 +7,8 @@ import hashlib
 import pytest
 
 from attestation.keys import SigningKey
-from ledger.checkpoint import Checkpoint, parse_checkpoint, sign_checkpoint, verify_checkpoint
 from ledger.errors import VerificationError
+from ledger.tlog_checkpoint import Checkpoint, parse_checkpoint, sign_checkpoint, verify_checkpoint
 
 ROOT = hashlib.sha256(b"root").digest()
 

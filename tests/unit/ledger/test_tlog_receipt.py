@@ -7,10 +7,10 @@ from collections.abc import Callable
 import pytest
 
 from attestation.keys import SigningKey
-from ledger.checkpoint import Checkpoint, sign_checkpoint
 from ledger.errors import VerificationError
 from ledger.merkle import inclusion_proof, leaf_hash, root_hash
 from ledger.receipt import HEADER, Receipt, parse_receipt, verify_receipt
+from ledger.tlog_checkpoint import Checkpoint, sign_checkpoint
 
 ORIGIN = "veritrain.local/runs/r1"
 BODIES = [f'{{"entry":{i}}}'.encode() for i in range(11)]

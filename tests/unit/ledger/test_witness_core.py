@@ -11,7 +11,6 @@ import pytest
 from unit.ledger.witness_helpers import SmallLog, add_checkpoint_body, small_log
 
 from attestation.keys import COSIGNATURE_V1_ALGORITHM, SigningKey
-from ledger.checkpoint import parse_checkpoint, sign_checkpoint
 from ledger.cosignature import cosignatures_in
 from ledger.db import create_engine
 from ledger.errors import (
@@ -22,6 +21,7 @@ from ledger.errors import (
     WitnessRefusal,
 )
 from ledger.note import open_note
+from ledger.tlog_checkpoint import parse_checkpoint, sign_checkpoint
 from ledger.witness import TrustedLogs, Witness
 
 

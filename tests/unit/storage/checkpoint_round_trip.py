@@ -16,7 +16,7 @@ from huggingface_hub import load_torch_model
 from safetensors.torch import load_file
 
 from storage import ObjectStore
-from storage.checkpoint import (
+from storage.checkpoint_files import (
     INDEX_FILE,
     Manifest,
     download_checkpoint,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from storage.checkpoint import Manifest, ManifestEntry, manifest_root
+from storage.checkpoint_files import Manifest, ManifestEntry, manifest_root
 from storage.errors import CheckpointError, IntegrityError
 
 A = hashlib.sha256(b"a").hexdigest()

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from storage.checkpoint import save_tensors
+from storage.checkpoint_files import save_tensors
 from storage.errors import CheckpointError
 
 

@@ -19,7 +19,7 @@ import torch
 import transformers
 
 from records.outer_step import Quorum
-from trainer.checkpoint import MODEL_INDEX, TRAINER_STATE, model_file
+from trainer.checkpoint_layout import MODEL_INDEX, TRAINER_STATE, model_file
 from trainer.errors import CheckpointError, ConfigError
 from trainer.generate import greedy_generate, model_from_state
 from trainer.hf_repo import (

@@ -14,8 +14,8 @@ from unit.veritrain.audit_store_source import StoreSource
 from records import DataManifest, Shard
 from records.data_manifest import CHUNK_BYTES, TokenizerIdentity, chunk_index
 from storage import open_store
-from storage.checkpoint import Manifest
-from trainer.checkpoint import TRAINER_STATE, inner_file, model_file, outer_file
+from storage.checkpoint_files import Manifest
+from trainer.checkpoint_layout import TRAINER_STATE, inner_file, model_file, outer_file
 from trainer.errors import DataError
 from veritrain.audit.fetch import CountingSource, FetchedWindows, download_windows, state_names
 from veritrain.errors import CorruptObjectError

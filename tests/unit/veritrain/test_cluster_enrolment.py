@@ -13,6 +13,7 @@ import torch
 from attestation.canonical import canonical_json
 from attestation.enrolment import Enrolment, EnrolmentError, verify_possession
 from attestation.keys import PublicKey
+from attestation.registry import DEFAULT_TEE_TYPE
 from records.genesis import ClusterKeys, CodeIdentity, DependencyIdentity
 from trainer.api import config_digest
 from trainer.config import with_overrides
@@ -109,6 +110,7 @@ def test_a_run_whose_clusters_measured_other_classes_is_not_started(tmp_path: Pa
                 sha256="0" * 64, python="3.11", torch=torch.__version__, distributions=1
             ),
             policy=PolicyChoice(),
+            tee_type=DEFAULT_TEE_TYPE,
         )
     assert f"cpu_capability {here.cpu_capability!r} here, {there.cpu_capability!r}" in str(
         error.value

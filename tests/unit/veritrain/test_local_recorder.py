@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from records import DataManifest
 from records.outer_step import Quorum
-from trainer.checkpoint import (
+from trainer.checkpoint_layout import (
     MODEL_INDEX,
     TRAINER_STATE,
     CheckpointFiles,

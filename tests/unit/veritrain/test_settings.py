@@ -15,6 +15,7 @@ def test_defaults_are_embedded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert settings.store_url == f"file://{tmp_path / 'objects'}"
     assert settings.keys_path == tmp_path / "keys"
     assert settings.run_origin("r1") == "veritrain.local/runs/r1"
+    assert settings.tee_type == "software"
 
 
 @pytest.mark.parametrize(
@@ -32,6 +33,8 @@ def test_defaults_are_embedded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         ),
         ("VERITRAIN_STORE_URL", "s3:///prefix-only", "VERITRAIN_STORE_URL: expected s3://<bucket>"),
         ("VERITRAIN_ORIGIN", "has space", "VERITRAIN_ORIGIN: expected a non-empty name"),
+        # No back-end is registered for it (attestation/registry.py).
+        ("VERITRAIN_TEE_TYPE", "sev-snp", "VERITRAIN_TEE_TYPE: expected one of software"),
     ],
 )
 def test_bad_settings_fail_with_one_line_naming_the_variable(

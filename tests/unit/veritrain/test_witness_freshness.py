@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from unit.ledger.witness_helpers import SmallLog, small_log
 
-from ledger.checkpoint import Checkpoint
 from ledger.db import upgrade
+from ledger.tlog_checkpoint import Checkpoint
 from veritrain.audit.verify.witness_freshness import judge_view
 from veritrain.witnesses.views import WitnessView, WitnessViewError
 

@@ -10,9 +10,9 @@ from fastapi.testclient import TestClient
 from unit.web.web_fixture_run import DemoRun
 
 from ledger.audit import audit_run_log
-from ledger.checkpoint import verify_checkpoint
 from ledger.merkle import leaf_hash, verify_consistency, verify_inclusion
 from ledger.receipt import verify_receipt
+from ledger.tlog_checkpoint import verify_checkpoint
 
 IMMUTABLE = "public, max-age=31536000, immutable"
 

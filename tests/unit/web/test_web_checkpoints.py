@@ -14,7 +14,7 @@ from unit.web.web_fixture_run import DemoRun
 
 from ledger.db import create_engine
 from ledger.models import Entry
-from storage.checkpoint import Manifest
+from storage.checkpoint_files import Manifest
 from web.app import create_app
 
 INDEX = "model.safetensors.index.json"

@@ -14,11 +14,11 @@ from fastapi.testclient import TestClient
 from unit.ledger.witness_helpers import SmallLog, add_checkpoint_body, small_log
 
 from attestation.keys import COSIGNATURE_V1_ALGORITHM, SigningKey
-from ledger.checkpoint import Checkpoint, parse_checkpoint, sign_checkpoint
 from ledger.cosignature import cosignatures_in
 from ledger.db import upgrade
 from ledger.merkle import EMPTY_ROOT
 from ledger.note import open_note
+from ledger.tlog_checkpoint import Checkpoint, parse_checkpoint, sign_checkpoint
 from ledger.witness import TrustedLogs
 from web.witness_app import WitnessSettings, create_witness_app
 

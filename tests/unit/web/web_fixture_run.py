@@ -37,10 +37,10 @@ from records.commitments import (
 )
 from records.data_manifest import TokenizerIdentity
 from records.outer_step import ClusterVerdict, ContributionScore, Quorum
-from storage.checkpoint import Manifest, read_manifest
+from storage.checkpoint_files import Manifest, read_manifest
 from storage.factory import open_store
 from trainer.api import assignment_rule, config_digest
-from trainer.checkpoint import TRAINER_STATE, inner_file
+from trainer.checkpoint_layout import TRAINER_STATE, inner_file
 from trainer.config import GenerationConfig, TrainConfig
 from trainer.data.shards import DirectoryShardSource, shard_file_name
 from trainer.model import TIED_HEAD, CausalLM, ModelConfig

@@ -9,15 +9,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 
-from attestation.attester import SOFTWARE_TEE_TYPE, QuoteExpectations
+from attestation.attester import QuoteExpectations, QuotePolicy, QuoteVerifier
 from attestation.canonical import canonical_digest
 from attestation.contribution import Contribution, verify_contribution
 from attestation.dsse import Envelope, verify_envelope
-from attestation.errors import AttestationError
+from attestation.errors import AttestationError, UnknownTeeTypeError
 from attestation.keys import PublicKey
-from attestation.quote import Quote, report_data
+from attestation.quote import report_data
+from attestation.registry import tee_backend
 from attestation.statement import IN_TOTO_PAYLOAD_TYPE, DataShard, parse_statement
-from attestation.verifier import SoftwarePolicy, verify_quote
 from ledger.merkle import root_hash
 from records import Genesis, OuterStep
 from records.outer_step import UNCOMPRESSED_BITS, Compression, aggregate_digest
@@ -138,27 +138,28 @@ def check_quotes(
         result.fail("not checked: no readable genesis")
         return
     tee = genesis.tee
-    if tee.type != SOFTWARE_TEE_TYPE:
-        result.fail(
-            f"this verifier checks software-TEE runs only, the genesis says {tee.type!r}", index=0
-        )
+    try:
+        # The genesis names the TEE type; the registry holds its verifier (attestation/backends/).
+        backend = tee_backend(tee.type)
+    except UnknownTeeTypeError as exc:
+        result.fail(f"cannot check this run's quotes: {exc}", index=0)
         return
     try:
-        attesters = [PublicKey.from_vkey(k.attestation) for k in genesis.keys.clusters]
-        policies = [
-            SoftwarePolicy(
-                platform_roots=(PublicKey.from_vkey(k.platform_root),),
-                launch_measurement=bytes.fromhex(tee.launch_measurement),
-                minimum_svn=tee.minimum_svn,
+        verifiers: list[QuoteVerifier] = [
+            backend.verifier(
+                QuotePolicy(
+                    platform_root=PublicKey.from_vkey(k.platform_root),
+                    attestation_key=PublicKey.from_vkey(k.attestation),
+                    launch_measurement=bytes.fromhex(tee.launch_measurement),
+                    minimum_svn=tee.minimum_svn,
+                )
             )
             for k in genesis.keys.clusters
         ]
     except AttestationError as exc:
         result.fail(f"the genesis attestation keys are unusable: {exc}", index=0)
         return
-    result.notes.append(
-        f"TEE type {tee.type!r}: binds steps to keys and measurements, not hardware isolation"
-    )
+    result.notes.append(f"TEE type {tee.type!r}: {backend.assurance}")
     leaves = [e.leaf for e in run.entries]
     statements: list[str] = []
     steps = run.outer_steps
@@ -187,13 +188,9 @@ def check_quotes(
         for cluster, digest in sorted(quotes.items()):
             result.checked += 1
             try:
-                quote = Quote.from_json(read_verified(source, digest))
-                expect(
-                    f"cluster {cluster} attestation key",
-                    attesters[cluster].vkey,
-                    quote.endorsement.body.attestation_key.vkey,
-                )
-                verify_quote(quote, policy=policies[cluster], expected=expected)
+                if cluster >= len(verifiers):
+                    raise Mismatch(f"the genesis enrolls no attestation key for cluster {cluster}")
+                verifiers[cluster].verify(read_verified(source, digest), expected)
             except _FETCH_ERRORS as exc:
                 result.fail(f"cluster {cluster} quote: {exc}", index=entry.index, step=step.step)
 

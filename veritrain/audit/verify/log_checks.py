@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from attestation.errors import AttestationError
 from attestation.keys import PublicKey
 from ledger.audit import audit_run_log
-from ledger.checkpoint import Checkpoint, verify_checkpoint
 from ledger.errors import LedgerError, VerificationError
 from ledger.merkle import verify_consistency, verify_inclusion
+from ledger.tlog_checkpoint import Checkpoint, verify_checkpoint
 from records import (
     DATA_MANIFEST_INDEX,
     FIRST_STEP_INDEX,

@@ -16,7 +16,7 @@ import math
 
 from records import Genesis, RecordError
 from records.generations import Generations
-from storage.checkpoint import Manifest
+from storage.checkpoint_files import Manifest
 from storage.errors import StorageError
 from trainer.config import TrainConfig
 from veritrain.audit.verify.report import Report

@@ -36,11 +36,11 @@ from typing import Any
 import torch
 
 from records import DataManifest, Genesis, OuterStep
-from storage.checkpoint import Manifest
-from storage.checkpoint.sharding import model_index
+from storage.checkpoint_files import Manifest
+from storage.checkpoint_files.sharding import model_index
 from storage.errors import StorageError
 from trainer.api import tokenizer_export
-from trainer.checkpoint import MODEL_INDEX, TRAINER_STATE, model_file
+from trainer.checkpoint_layout import MODEL_INDEX, TRAINER_STATE, model_file
 from trainer.config import TrainConfig
 from trainer.data.tokenizer import corpus_tokenizer
 from trainer.errors import TrainerError

@@ -35,7 +35,7 @@ from records import Genesis, OuterStep
 from records.outer_step import AppliedExchange, CheckpointRef, ClusterVerdict
 from storage.errors import StorageError
 from trainer.api import assignment_rule
-from trainer.checkpoint import exchange_file, model_file, outer_file, read_exchange
+from trainer.checkpoint_layout import exchange_file, model_file, outer_file, read_exchange
 from trainer.config import TrainConfig
 from trainer.data.reader import BatchReader
 from trainer.errors import TrainerError

@@ -19,11 +19,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from attestation.keys import PublicKey
-from ledger.checkpoint import verify_checkpoint
 from ledger.cosignature import Cosignature, cosigner_key, verify_cosignature
 from ledger.errors import VerificationError
 from ledger.merkle import verify_consistency
 from ledger.note import open_note
+from ledger.tlog_checkpoint import verify_checkpoint
 
 
 @dataclass(frozen=True)

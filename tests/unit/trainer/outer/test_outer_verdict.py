@@ -10,7 +10,7 @@ import torch
 from outer_helpers import SIGNALS, build_clusters, start_locals, train_locals
 
 from records.outer_step import ContributionScore
-from trainer.checkpoint import exchange_tensors, read_exchange
+from trainer.checkpoint_layout import exchange_tensors, read_exchange
 from trainer.outer import OuterConfig, OuterLoop
 from trainer.outer.errors import OuterStateError
 from trainer.outer.verdict import (

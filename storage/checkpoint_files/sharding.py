@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from storage.checkpoint.manifest import validate_file_name
+from storage.checkpoint_files.manifest import validate_file_name
 from storage.errors import CheckpointError
 from storage.streams import file_sha256
 

@@ -25,7 +25,7 @@ from unit.storage.checkpoint_round_trip import (
 )
 
 from storage import LocalStore
-from storage.checkpoint import (
+from storage.checkpoint_files import (
     INDEX_FILE,
     Manifest,
     download_checkpoint,

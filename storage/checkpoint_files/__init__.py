@@ -12,8 +12,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from storage.checkpoint.manifest import Manifest, ManifestEntry, manifest_root, validate_file_name
-from storage.checkpoint.transfer import (
+from storage.checkpoint_files.manifest import (
+    Manifest,
+    ManifestEntry,
+    manifest_root,
+    validate_file_name,
+)
+from storage.checkpoint_files.transfer import (
     download_checkpoint,
     read_manifest,
     upload_files,
@@ -21,26 +26,26 @@ from storage.checkpoint.transfer import (
 )
 
 if TYPE_CHECKING:
-    from storage.checkpoint.files import write_files
-    from storage.checkpoint.sharding import (
+    from storage.checkpoint_files.files import write_files
+    from storage.checkpoint_files.sharding import (
         INDEX_FILE,
         is_model_shard,
         model_index,
         tensor_nbytes,
         write_model_index,
     )
-    from storage.checkpoint.tensors import save_tensors
+    from storage.checkpoint_files.tensors import save_tensors
 
 _LAZY = {
-    "storage.checkpoint.files": ("write_files",),
-    "storage.checkpoint.sharding": (
+    "storage.checkpoint_files.files": ("write_files",),
+    "storage.checkpoint_files.sharding": (
         "INDEX_FILE",
         "is_model_shard",
         "model_index",
         "tensor_nbytes",
         "write_model_index",
     ),
-    "storage.checkpoint.tensors": ("save_tensors",),
+    "storage.checkpoint_files.tensors": ("save_tensors",),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
@@ -48,7 +53,7 @@ _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 def __getattr__(name: str) -> Any:
     module = _MODULE_OF.get(name)
     if module is None:
-        raise AttributeError(f"module 'storage.checkpoint' has no attribute {name!r}")
+        raise AttributeError(f"module 'storage.checkpoint_files' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from storage.base import ObjectStore
-from storage.checkpoint.manifest import Manifest, validate_file_name
+from storage.checkpoint_files.manifest import Manifest, validate_file_name
 from storage.errors import CheckpointError, IntegrityError, ObjectNotFoundError
 from storage.streams import check_stored_size, file_sha256
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from storage.checkpoint.manifest import validate_file_name
-from storage.checkpoint.sharding import is_model_shard
-from storage.checkpoint.tensors import save_tensors
+from storage.checkpoint_files.manifest import validate_file_name
+from storage.checkpoint_files.sharding import is_model_shard
+from storage.checkpoint_files.tensors import save_tensors
 from storage.errors import CheckpointError
 from storage.streams import file_sha256
 
