@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from records.outer_step import OuterStep
-from veritrain.sources.recorded_run import RecordedRun
 from veritrain.sources import open_source
+from veritrain.sources.recorded_run import RecordedRun
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "records.md"
