@@ -110,7 +110,7 @@ fi
 
 # The summary and the table.
 "$PY" - "$OUT" "$ROOT" <<'EOF'
-import datetime, json, pathlib, re, sqlite3, subprocess, sys
+import datetime, json, pathlib, re, sqlite3, sys
 
 import torch
 
@@ -128,11 +128,12 @@ steps = {}
 for line in (out / "steps.tsv").read_text().splitlines():
     name, rc, seconds, output = line.split("\t")
     steps[name] = {"exit": int(rc), "seconds": int(seconds), "output": output}
-try:
-    commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                            text=True, check=True).stdout.strip()
-except (OSError, subprocess.CalledProcessError):
-    commit = "unknown"
+# The source tree that ran: its code digest (what a genesis records) and git's view of it. A
+# copy of a working tree may carry another checkout's .git: the digest is the one to quote.
+from veritrain.record.provenance import code_identity
+
+code = code_identity()
+commit = code.git_commit or "unknown"
 bench = {p: load(f"bench-{p}.json") for p in ("qwen2-1.5b", "qwen2-0.5b")}
 verify = load("verify-tiny.json")
 
@@ -180,6 +181,8 @@ if ledger.exists():
 summary = {
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     "commit": commit,
+    "git_dirty": code.git_dirty,
+    "source_sha256": code.source_sha256,
     "device": torch.cuda.get_device_name(0),
     "torch": torch.__version__,
     "cuda": torch.version.cuda,
@@ -195,12 +198,13 @@ summary = {
         for p, r in bench.items()
     },
     "trainer_qwen2_0_5b": trainer,
-    "passed": all(s["exit"] == 0 for s in steps.values()),
+    "passed": bool(steps) and all(s["exit"] == 0 for s in steps.values()),
 }
 (out / "gpu-check.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
 
 print(f"\ngpu-check on {summary['device']} (torch {summary['torch']}, CUDA {summary['cuda']}), "
-      f"commit {commit[:12]}, {summary['date']}")
+      f"commit {commit[:12]}{' (dirty)' if code.git_dirty else ''}, source "
+      f"{code.source_sha256[:12]}, {summary['date']}")
 print(f"  {'step':<22} {'exit':>4} {'seconds':>8}")
 for name, s in steps.items():
     print(f"  {name:<22} {s['exit']:>4} {s['seconds']:>8}")
