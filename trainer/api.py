@@ -42,16 +42,10 @@ from trainer.runtime.launch import (
     under_torchrun,
 )
 from trainer.runtime.lighthouse import LighthouseSettings
+from trainer.runtime.spec import CONNECT_TIMEOUT, START_TIMEOUT, Mode, WorkerSpec
 from trainer.runtime.state import process_subset, read_cursor
 from trainer.runtime.topology import Topology
-from trainer.runtime.worker import (
-    CONNECT_TIMEOUT,
-    START_TIMEOUT,
-    Mode,
-    WorkerSpec,
-    spawned_entry,
-    torchrun_entry,
-)
+from trainer.runtime.worker import spawned_entry, torchrun_entry
 
 
 def default_data_dir() -> Path:
