@@ -147,13 +147,13 @@ class _Process:
             )
         )
         self.repo_files = repo_json_files(config.model, spec.tokenizer) if role.coordinating else {}
-        self.links = links = Connections.open(
+        self.connections = connections = Connections.open(
             role=role, run_id=config.run_id, links=spec.links, groups=groups
         )
         self.publisher = ContributionPublisher(
             role=role,
             recorder=recorder,
-            channel=links.channel,
+            channel=connections.channel,
             commitments=stage.commitments,
             replicas=self.replicas,
             payloads=spec.payloads,
@@ -162,7 +162,7 @@ class _Process:
             OuterSync(
                 stage.outer,
                 stage.outer_params,
-                membership=links.membership,
+                membership=connections.membership,
                 commit=self.publisher.commit,
                 fetch=self.publisher.fetch,
                 last_step=config.outer_steps - 1,
@@ -187,7 +187,7 @@ class _Process:
             stage=stage,
             sync=self.sync,
             recorder=recorder,
-            connections=links,
+            connections=connections,
         )
         self.inner_round = InnerRound(
             stage, role=role, progress=self.progress, device=device, forgery=spec.forgery
@@ -198,7 +198,7 @@ class _Process:
             topology=topology,
             rule=spec.rule,
             recorder=recorder,
-            connections=links,
+            connections=connections,
             progress=self.progress,
         )
         self.last_comm_seconds = 0.0
@@ -226,12 +226,12 @@ class _Process:
                 wall_seconds=time.perf_counter() - started,
             )
             self.recorder.end(summary)
-            self.links.channel.put("finished", {"steps": summary.steps})
+            self.connections.channel.put("finished", {"steps": summary.steps})
             return summary
         finally:
             self.progress.close()
             self.recorder.close()
-            self.links.close()
+            self.connections.close()
 
     def _outer_step(self, step: int, before: Cursor) -> tuple[Cursor, dict[str, float]]:
         started = time.perf_counter()
@@ -251,11 +251,11 @@ class _Process:
         if self.sync is None and role.exchanges:
             asked = time.perf_counter()
             # the AllReduce baseline needs its group now
-            members = self.links.membership.quorum(step)
+            members = self.connections.membership.quorum(step)
             quorum_seconds = time.perf_counter() - asked
             self.reporting.announce(step)
         n_clusters = len(members.members) if members is not None else 1
-        group = self.links.membership.process_group() if members is not None else None
+        group = self.connections.membership.process_group() if members is not None else None
         done = self.inner_round.run(step, before.inner_steps_done, H, group, n_clusters)
         numbers = self.inner_round.cluster_numbers(
             done, inner_steps=H, previous_comm_seconds=self.last_comm_seconds
