@@ -30,7 +30,7 @@ from trainer.errors import CheckpointError, ConfigError, DataError, WorkerError
 from trainer.execution import Execution
 from trainer.hf_repo import TokenizerExport
 from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
-from trainer.recorder import OuterStepRecord, RecorderFactory, RunSummary
+from trainer.recorder import OuterStepReport, RecorderFactory, RunSummary
 from trainer.runtime.channel import ChannelAddress, RunChannel
 from trainer.runtime.determinism import check_devices
 from trainer.runtime.forgery import Forgery
@@ -283,7 +283,7 @@ class Reexecution:
     """The outcome of re-running one outer step."""
 
     step: int
-    record: OuterStepRecord
+    record: OuterStepReport
     """The step's record as the re-execution produced it (metrics include its own timings)."""
     files: CheckpointFiles
     """The state after the step, as the original run saved it (empty for a one-cluster re-run,

@@ -31,7 +31,7 @@ from trainer.config import TrainConfig
 from trainer.data.manifest import DataManifest
 from trainer.data.shards import ShardSource
 from trainer.errors import CheckpointError, ConfigError, DataError, WorkerError
-from trainer.model import stage_layout
+from trainer.model import model_summary
 from trainer.recorder import Recorder, RunIdentity, RunStart
 from trainer.runtime.exchange import PendingExchange
 from trainer.runtime.local_stage import LocalStage
@@ -265,23 +265,15 @@ class Joining:
 
     def _run_start(self, cursor: Cursor, enrollments: Sequence[ClusterKeys]) -> RunStart:
         config = self.config
-        layout = [list(r) for r in stage_layout(config.model.num_hidden_layers, config.stages)]
         starting = sorted(k.cluster for k in enrollments) or list(self.topology.present)
         return RunStart(
             run_id=config.run_id,
             config=config.to_dict(),
             config_digest=self.config_digest,
-            topology={
-                **self.topology.to_dict(),
-                "present": starting,
-                "backend": dist.get_backend(),
-                "device": self.device_type,
-            },
-            model={
-                **config.model.to_dict(),
-                "parameter_count": config.model.parameter_count(),
-                "stage_blocks": layout,
-            },
+            topology=self.topology.recorded(
+                present=starting, backend=dist.get_backend(), device=self.device_type
+            ),
+            model=model_summary(config.model, config.stages),
             data_manifest=self.manifest,
             shard_source=self.shards,
             seed=config.seed,

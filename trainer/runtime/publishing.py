@@ -58,7 +58,7 @@ class ContributionPublisher:
         own = ContributionDigest(
             cluster=self.role.cluster, stage=self.role.stage, digest=contribution.digest
         )
-        commitments = self.commitments.take() if self.commitments is not None else None
+        commitments = self.commitments.step_commitments() if self.commitments is not None else None
         payload = contribution.payload.cpu().numpy().tobytes()
         signed = self.recorder.publish_contribution(step, own, payload, commitments)
         header = self.header(step, contribution, signed, numbers)

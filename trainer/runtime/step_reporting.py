@@ -35,7 +35,7 @@ from trainer.runtime.messages import (
 )
 from trainer.runtime.process_setup import Connections
 from trainer.runtime.progress import Progress
-from trainer.runtime.report import RankReport, build_record
+from trainer.runtime.report import RankReport, build_report
 from trainer.runtime.role import ProcessRole
 from trainer.runtime.state import Cursor
 from trainer.runtime.topology import Topology
@@ -101,7 +101,7 @@ class StepReporting:
         reports = mine + [report_from(m) for c in sorted(arrived) for m in arrived[c]]
         headers = self._round_headers(step, contributors)
         previous = before.clusters or tuple(range(self.config.clusters))
-        record = build_record(
+        step_report = build_report(
             step=step,
             inner_steps=inner_steps,
             method=self.config.method,
@@ -114,7 +114,7 @@ class StepReporting:
             wall_seconds=time.perf_counter() - started,
             data_parallel=self.role.replicas,
         )
-        request = self.recorder.prepare_outer_step(record)
+        request = self.recorder.prepare_outer_step(step_report)
         self.channel.put(f"step/{step}/request", request_message(request))
         evidence: list[ClusterEvidence] = [
             ClusterEvidence(
@@ -138,17 +138,16 @@ class StepReporting:
             {c: f"step/{step}/evidence/{c}" for c in arrived}, alive=self.alive
         )
         evidence += [evidence_from(m) for c in sorted(answered) for m in answered[c]]
-        record = replace(
-            record, evidence=tuple(evidence), gone=tuple(c for c in others if c not in answered)
-        )
-        self.recorder.record_outer_step(record)
+        gone = tuple(c for c in others if c not in answered)
+        step_report = replace(step_report, evidence=tuple(evidence), gone=gone)
+        self.recorder.record_outer_step(step_report)
         if self.role.mode == "train":
             self.channel.put(
                 f"recorded/{step}",
                 {"checkpoint": checkpoint_message(self.recorder.recorded_checkpoint(step))},
             )
-        self.progress.finish_step(record)
-        return dict(record.metrics)
+        self.progress.finish_step(step_report)
+        return dict(step_report.metrics)
 
     def _answer(self, step: int, reports: list[RankReport]) -> None:
         """A cluster other than the coordinator's: post its reports, then quote for the step."""

@@ -389,7 +389,7 @@ class _Process:
         commitments = self.stage.commitments
         if commitments is None or self.spec.mode == "train":
             return None
-        return commitments.take()
+        return commitments.step_commitments()
 
     def _exchange_bytes(self, exchanged: StepExchange) -> int:
         """Bytes this process put on the wire between clusters in the round: its stage's
