@@ -15,6 +15,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -29,7 +30,7 @@ from trainer.errors import CheckpointError, ConfigError, DataError, WorkerError
 from trainer.execution import Execution
 from trainer.hf_repo import TokenizerExport
 from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
-from trainer.recorder import OuterStepRecord, RecorderFactory, RunSummary
+from trainer.recorder import OuterStepReport, RecorderFactory, RunSummary
 from trainer.runtime.channel import ChannelAddress, RunChannel
 from trainer.runtime.determinism import check_devices
 from trainer.runtime.forgery import Forgery
@@ -42,16 +43,10 @@ from trainer.runtime.launch import (
     under_torchrun,
 )
 from trainer.runtime.lighthouse import LighthouseSettings
+from trainer.runtime.spec import CONNECT_TIMEOUT, START_TIMEOUT, Mode, WorkerSpec
 from trainer.runtime.state import process_subset, read_cursor
 from trainer.runtime.topology import Topology
-from trainer.runtime.worker import (
-    CONNECT_TIMEOUT,
-    START_TIMEOUT,
-    Mode,
-    WorkerSpec,
-    spawned_entry,
-    torchrun_entry,
-)
+from trainer.runtime.worker import spawned_entry, torchrun_entry
 
 
 def default_data_dir() -> Path:
@@ -107,26 +102,16 @@ def train(
         if config.clusters > 1
         else None
     )
-    with (
-        one_host(topology.present, config.stages, settings=settings) as links,
-        _staged(resume_state, topology, config) as staged,
-    ):
-        spec = _spec(
-            config,
-            prepared,
-            recorder_factory,
-            topology,
-            links,
-            stop_step=config.outer_steps,
-            mode="train",
-            quiet=quiet,
-        )
-        # forgery: tests and benchmarks only (trainer/runtime/forgery.py)
-        spec = replace(spec, resume=staged, forgery=forgery)
-        summary: RunSummary | None = spawn(
-            spawned_entry, spec, topology.processes, preload=_preload(recorder_factory)
-        )
-    return summary
+    return _launch(
+        config,
+        prepared,
+        recorder_factory,
+        topology,
+        one_host(topology.present, config.stages, settings=settings),
+        resume_state,
+        quiet=quiet,
+        forgery=forgery,  # tests and benchmarks only (trainer/runtime/forgery.py)
+    )
 
 
 def train_cluster(
@@ -170,42 +155,78 @@ def train_cluster(
         and (not under_torchrun() or os.environ.get("RANK") == "0")
     ):
         announce_configuration(lighthouse, config)
-    if under_torchrun():
-        links = torchrun_links(cluster, lighthouse)
-        spec = _spec(
-            config,
-            prepared,
-            recorder_factory,
-            topology,
-            links,
-            stop_step=config.outer_steps,
-            mode="train",
-            quiet=quiet,
-        )
-        return torchrun_entry(replace(spec, resume=_per_process(resume_state, topology, config)))
-    hosted = (
-        one_cluster(cluster, lighthouse=lighthouse, advertise_host=advertise_host)
+    hosted: AbstractContextManager[Links] = (
+        contextlib.nullcontext(torchrun_links(cluster, lighthouse))
+        if under_torchrun()
+        else one_cluster(cluster, lighthouse=lighthouse, advertise_host=advertise_host)
         if lighthouse is not None
         else one_host(topology.present, config.stages, settings=None)
     )
-    with hosted as links, _staged(resume_state, topology, config) as staged:
-        spec = _spec(
-            config,
-            prepared,
-            recorder_factory,
-            topology,
-            links,
-            stop_step=config.outer_steps,
-            mode="train",
+    return _launch(
+        config,
+        prepared,
+        recorder_factory,
+        topology,
+        hosted,
+        resume_state,
+        quiet=quiet,
+        in_this_process=under_torchrun(),
+    )
+
+
+def _launch(
+    config: TrainConfig,
+    prepared: PreparedData,
+    recorder_factory: RecorderFactory,
+    topology: Topology,
+    hosted: AbstractContextManager[Links],
+    resume_state: CheckpointFiles | None,
+    *,
+    mode: Mode = "train",
+    stop_step: int | None = None,
+    quiet: bool,
+    in_this_process: bool = False,
+    executed: TrainConfig | None = None,
+    payloads: Mapping[str, bytes] | None = None,
+    forgery: Forgery | None = None,
+) -> RunSummary | None:
+    """Run the processes of ``topology``'s clusters, which meet through ``hosted``: spawned on
+    this host, or (``in_this_process``: under torchrun) as this very process, each from its
+    share of ``resume_state``. They stop before ``stop_step`` (default: the run's end).
+    ``executed``: the configuration the processes run when re-executing at another precision,
+    thread count or device (trainer/execution.py); the config digest stays ``config``'s, under
+    which the state was recorded. ``payloads`` and ``forgery``: see ``WorkerSpec``."""
+    rule = _checked_rule(config, prepared.manifest)
+    with hosted as links:
+        spec = WorkerSpec(
+            config=executed or config,
+            config_digest=config_digest(config),
+            manifest=prepared.manifest.with_assignment(rule.to_dict()),
+            rule=rule,
+            shards=prepared.source,
+            recorder_factory=recorder_factory,
+            topology=topology,
+            links=links,
+            resume=None,
+            stop_step=config.outer_steps if stop_step is None else stop_step,
+            mode=mode,
             quiet=quiet,
+            tokenizer=_tokenizer_export(prepared),
+            payloads=dict(payloads or {}),
+            forgery=forgery,
         )
-        summary: RunSummary | None = spawn(
-            spawned_entry,
-            replace(spec, resume=staged),
-            topology.processes,
-            preload=_preload(recorder_factory),
-        )
-    return summary
+        if in_this_process:
+            return torchrun_entry(
+                replace(spec, resume=_per_process(resume_state, topology, config))
+            )
+        with _staged(resume_state, topology, config) as staged:
+            summary: RunSummary | None = spawn(
+                spawned_entry,
+                replace(spec, resume=staged),
+                topology.processes,
+                preload=_preload(recorder_factory),
+            )
+        return summary
 
 
 def _preload(recorder_factory: RecorderFactory) -> tuple[str, ...]:
@@ -262,7 +283,7 @@ class Reexecution:
     """The outcome of re-running one outer step."""
 
     step: int
-    record: OuterStepRecord
+    record: OuterStepReport
     """The step's record as the re-execution produced it (metrics include its own timings)."""
     files: CheckpointFiles
     """The state after the step, as the original run saved it (empty for a one-cluster re-run,
@@ -337,27 +358,22 @@ def reexecute_outer_step(
         if mode == "reexecute" and len(present) > 1
         else None
     )
-    context = multiprocessing.get_context("spawn")
-    with (
-        context.Manager() as manager,
-        one_host(present, config.stages, settings=settings) as links,
-        _staged(state_before, topology, config) as staged,
-    ):
+    with multiprocessing.get_context("spawn").Manager() as manager:
         sink = manager.list()
-        spec = _spec(
+        _launch(
             config,
             prepared,
             InMemoryRecorder.factory(sink),
             topology,
-            links,
-            stop_step=step + 1,
+            one_host(present, config.stages, settings=settings),
+            state_before,
             mode=mode,
+            stop_step=step + 1,
             quiet=True,
+            executed=executed,
+            payloads=payloads,
+            forgery=forgery,
         )
-        spec = replace(
-            spec, resume=staged, payloads=dict(payloads or {}), config=executed, forgery=forgery
-        )
-        spawn(spawned_entry, spec, topology.processes)
         recording = MemoryRecording(list(sink))
     records = recording.records
     if len(records) != 1:
@@ -368,18 +384,8 @@ def reexecute_outer_step(
     return Reexecution(step=step, record=records[0], files=files, payloads=recording.payloads(step))
 
 
-def _spec(
-    config: TrainConfig,
-    prepared: PreparedData,
-    recorder_factory: RecorderFactory,
-    topology: Topology,
-    links: Links,
-    *,
-    stop_step: int,
-    mode: Mode,
-    quiet: bool,
-) -> WorkerSpec:
-    manifest = prepared.manifest
+def _checked_rule(config: TrainConfig, manifest: DataManifest) -> AssignmentRule:
+    """The run's assignment rule, once ``config`` is checked against the corpus it names."""
     if manifest.vocab_size != config.model.vocab_size:
         raise ConfigError(
             "TrainConfig.model.vocab_size must match the "
@@ -398,21 +404,7 @@ def _spec(
             f"{rule.eval_windows // rule.sequences_per_step} for "
             f"{len(rule.eval_shards)} held-out shards, got {config.eval_batches}"
         )
-    return WorkerSpec(
-        config=config,
-        config_digest=config_digest(config),
-        manifest=manifest.with_assignment(rule.to_dict()),
-        rule=rule,
-        shards=prepared.source,
-        recorder_factory=recorder_factory,
-        topology=topology,
-        links=links,
-        resume=None,
-        stop_step=stop_step,
-        mode=mode,
-        quiet=quiet,
-        tokenizer=_tokenizer_export(prepared),
-    )
+    return rule
 
 
 def assignment_rule(config: TrainConfig, manifest: DataManifest) -> AssignmentRule:

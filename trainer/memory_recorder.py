@@ -25,7 +25,7 @@ from trainer.checkpoint_layout import CheckpointFiles
 from trainer.errors import CheckpointError
 from trainer.recorder import (
     ContributionDigest,
-    OuterStepRecord,
+    OuterStepReport,
     ProcessInfo,
     RunStart,
     RunSummary,
@@ -67,8 +67,8 @@ class InMemoryRecorder(SignsNothing):
         self.sink.append(("payload", step, own.cluster, own.stage, payload))
         return None
 
-    def record_outer_step(self, record: OuterStepRecord) -> None:
-        self.sink.append(("record", record))
+    def record_outer_step(self, report: OuterStepReport) -> None:
+        self.sink.append(("record", report))
 
     def end(self, summary: RunSummary) -> None:
         self.sink.append(("end", summary))
@@ -92,7 +92,7 @@ class MemoryRecording:
         self.items = list(items)
 
     @property
-    def records(self) -> list[OuterStepRecord]:
+    def records(self) -> list[OuterStepReport]:
         """Recorded steps in order (the last record of a step wins after a resume)."""
         by_step = {item[1].step: item[1] for item in self.items if item[0] == "record"}
         return [by_step[s] for s in sorted(by_step)]

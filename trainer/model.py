@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from records.genesis import ModelSummary
 from trainer.errors import ConfigError
 
 Family = Literal["qwen2", "llama"]
@@ -407,6 +408,16 @@ def stage_layout(n_layer: int, n_stages: int) -> list[range]:
         layout.append(range(start, start + count))
         start += count
     return layout
+
+
+def model_summary(config: ModelConfig, stages: int) -> ModelSummary:
+    """The model as a run's genesis records it: its shape, parameter count and the blocks each
+    of ``stages`` pipeline stages holds."""
+    return ModelSummary(
+        shape=config.to_dict(),
+        parameter_count=config.parameter_count(),
+        stage_blocks=tuple(tuple(r) for r in stage_layout(config.num_hidden_layers, stages)),
+    )
 
 
 def build_stage(

@@ -18,17 +18,23 @@ composition root (``veritrain/``) implements with ledger + storage + attestation
                           # its OWN files only (its stage's weights, its optimiser states), so on
                           # a multi-host run each host uploads its shard and nothing gathers the
                           # model in one process; returns file name -> sha256
-        coordinator:      request = recorder.prepare_outer_step(OuterStepRecord)
+        coordinator:      request = recorder.prepare_outer_step(OuterStepReport)
                           # after every process's save_state; .files holds all their digests
         every process:    evidence = recorder.attest(request, None)
                           # what the process signs for its own cluster, in its own process
                           # (the speaker's quote; its contribution was signed when published)
-        coordinator:      recorder.record_outer_step(OuterStepRecord with .evidence)
+        coordinator:      recorder.record_outer_step(OuterStepReport with .evidence)
         coordinator:      recorder.recorded_checkpoint(t)        # what a joining cluster loads
     coordinator:          recorder.end(RunSummary)               # after the last step
     every process:        recorder.close()                       # always, also after an error
 
     a joining cluster:    recorder.load_checkpoint(ref, names)   # the recorded state it starts from
+
+The protocol is three by concern -- ``Signer`` (enrol, publish_contribution, attest),
+``StateStore`` (save_state, fetch_contribution, recorded_checkpoint, load_checkpoint) and
+``RunLog`` (begin, prepare_outer_step, record_outer_step, end) -- which ``Recorder`` joins, with
+``close``. What the coordinator hands over at a step is an ``OuterStepReport``: the recorder
+makes the step's record (records/outer_step.py) from it.
 
 The trainer moves the enrolments, the request and the evidence between processes (inside a cluster
 over its world, between clusters over the run channel); it never sees a key. A step's record is made
@@ -45,7 +51,8 @@ import torch
 
 from records.commitments import InnerCommitments
 from records.data_manifest import DataManifest
-from records.genesis import ClusterKeys
+from records.genesis import ClusterKeys, ModelSummary
+from records.genesis import Topology as RunTopology
 from records.outer_step import (
     Anomaly,
     CheckpointRef,
@@ -81,8 +88,9 @@ class RunStart:
     """``TrainConfig.to_dict()``."""
     config_digest: str
     """Hex SHA-256 of the configuration's sorted-key JSON."""
-    topology: Mapping[str, Any]
-    model: Mapping[str, Any]
+    topology: RunTopology
+    """Clusters, stages, world size, backend, device, rank rule, the clusters that start."""
+    model: ModelSummary
     """Model shape, parameter count and which blocks each stage holds."""
     data_manifest: DataManifest
     """The corpus, with the run's assignment rule attached."""
@@ -169,7 +177,7 @@ exactly."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class OuterStepRecord:
+class OuterStepReport:
     """What the coordinator reports at the end of outer step ``step``."""
 
     step: int
@@ -224,28 +232,25 @@ class RunSummary:
         return asdict(self)
 
 
-class Recorder(Protocol):
+class Signer(Protocol):
+    """Signing: what each process signs for its own cluster, in its own process, with keys the
+    trainer never sees."""
+
     def enrol(self, run: RunIdentity) -> ClusterKeys | None:
         """Every process, once per launch: the process that speaks for its cluster returns the
         cluster's enrolled keys; the others None."""
         ...
 
-    def begin(self, run: RunStart) -> None:
-        """Coordinator only, once per launch, before the first step."""
-        ...
-
-    def save_state(
+    def publish_contribution(
         self,
         step: int,
-        files: Mapping[str, Mapping[str, torch.Tensor]],
-        json_files: Mapping[str, Mapping[str, Any]],
-    ) -> Mapping[str, str]:
-        """Every process: keep this process's state files for ``step``; return name -> sha256."""
-        ...
-
-    def prepare_outer_step(self, record: OuterStepRecord) -> AttestationRequest | None:
-        """Coordinator only, after every process saved its files for ``record.step``: store
-        what the entry will name and say what the clusters must attest (None: nothing)."""
+        own: ContributionDigest,
+        payload: bytes,
+        commitments: InnerCommitments | None = None,
+    ) -> StageContribution | None:
+        """Every process, before its payload goes on the wire: keep ``payload`` where every
+        cluster can fetch it by digest, and sign ``own`` and the stage's per-inner-step
+        ``commitments`` with the cluster's key (None: this recorder keeps and signs nothing)."""
         ...
 
     def attest(
@@ -259,16 +264,18 @@ class Recorder(Protocol):
         ``request``."""
         ...
 
-    def publish_contribution(
+
+class StateStore(Protocol):
+    """State storage: each process's own files of a step, and what another cluster fetches
+    back (a payload the wire lost, a recorded checkpoint to start from)."""
+
+    def save_state(
         self,
         step: int,
-        own: ContributionDigest,
-        payload: bytes,
-        commitments: InnerCommitments | None = None,
-    ) -> StageContribution | None:
-        """Every process, before its payload goes on the wire: keep ``payload`` where every
-        cluster can fetch it by digest, and sign ``own`` and the stage's per-inner-step
-        ``commitments`` with the cluster's key (None: this recorder keeps and signs nothing)."""
+        files: Mapping[str, Mapping[str, torch.Tensor]],
+        json_files: Mapping[str, Mapping[str, Any]],
+    ) -> Mapping[str, str]:
+        """Every process: keep this process's state files for ``step``; return name -> sha256."""
         ...
 
     def fetch_contribution(self, digest: str) -> bytes | None:
@@ -288,13 +295,32 @@ class Recorder(Protocol):
         recorder cannot load recorded state)."""
         ...
 
-    def record_outer_step(self, record: OuterStepRecord) -> None:
-        """Coordinator only: append the step, with every process's ``record.evidence``."""
+
+class RunLog(Protocol):
+    """The run log, written by the coordinator alone: the run's beginning, each outer step
+    (prepared, attested, then recorded) and its end."""
+
+    def begin(self, run: RunStart) -> None:
+        """Coordinator only, once per launch, before the first step."""
+        ...
+
+    def prepare_outer_step(self, report: OuterStepReport) -> AttestationRequest | None:
+        """Coordinator only, after every process saved its files for ``report.step``: store
+        what the entry will name and say what the clusters must attest (None: nothing)."""
+        ...
+
+    def record_outer_step(self, report: OuterStepReport) -> None:
+        """Coordinator only: append the step, with every process's ``report.evidence``."""
         ...
 
     def end(self, summary: RunSummary) -> None:
         """Coordinator only, after the last step."""
         ...
+
+
+class Recorder(Signer, StateStore, RunLog, Protocol):
+    """Everything the trainer reports to, in one object per process (the call order is in the
+    module docstring)."""
 
     def close(self) -> None:
         """Every process, at exit (also after an error)."""
@@ -302,9 +328,10 @@ class Recorder(Protocol):
 
 
 class SignsNothing:
-    """The enrolment, attestation and sharing phases of a recorder that signs and shares
-    nothing (plain files, memory, benchmarks): no keys, no request, no evidence, no payloads
-    or checkpoints kept for other clusters."""
+    """The signing (``Signer``), the sharing (``StateStore`` but ``save_state``) and the
+    attestation request of a recorder that signs and shares nothing (plain files, memory,
+    benchmarks): no keys, no request, no evidence, no payloads or checkpoints kept for other
+    clusters."""
 
     def publish_contribution(
         self,
@@ -329,7 +356,7 @@ class SignsNothing:
     def enrol(self, run: RunIdentity) -> ClusterKeys | None:
         return None
 
-    def prepare_outer_step(self, record: OuterStepRecord) -> AttestationRequest | None:
+    def prepare_outer_step(self, report: OuterStepReport) -> AttestationRequest | None:
         return None
 
     def attest(

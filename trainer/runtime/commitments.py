@@ -130,11 +130,11 @@ class StageCommitments:
         self._step: int | None = None
         self._start: ParameterCommitment | None = None
         self._inner: list[InnerStepCommitment] = []
-        self._contributed: ParameterCommitment | None = None
+        self._complete: InnerCommitments | None = None
 
     def begin(self, step: int) -> None:
         """Commit to the parameters outer step ``step``'s inner steps start from."""
-        self._step, self._inner, self._contributed = step, [], None
+        self._step, self._inner, self._complete = step, [], None
         self._start = self._tensors()
 
     def _on_host(self) -> list[tuple[str, torch.Tensor]]:
@@ -160,27 +160,28 @@ class StageCommitments:
             )
         )
 
-    def contributed(self) -> None:
-        """Commit to the parameters the contribution is computed from, tensor by tensor."""
-        self._contributed = self._tensors()
-
-    def take(self) -> InnerCommitments:
-        if (
-            self._step is None
-            or self._start is None
-            or not self._inner
-            or self._contributed is None
-        ):
-            raise RuntimeError(
-                "commitments taken before an outer step's inner steps and contribution"
-            )
-        return InnerCommitments(
+    def contributed(self) -> InnerCommitments:
+        """Commit to the parameters the contribution is computed from, tensor by tensor: the
+        step's commitments are then complete, built here once for whoever signs or reports
+        them (``step_commitments``)."""
+        if self._step is None or self._start is None or not self._inner:
+            raise RuntimeError("commitments completed before an outer step's inner steps")
+        self._complete = InnerCommitments(
             run_id=self.run_id,
             step=self._step,
             cluster=self.cluster,
             stage=self.stage,
             start=self._start,
             inner_steps=tuple(self._inner),
-            contributed=self._contributed,
+            contributed=self._tensors(),
             dims=self.fingerprinter.dims,
         )
+        return self._complete
+
+    def step_commitments(self) -> InnerCommitments:
+        """The outer step's commitments, once its contribution is committed to."""
+        if self._complete is None:
+            raise RuntimeError(
+                "commitments taken before an outer step's inner steps and contribution"
+            )
+        return self._complete

@@ -13,7 +13,7 @@
   inner step gives the same parameters, and every replica computes the same outer contribution.
   Replica 0 alone keeps, signs and posts it; each replica puts only its 1/D slice of it on the
   wire between clusters and the replicas reassemble the payloads (exchange.py, ``ExchangeShard``);
-  replica 0 then broadcasts its parameters and cursor as a guard (worker.py).
+  replica 0 then broadcasts its parameters and cursor as a guard (replicas.py).
 """
 
 from __future__ import annotations

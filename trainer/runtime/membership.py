@@ -22,7 +22,7 @@ ask for one and still send heartbeats. For every round a process
 
 A member whose manager step is below the quorum's round is behind (it restarted, or it was
 cut off and came back): it takes part as a *listener* (sends zeros, contributes nothing), then
-loads the recorded state of that round and contributes from the next one (worker.py).
+loads the recorded state of that round and contributes from the next one (joining.py).
 
 Bounds (measured in tests/integration/test_membership.py and docs/trainer.md): a cluster that
 dies or is cut off stops sending heartbeats and is dropped from the next quorum once the

@@ -17,8 +17,8 @@ of compute it has long arrived; the wait is counted as exposed time).
 
 A quorum whose round is later than this cluster's means it fell behind (it restarted, or was
 dropped and came back): it takes part as a listener and the caller catches up from the
-recorded state (worker.py). After every ``apply`` the caller's ``after_apply`` hook runs (the
-worker re-syncs the tied embedding's copy there).
+recorded state (joining.py). After every ``apply`` the caller's ``after_apply`` hook runs (the
+tied embedding's copy is re-synced there, local_stage.py).
 """
 
 from __future__ import annotations

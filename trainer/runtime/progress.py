@@ -8,13 +8,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
 
-from trainer.recorder import OuterStepRecord
+from trainer.recorder import OuterStepReport
 
 
 class Progress(Protocol):
     def start_step(self, step: int, inner_steps: int) -> None: ...
     def advance(self) -> None: ...
-    def finish_step(self, record: OuterStepRecord) -> None: ...
+    def finish_step(self, record: OuterStepReport) -> None: ...
     def close(self) -> None: ...
 
 
@@ -27,7 +27,7 @@ class SilentProgress:
     def advance(self) -> None:
         """Nothing to show."""
 
-    def finish_step(self, record: OuterStepRecord) -> None:
+    def finish_step(self, record: OuterStepReport) -> None:
         """Nothing to show."""
 
     def close(self) -> None:
@@ -55,7 +55,7 @@ class ConsoleProgress:
     def advance(self) -> None:
         self._bar.advance(self._task)
 
-    def finish_step(self, record: OuterStepRecord) -> None:
+    def finish_step(self, record: OuterStepReport) -> None:
         self._bar.update(self._task, visible=False)
         self.console.print(step_line(record, self.outer_steps), soft_wrap=True)
 
@@ -63,7 +63,7 @@ class ConsoleProgress:
         self._bar.stop()
 
 
-def step_line(record: OuterStepRecord, outer_steps: int) -> str:
+def step_line(record: OuterStepReport, outer_steps: int) -> str:
     """``step 3/8  loss 2.1034  eval 2.2011 (ppl 9.04)  H 20  rank 8  sent 1.2 MB  4.1 s (...)``"""
     m = record.metrics
     parts = [

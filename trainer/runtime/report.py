@@ -1,4 +1,4 @@
-"""From the round's headers and the processes' reports to one OuterStepRecord (on the
+"""From the round's headers and the processes' reports to one OuterStepReport (on the
 coordinator).
 
 Two sources, on purpose:
@@ -33,7 +33,7 @@ from trainer.recorder import (
     AnomalyFlag,
     AppliedRound,
     ContributionDigest,
-    OuterStepRecord,
+    OuterStepReport,
 )
 from trainer.runtime.exchange import ContributionHeader
 
@@ -58,7 +58,7 @@ class RankReport:
     """This process's per-inner-step commitments (None for AllReduce)."""
 
 
-def build_record(
+def build_report(
     *,
     step: int,
     inner_steps: int,
@@ -71,7 +71,7 @@ def build_record(
     reports: Sequence[RankReport],
     wall_seconds: float,
     data_parallel: int = 1,
-) -> OuterStepRecord:
+) -> OuterStepReport:
     """``headers``: (cluster, stage) -> header, for every stage of every cluster of ``quorum``.
     With ``data_parallel`` D > 1 the metrics add ``bytes_sent_per_replica``: the most bytes one
     process put on the wire between clusters (its 1/D slice of its stage's payload, as each
@@ -121,7 +121,7 @@ def build_record(
     files: dict[str, str] = {}
     for r in reports:
         files.update(r.files)
-    return OuterStepRecord(
+    return OuterStepReport(
         step=step,
         inner_steps=inner_steps,
         method=method,

@@ -18,10 +18,12 @@ whatever the launch (``cluster * S + stage`` when D = 1).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch.distributed as dist
 
+from records.genesis import Topology as RunTopology
 from trainer.errors import ConfigError
 
 RANK_RULE = "stage in its cluster's own world (global rank = cluster * stages + stage)"
@@ -91,17 +93,19 @@ class Topology:
     def global_rank(self, cluster: int, stage: int, replica: int = 0) -> int:
         return (cluster * self.data_parallel + replica) * self.stages + stage
 
-    def to_dict(self) -> dict[str, object]:
-        described: dict[str, object] = {
-            "clusters": self.clusters,
-            "stages": self.stages,
-            "world_size": self.clusters * self.per_cluster,
-            "rank": RANK_RULE if self.data_parallel == 1 else RANK_RULE_DP,
-            "present": list(self.present),
-        }
-        if self.data_parallel > 1:
-            described["data_parallel"] = self.data_parallel
-        return described
+    def recorded(self, *, present: Sequence[int], backend: str, device: str) -> RunTopology:
+        """The run's topology as its genesis records it, with the clusters that start it
+        (``present``), the backend inside each cluster and the device type it trains on."""
+        return RunTopology(
+            clusters=self.clusters,
+            stages=self.stages,
+            world_size=self.clusters * self.per_cluster,
+            backend=backend,
+            device=device,
+            rank=RANK_RULE if self.data_parallel == 1 else RANK_RULE_DP,
+            present=tuple(present),
+            data_parallel=self.data_parallel,
+        )
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from trainer.recorder import OuterStepRecord, ProcessInfo, RunStart, RunSummary, SignsNothing
+from trainer.recorder import OuterStepReport, ProcessInfo, RunStart, RunSummary, SignsNothing
 
 
 @dataclass(frozen=True)
@@ -89,13 +89,13 @@ class MetricsRecorder(SignsNothing):
     ) -> Mapping[str, str]:
         return {}
 
-    def record_outer_step(self, record: OuterStepRecord) -> None:
+    def record_outer_step(self, report: OuterStepReport) -> None:
         line = StepMetrics(
-            step=record.step,
-            inner_steps=record.inner_steps,
-            method=record.method,
-            metrics={k: float(v) for k, v in record.metrics.items()},
-            payload_bytes=[a.payload_bytes for a in record.applied],
+            step=report.step,
+            inner_steps=report.inner_steps,
+            method=report.method,
+            metrics={k: float(v) for k, v in report.metrics.items()},
+            payload_bytes=[a.payload_bytes for a in report.applied],
         ).to_json()
         with self.path.open("a") as sink:
             sink.write(line + "\n")

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 from attestation.canonical import canonical_digest
 from attestation.registry import tee_backend
-from records.fields import Fields
 from records.genesis import (
     ClusterKeys,
     CodeIdentity,
     DependencyIdentity,
     Genesis,
-    ModelSummary,
     ReferenceDigests,
     RunKeys,
     TeeReference,
-    Topology,
 )
 from trainer.config import TrainConfig
 from trainer.recorder import RunStart
@@ -59,8 +56,7 @@ def run_genesis(
             f"run {run.run_id!r}: the trainer's config digest "
             f"{run.config_digest} is not the digest of its configuration"
         )
-    where = f"run {run.run_id!r} genesis"
-    topology = Topology.read(Fields(run.topology, where=where, path="topology"))
+    topology = run.topology
     hardware = training_hardware(topology.device, torch_version=dependencies.torch)
     for enrolled in clusters:
         # The policy names one class; every cluster signed the class it measured at enrolment.
@@ -77,7 +73,7 @@ def run_genesis(
     return Genesis(
         run_id=run.run_id,
         method=str(run.config.get("method")),
-        model=ModelSummary.read(Fields(run.model, where=where, path="model")),
+        model=run.model,
         hyperparameters=dict(run.config),
         config_digest=run.config_digest,
         topology=topology,

@@ -5,7 +5,7 @@ Layout under ``root``::
 
     run.json                         RunStart (without the shard source), written by begin
     data-manifest.json               the data manifest
-    records.jsonl                    one OuterStepRecord per line, appended per step
+    records.jsonl                    one OuterStepReport per line, appended per step
     summary.json                     RunSummary, written by end
     steps/step-000003/
         model-00001-of-00002.safetensors ...   every process's files (save_state)
@@ -36,7 +36,7 @@ from storage.checkpoint_files.sharding import header_tensor_sizes, is_model_shar
 from trainer.checkpoint_layout import CheckpointFiles, load_checkpoint_directory
 from trainer.data.shards import DirectoryShardSource
 from trainer.errors import CheckpointError
-from trainer.recorder import OuterStepRecord, ProcessInfo, RunStart, RunSummary, SignsNothing
+from trainer.recorder import OuterStepReport, ProcessInfo, RunStart, RunSummary, SignsNothing
 
 RECORD = "record.json"
 
@@ -83,8 +83,8 @@ class LocalDirectoryRecorder(SignsNothing):
             "run_id": run.run_id,
             "config": run.config,
             "config_digest": run.config_digest,
-            "topology": run.topology,
-            "model": run.model,
+            "topology": run.topology.to_payload(),
+            "model": run.model.to_payload(),
             "seed": run.seed,
             "resumed_from_step": run.resumed_from_step,
             "shard_directory": str(shards.directory)
@@ -108,8 +108,8 @@ class LocalDirectoryRecorder(SignsNothing):
                 os.replace(Path(folder) / name, directory / name)
         return digests
 
-    def record_outer_step(self, record: OuterStepRecord) -> None:
-        directory = step_directory(self.root, record.step)
+    def record_outer_step(self, report: OuterStepReport) -> None:
+        directory = step_directory(self.root, report.step)
         shards = {
             path.name: header_tensor_sizes(_file_range(path))
             for path in sorted(directory.glob("*.safetensors"))
@@ -122,7 +122,7 @@ class LocalDirectoryRecorder(SignsNothing):
         # The log line first, record.json last: record.json says the step is complete, so a run
         # killed between the two resumes from the step before and records this one again (the
         # later line wins in read_records), instead of resuming after a step its log lacks.
-        payload = record.to_dict()
+        payload = report.to_dict()
         with (self.root / "records.jsonl").open("a") as log:
             log.write(json.dumps(payload, sort_keys=True) + "\n")
         _write_json(directory / RECORD, payload)

@@ -85,7 +85,7 @@ from trainer.recorder import (
     AttestationRequest,
     ClusterEvidence,
     ContributionDigest,
-    OuterStepRecord,
+    OuterStepReport,
     ProcessInfo,
     RunIdentity,
     RunStart,
@@ -317,27 +317,29 @@ class LedgerRecorder:
             ),
         )
 
-    def prepare_outer_step(self, record: OuterStepRecord) -> AttestationRequest:
+    def prepare_outer_step(self, report: OuterStepReport) -> AttestationRequest:
         """Store the checkpoint manifest and the signed statement; ask the clusters to attest."""
         ledger, run = self._coordinator()
-        files = dict(record.files)
+        files = dict(report.files)
         files.update(self._store_model_index(files))
         manifest = Manifest.from_digests(files)
         manifest_object = upload_manifest(self._store, manifest)
         signature = sign_checkpoint(self._store, manifest, self._keys.model_signing_key(run.run_id))
-        metrics, _ = _finite_metrics(record.metrics)
+        # What the statement commits to is computed once; the entry names the same.
+        metrics, nonfinite = _finite_metrics(report.metrics)
+        compression = _compression(report)
         statement_object, statement_digest = run.signer.sign(
-            step=record.step,
+            step=report.step,
             manifest_root=manifest.root,
             previous_manifest_root=run.previous_manifest_root,
             hyperparameters=statement_parameters(
-                method=record.method,
-                inner_steps=record.inner_steps,
-                compression=_compression(record),
+                method=report.method,
+                inner_steps=report.inner_steps,
+                compression=compression,
                 config_digest=run.config_digest,
             ),
             data_shards=[
-                shard_dependency(i, run.shard_digests[i]) for i in shards_read(record.data_ranges)
+                shard_dependency(i, run.shard_digests[i]) for i in shards_read(report.data_ranges)
             ],
             metrics_digest=canonical_digest(metrics),
         )
@@ -345,7 +347,7 @@ class LedgerRecorder:
         generations = self._store.put_bytes(canonical_json(said.to_payload()))
         head = ledger.latest_tree_head(run.run_id)
         run.pending = _PendingStep(
-            step=record.step,
+            step=report.step,
             generations=GenerationsRef(object=generations),
             checkpoint=CheckpointRef(
                 manifest_root=manifest.root,
@@ -357,24 +359,27 @@ class LedgerRecorder:
             statement_object=statement_object,
             statement_digest=statement_digest,
             nonce=head.root_hash.hex(),
+            metrics=metrics,
+            nonfinite_metrics=tuple(nonfinite),
+            compression=compression,
         )
         return AttestationRequest(
-            step=record.step,
+            step=report.step,
             nonce=head.root_hash.hex(),
             prev_leaf=ledger.entry(run.run_id, head.size - 1).leaf_hash.hex(),
             statement_digest=statement_digest,
             statements=(*run.statements, statement_digest),
         )
 
-    def record_outer_step(self, record: OuterStepRecord) -> None:
+    def record_outer_step(self, report: OuterStepReport) -> None:
         """Append the step with what every cluster signed in its own processes."""
         ledger, run = self._coordinator()
         pending = run.pending
-        if pending is None or pending.step != record.step:
+        if pending is None or pending.step != report.step:
             raise RecorderError(
-                f"outer step {record.step} was recorded without being prepared first"
+                f"outer step {report.step} was recorded without being prepared first"
             )
-        metrics, nonfinite = _finite_metrics(record.metrics)
+        metrics = pending.metrics
         applied = tuple(
             AppliedExchange(
                 round=a.round,
@@ -384,27 +389,27 @@ class LedgerRecorder:
                 bits=a.bits,
                 verdicts=tuple(a.verdicts),
             )
-            for a in record.applied
+            for a in report.applied
         )
-        quoting = tuple(c for c in record.quorum.clusters if c not in record.gone)
-        contributions, quotes = _collect_evidence(record, quoting)
+        quoting = tuple(c for c in report.quorum.clusters if c not in report.gone)
+        contributions, quotes = _collect_evidence(report, quoting)
         step = OuterStep(
-            step=record.step,
-            inner_steps=record.inner_steps,
-            method=record.method,
-            compression=_compression(record),
+            step=report.step,
+            inner_steps=report.inner_steps,
+            method=report.method,
+            compression=pending.compression,
             tokens=Tokens(
-                step=int(record.metrics.get("step_tokens", 0)),
-                total=int(record.metrics.get("tokens", 0)),
+                step=int(report.metrics.get("step_tokens", 0)),
+                total=int(report.metrics.get("tokens", 0)),
             ),
             metrics=metrics,
-            nonfinite_metrics=tuple(nonfinite),
+            nonfinite_metrics=pending.nonfinite_metrics,
             metrics_digest=canonical_digest(metrics),
-            data_ranges=tuple(record.data_ranges),
+            data_ranges=tuple(report.data_ranges),
             contributions=contributions,
             applied=applied,
             aggregate_digest=aggregate_digest(applied),
-            quorum=record.quorum,
+            quorum=report.quorum,
             checkpoint=pending.checkpoint,
             generations=pending.generations,
             attestation=StepAttestation(
@@ -415,7 +420,7 @@ class LedgerRecorder:
             ),
         )
         ledger.append(
-            run.run_id, KIND_OUTER_STEP, step.to_payload(), step=record.step, metrics=metrics
+            run.run_id, KIND_OUTER_STEP, step.to_payload(), step=report.step, metrics=metrics
         )
         self._witness(run.run_id)
         run.previous_manifest_root = pending.checkpoint.manifest_root
@@ -503,6 +508,10 @@ class _PendingStep:
     statement_object: str
     statement_digest: str
     nonce: str
+    metrics: dict[str, float]
+    """The step's finite metrics, whose digest the statement signed."""
+    nonfinite_metrics: tuple[str, ...]
+    compression: Compression
 
 
 @dataclass
@@ -521,8 +530,8 @@ class _RunContext:
     last_step: OuterStep | None = None
 
 
-def _compression(record: OuterStepRecord) -> Compression:
-    last = record.applied[-1] if record.applied else None
+def _compression(report: OuterStepReport) -> Compression:
+    last = report.applied[-1] if report.applied else None
     return (
         Compression(rank=last.rank, bits=last.bits)
         if last
@@ -533,7 +542,7 @@ def _compression(record: OuterStepRecord) -> Compression:
 def _checked_enrollments(run: RunStart, *, every_cluster: bool) -> tuple[ClusterKeys, ...]:
     """The clusters' enrolments, each proof of possession checked before it is recorded (a new
     run's genesis names every cluster's keys; a continued run compares those that came)."""
-    clusters = int(run.topology["clusters"])
+    clusters = run.topology.clusters
     enrollments = tuple(sorted(run.enrollments, key=lambda k: k.cluster))
     if every_cluster and [k.cluster for k in enrollments] != list(range(clusters)):
         raise RecorderError(
@@ -559,22 +568,22 @@ def _checked_enrollments(run: RunStart, *, every_cluster: bool) -> tuple[Cluster
 
 
 def _collect_evidence(
-    record: OuterStepRecord, clusters: tuple[int, ...]
+    report: OuterStepReport, clusters: tuple[int, ...]
 ) -> tuple[tuple[ClusterContributions, ...], tuple[QuoteRef, ...]]:
     """The step's signed contributions and quotes, as the clusters' processes made them: every
     contribution the step reports, signed over the digest it reports, and a quote from every
     cluster in ``clusters`` (the step's clusters that were still there to quote)."""
     signed = {
         (e.cluster, e.contribution.stage): e.contribution
-        for e in record.evidence
+        for e in report.evidence
         if e.contribution is not None
     }
-    wanted = {(c.cluster, c.stage): c.digest for c in record.contribution_digests}
+    wanted = {(c.cluster, c.stage): c.digest for c in report.contribution_digests}
     for key, digest in wanted.items():
         got = signed.get(key)
         if got is None or got.digest != digest:
             raise RecorderError(
-                f"outer step {record.step}: cluster {key[0]} stage "
+                f"outer step {report.step}: cluster {key[0]} stage "
                 f"{key[1]} did not sign its contribution {digest[:16]}…"
             )
     by_cluster: dict[int, list[StageContribution]] = {}
@@ -583,12 +592,12 @@ def _collect_evidence(
             by_cluster.setdefault(cluster, []).append(contribution)
     quotes = {
         e.quote.cluster: e.quote
-        for e in record.evidence
+        for e in report.evidence
         if e.quote is not None and e.quote.cluster in clusters
     }
     missing = [c for c in clusters if c not in quotes]
     if missing:
-        raise RecorderError(f"outer step {record.step}: no quote from cluster(s) {missing}")
+        raise RecorderError(f"outer step {report.step}: no quote from cluster(s) {missing}")
     return (
         tuple(
             ClusterContributions(cluster=c, stages=tuple(s)) for c, s in sorted(by_cluster.items())

@@ -32,7 +32,7 @@ from trainer.hf_repo import (
     repo_json_files,
 )
 from trainer.model import TIED_EMBEDDING, TIED_HEAD, CausalLM, ModelConfig, build_stage
-from trainer.recorder import OuterStepRecord, ProcessInfo
+from trainer.recorder import OuterStepReport, ProcessInfo
 from trainer.runtime.state import model_file_tensors
 from veritrain.record.local_recorder import LocalDirectoryRecorder, step_directory
 
@@ -98,7 +98,7 @@ def write_step(
             recorder.save_state(0, {model_file(s, stages): model_file_tensors(module)}, json_files)
         )
     recorder.record_outer_step(
-        OuterStepRecord(
+        OuterStepReport(
             step=0,
             inner_steps=1,
             method="diloco",

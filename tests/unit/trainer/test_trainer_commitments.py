@@ -77,8 +77,9 @@ def test_a_stage_commits_to_its_start_each_inner_step_and_what_it_contributed() 
         with torch.no_grad():
             weights.add_(1.0)
         stage.after_inner_step(i)
-    stage.contributed()
-    taken = stage.take()
+    taken = stage.contributed()
+    # Built once: whoever signs the step's commitments and whoever reports them get the same.
+    assert stage.step_commitments() is taken
     assert [c.inner_step for c in taken.inner_steps] == [40, 41]
     assert taken.inner_steps[0].digest != taken.inner_steps[1].digest
     assert taken.contributed.digest == taken.inner_steps[1].digest

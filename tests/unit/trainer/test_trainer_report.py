@@ -12,7 +12,7 @@ from trainer.data.assignment import AssignmentRule
 from trainer.errors import TrainerError
 from trainer.outer.protocol import Anomaly, OuterUpdate
 from trainer.runtime.exchange import ClusterNumbers, ContributionHeader
-from trainer.runtime.report import RankReport, build_record
+from trainer.runtime.report import RankReport, build_report
 
 RULE = AssignmentRule(
     context=8,
@@ -108,7 +108,7 @@ def report(cluster: int, stage: int, **changes: object) -> RankReport:
 def record_of(
     reports: list[RankReport], *, quorum: Quorum = BOTH, method: str = "dilocox", **kwargs: object
 ):  # type: ignore[no-untyped-def]
-    return build_record(
+    return build_report(
         step=3,
         inner_steps=5,
         method=method,

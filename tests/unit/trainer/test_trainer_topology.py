@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from records.fields import Fields
+from records.genesis import ModelSummary
+from records.genesis import Topology as RunTopology
 from trainer.config import PoisonForTesting
 from trainer.errors import ConfigError
+from trainer.model import model_summary
+from trainer.presets import run_preset
 from trainer.runtime.poison import poison_local
 from trainer.runtime.topology import Topology
 
@@ -16,7 +21,8 @@ def test_a_launch_numbers_its_processes_cluster_by_cluster() -> None:
     assert topology.processes == 6
     assert [topology.place(i) for i in range(6)] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
     assert topology.global_rank(2, 1) == 5  # names a process in seeds: cluster * stages + stage
-    assert topology.to_dict()["world_size"] == 6  # processes over all clusters, each its own world
+    recorded = topology.recorded(present=(0, 1, 2), backend="gloo", device="cpu")
+    assert recorded.world_size == 6  # processes over all clusters, each its own world
 
 
 def test_one_cluster_alone_is_numbered_from_zero() -> None:
@@ -49,3 +55,21 @@ def test_noise_poison_replaces_the_pseudo_gradient_with_large_noise() -> None:
     assert float(delta.norm()) == pytest.approx(100 * float(honest_delta.norm()), rel=0.05)
     cosine = float((delta * honest_delta).sum() / (delta.norm() * honest_delta.norm()))
     assert abs(cosine) < 0.1  # unrelated to the honest direction
+
+
+def test_the_trainer_reports_topology_and_model_in_the_genesis_own_types() -> None:
+    """What the trainer hands the recorder is what the genesis records and what a verifier
+    reads back: no dict literal to parse on the way."""
+    topology = Topology.full(clusters=2, stages=2, data_parallel=2)
+    recorded = topology.recorded(present=(0, 1), backend="gloo", device="cpu")
+    assert isinstance(recorded, RunTopology)
+    read = RunTopology.read(Fields(recorded.to_payload(), where="genesis", path="topology"))
+    assert read == recorded
+    assert (read.world_size, read.data_parallel, read.present) == (8, 2, (0, 1))
+
+    model = run_preset("tiny").model
+    summary = model_summary(model, 2)
+    assert isinstance(summary, ModelSummary)
+    assert ModelSummary.read(Fields(summary.to_payload(), where="genesis", path="model")) == summary
+    assert summary.stage_blocks == ((0, 1), (2, 3))
+    assert summary.parameter_count == model.parameter_count()

@@ -17,8 +17,10 @@ from attestation.registry import DEFAULT_TEE_TYPE
 from records.genesis import ClusterKeys, CodeIdentity, DependencyIdentity
 from trainer.api import config_digest
 from trainer.config import with_overrides
+from trainer.model import model_summary
 from trainer.presets import run_preset
 from trainer.recorder import RunStart
+from trainer.runtime.topology import Topology
 from veritrain.cluster_identity import ClusterKeyFolder, enrolment
 from veritrain.errors import RecorderError
 from veritrain.hardware import training_hardware
@@ -84,16 +86,10 @@ def test_a_run_whose_clusters_measured_other_classes_is_not_started(tmp_path: Pa
         run_id=RUN,
         config=config.to_dict(),
         config_digest=digest,
-        topology={
-            "clusters": 2,
-            "stages": config.stages,
-            "world_size": 2 * config.stages,
-            "backend": "gloo",
-            "device": "cpu",
-            "rank": "cluster * stages + stage",
-            "present": [0, 1],
-        },
-        model={},
+        topology=Topology.full(clusters=2, stages=config.stages).recorded(
+            present=(0, 1), backend="gloo", device="cpu"
+        ),
+        model=model_summary(config.model, config.stages),
         data_manifest=None,  # type: ignore[arg-type]  # refused before the data is read
         shard_source=None,  # type: ignore[arg-type]
         seed=config.seed,

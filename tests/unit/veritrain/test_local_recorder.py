@@ -19,7 +19,10 @@ from trainer.checkpoint_layout import (
 )
 from trainer.data.shards import DirectoryShardSource
 from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
-from trainer.recorder import OuterStepRecord, ProcessInfo, RunStart, RunSummary
+from trainer.model import model_summary
+from trainer.presets import run_preset
+from trainer.recorder import OuterStepReport, ProcessInfo, RunStart, RunSummary
+from trainer.runtime.topology import Topology
 from veritrain.record.local_recorder import (
     LocalDirectoryRecorder,
     latest_recorded_step,
@@ -42,8 +45,8 @@ def files_of_stage(stage: int) -> dict[str, dict[str, torch.Tensor]]:
     }
 
 
-def record(step: int, files: dict[str, str]) -> OuterStepRecord:
-    return OuterStepRecord(
+def record(step: int, files: dict[str, str]) -> OuterStepReport:
+    return OuterStepReport(
         step=step,
         inner_steps=3,
         method="diloco",
@@ -100,8 +103,10 @@ def test_local_recorder_keeps_the_run_description_and_summary(tmp_path: Path) ->
             run_id="r",
             config={"seed": 1},
             config_digest="ab",
-            topology={"clusters": 1},
-            model={},
+            topology=Topology.full(clusters=1, stages=1).recorded(
+                present=(0,), backend="gloo", device="cpu"
+            ),
+            model=model_summary(run_preset("tiny").model, 1),
             data_manifest=MANIFEST,
             shard_source=DirectoryShardSource(tmp_path / "shards"),
             seed=1,

@@ -43,18 +43,19 @@ from trainer.api import assignment_rule, config_digest
 from trainer.checkpoint_layout import TRAINER_STATE, inner_file
 from trainer.config import GenerationConfig, TrainConfig
 from trainer.data.shards import DirectoryShardSource, shard_file_name
-from trainer.model import TIED_HEAD, CausalLM, ModelConfig
+from trainer.model import TIED_HEAD, CausalLM, ModelConfig, model_summary
 from trainer.outer.config import OuterConfig
 from trainer.recorder import (
     AnomalyFlag,
     AppliedRound,
     ContributionDigest,
-    OuterStepRecord,
+    OuterStepReport,
     ProcessInfo,
     RunIdentity,
     RunStart,
     RunSummary,
 )
+from trainer.runtime.topology import Topology
 from veritrain.record.recorder import LedgerRecorderFactory
 
 ORIGIN = "test.veritrain.local"
@@ -175,20 +176,10 @@ def record_demo_run(
                 run_id=run_id,
                 config=config.to_dict(),
                 config_digest=config_digest(config),
-                topology={
-                    "clusters": CLUSTERS,
-                    "stages": 1,
-                    "world_size": CLUSTERS,
-                    "backend": "gloo",
-                    "device": "cpu",
-                    "rank": "cluster * stages + stage",
-                    "present": list(range(CLUSTERS)),
-                },
-                model={
-                    **MODEL.to_dict(),
-                    "parameter_count": MODEL.parameter_count(),
-                    "stage_blocks": [[0, 1]],
-                },
+                topology=Topology.full(clusters=CLUSTERS, stages=1).recorded(
+                    present=range(CLUSTERS), backend="gloo", device="cpu"
+                ),
+                model=model_summary(MODEL, 1),
                 data_manifest=manifest,
                 shard_source=DirectoryShardSource(shard_dir),
                 seed=seed,
@@ -203,7 +194,7 @@ def record_demo_run(
             _perturb(model, step)
             loss = loss * 0.93 + rng.uniform(-0.02, 0.02)
             files = recorder.save_state(step, *_state_files(model, step))
-            record = OuterStepRecord(
+            record = OuterStepReport(
                 step=step,
                 inner_steps=INNER_STEPS,
                 method="dilocox",
