@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from ledger.db import create_engine
@@ -64,10 +63,6 @@ def recorder_factory(
         policy=policy or PolicyChoice(),
         witnesses=settings.witnesses,
     )
-
-
-def default_run_id() -> str:
-    return "run-" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
 
 
 def train_recorded(
