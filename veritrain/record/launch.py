@@ -32,7 +32,8 @@ from trainer.recorder import RunSummary
 from veritrain.errors import LaunchError
 from veritrain.policy import PolicyChoice
 from veritrain.record.local_run import recorded_config, run_directory_of, train_into_directory
-from veritrain.record.training import ClusterPlacement, resume_recorded, train_recorded
+from veritrain.record.placement import ClusterPlacement
+from veritrain.record.training import resume_recorded, train_recorded
 from veritrain.settings import Settings
 
 

@@ -25,7 +25,7 @@ from veritrain.record.launch import (
     ResumeLedgerRun,
     decide_launch,
 )
-from veritrain.record.training import ClusterPlacement
+from veritrain.record.placement import ClusterPlacement
 
 LIGHTHOUSE = "http://10.0.0.1:29510"
 
