@@ -24,6 +24,7 @@ from records.entry import (
     KIND_GENESIS,
     KIND_OUTER_STEP,
     Record,
+    kinds_at,
     parse_record,
     step_entry_index,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "Source",
     "UnsupportedVersion",
     "VerificationPolicy",
+    "kinds_at",
     "parse_record",
     "step_entry_index",
 ]

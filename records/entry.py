@@ -35,6 +35,16 @@ def step_entry_index(step: int) -> int:
     return FIRST_STEP_INDEX + step
 
 
+def kinds_at(index: int, *, last: bool) -> tuple[str, ...]:
+    """The kinds the entry at ``index`` may have, the expected one first (``last``: it is the
+    log's last entry, which may be the ``run.final``)."""
+    if index == GENESIS_INDEX:
+        return (KIND_GENESIS,)
+    if index == DATA_MANIFEST_INDEX:
+        return (KIND_DATA_MANIFEST,)
+    return (KIND_OUTER_STEP, KIND_FINAL) if last else (KIND_OUTER_STEP,)
+
+
 def describe(kind: str, index: int | None) -> str:
     return f"entry {index} ({kind})" if index is not None else kind
 

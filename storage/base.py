@@ -18,15 +18,15 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
 
+from storage.closing import Closing
 from storage.errors import InvalidRangeError, ObjectTooLargeError
 from storage.layout import validate_digest
 from storage.reader import ObjectReader
 from storage.streams import ByteSource, file_sha256, iter_chunks
 
 
-class ObjectStore(ABC):
+class ObjectStore(Closing, ABC):
     """A content-addressed, write-once store of byte objects."""
 
     url: str
@@ -118,19 +118,8 @@ class ObjectStore(ABC):
         back-end has no such thing. Existence is not checked, and whoever fetches the URL
         must verify the digest themselves (the key names it)."""
 
-    def close(self) -> None:  # noqa: B027 - a no-op default; remote back-ends close clients
-        """Release clients and connections."""
-
-    def __enter__(self) -> ObjectStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+    def close(self) -> None:
+        """Release clients and connections (none here; remote back-ends close their clients)."""
 
     # --- back-end primitives --------------------------------------------------------------
 

@@ -12,13 +12,13 @@ checks the slice against a higher-level digest (e.g. a safetensors shard's manif
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from types import TracebackType
 
+from storage.closing import Closing
 from storage.errors import IntegrityError
 from storage.streams import Sha256Stream, check_digest
 
 
-class ObjectReader:
+class ObjectReader(Closing):
     """The bytes ``[start, end)`` of the object stored under ``digest``.
 
     Iterate for chunks (``for chunk in reader``), or call :meth:`read` like a binary file.
@@ -90,17 +90,6 @@ class ObjectReader:
         self._done = True
         self._pending.clear()
         self._release()
-
-    def __enter__(self) -> ObjectReader:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _pull(self) -> bytes | None:
         """The next chunk from the source, counted and hashed; None once it is exhausted and

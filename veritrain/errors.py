@@ -4,6 +4,7 @@ failed check with exit status 1 instead).
 
     VeritrainError
     ├── SettingsError       a VERITRAIN_* setting is malformed
+    ├── LaunchError         the options of a training launch contradict each other
     ├── RecorderError       the ledger and the run being trained disagree (e.g. resuming another run)
     ├── SourceError         a run source cannot deliver (unknown run, unreachable or malformed server)
     ├── CorruptObjectError  an object's bytes do not hash to its digest
@@ -22,6 +23,15 @@ class VeritrainError(Exception):
 
 class SettingsError(VeritrainError, ValueError):
     """A ``VERITRAIN_*`` setting is malformed; the message is one line meant for a person."""
+
+
+class LaunchError(VeritrainError, ValueError):
+    """The options of a training launch contradict each other (``veritrain train``)."""
+
+    def __init__(self, message: str, *, option: str | None = None) -> None:
+        super().__init__(message)
+        self.option = option
+        """The one option at fault, where there is one (e.g. ``--verification``)."""
 
 
 class RecorderError(VeritrainError):

@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.api import train
+from trainer.api import assignment_rule, train
 from trainer.checkpoint_layout import CheckpointFiles, inner_file, model_file
 from trainer.config import TrainConfig, with_overrides
-from trainer.data.assignment import AssignmentRule
 from trainer.data.build import prepare_data
 from trainer.data.reader import BatchReader
 from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
@@ -44,15 +43,7 @@ def single_process_reference(config: TrainConfig, data_dir: Path) -> dict[str, t
     """The same training written as one plain PyTorch loop: no pipelining, no processes."""
     prepared = prepare_data(config.data, data_dir)
     manifest = prepared.manifest
-    rule = AssignmentRule(
-        context=config.model.context,
-        sequences_per_step=config.sequences_per_step,
-        clusters=config.clusters,
-        seed=config.seed,
-        shard_tokens=manifest.shard_tokens,
-        train_shards=manifest.train_shards,
-        eval_shards=tuple(manifest.eval_shards),
-    )
+    rule = assignment_rule(config, manifest)
     reader = BatchReader(manifest, rule, prepared.source)
     model = CausalLM(config.model, seed=config.seed)
     params = list(model.parameters())

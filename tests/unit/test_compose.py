@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from veritrain.record.provenance import PACKAGES
 from veritrain.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -194,14 +195,5 @@ def test_the_image_is_python_3_11_slim_with_pinned_cpu_torch() -> None:
         f"pip install torch=={torch.group(1)} --index-url https://download.pytorch.org/whl/cpu"
         in dockerfile
     )
-    for package in (
-        "attestation",
-        "records",
-        "storage",
-        "ledger",
-        "trainer",
-        "web",
-        "veritrain",
-        "migrations",
-    ):
+    for package in PACKAGES:  # every package the run's code digest covers
         assert f"COPY {package} ./{package}" in dockerfile

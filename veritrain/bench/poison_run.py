@@ -138,15 +138,18 @@ def simulate(
         attacking = run.scenario is not None and t >= run.first_attacked_round
         losses = []
         honest_again: list[torch.Tensor] | None = None
-        if run.scenario is not None:  # the auditor's re-execution, from the round's start
-            honest_again = _reexecute(
-                config,
-                models[run.attacker],
-                optimizers[run.attacker],
-                reader,
-                run.attacker,
-                first=t * H,
+        if run.scenario is not None:
+            # The auditor's re-execution: the attacker's H inner steps taken honestly from a
+            # copy of its state at the round's start (the training RNG is saved and put back,
+            # so the run itself goes on unchanged).
+            again, again_optimizer = _copy_of(
+                config, models[run.attacker], optimizers[run.attacker]
             )
+            with torch.random.fork_rng(devices=[]):
+                _train_round(
+                    config, again, again_optimizer, reader, run.attacker, first=t * H, lazy=None
+                )
+            honest_again = [p.data for p in again.parameters()]
         for c, (model, optimizer) in enumerate(zip(models, optimizers, strict=True)):
             lazy = run.scenario if attacking and c == run.attacker else None
             losses += _train_round(config, model, optimizer, reader, c, first=t * H, lazy=lazy)
@@ -216,23 +219,14 @@ def _train_round(
     return losses
 
 
-def _reexecute(
-    config: TrainConfig,
-    model: CausalLM,
-    optimizer: torch.optim.Optimizer,
-    reader: BatchReader,
-    cluster: int,
-    *,
-    first: int,
-) -> list[torch.Tensor]:
-    """``cluster``'s H inner steps taken honestly from a copy of its state at the round's start
-    (the training RNG is saved and put back, so the run itself goes on unchanged)."""
+def _copy_of(
+    config: TrainConfig, model: CausalLM, optimizer: torch.optim.Optimizer
+) -> tuple[CausalLM, torch.optim.Optimizer]:
+    """A copy of a cluster's model and inner optimizer that trains without touching them."""
     again = _clone(model)
     again_optimizer = inner_adamw(again.parameters(), config.inner)
     again_optimizer.load_state_dict(copy.deepcopy(optimizer.state_dict()))
-    with torch.random.fork_rng(devices=[]):
-        _train_round(config, again, again_optimizer, reader, cluster, first=first, lazy=None)
-    return [p.data for p in again.parameters()]
+    return again, again_optimizer
 
 
 def _inner_step(

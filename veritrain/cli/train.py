@@ -11,7 +11,6 @@ signatures: for experiments).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -147,132 +146,46 @@ def train(
     ] = False,
 ) -> None:
     """Train, printing one line per outer step and recording every step."""
-    from trainer.api import run_configuration
-    from trainer.config import load_config_file, with_overrides
-    from trainer.presets import run_preset
-    from veritrain.policy import PolicyChoice
-    from veritrain.record.local_run import recorded_config, run_directory_of, train_into_directory
-    from veritrain.record.training import (
-        ClusterPlacement,
-        default_run_id,
-        resume_recorded,
-        train_recorded,
+    from veritrain.errors import LaunchError
+    from veritrain.record.launch import (
+        ConfigOverrides,
+        LaunchRequest,
+        decide_launch,
+        launch,
+        launched_line,
     )
     from veritrain.settings import load_settings
 
     settings = load_settings()
-    if verification not in ("bitwise", "tolerance"):
-        raise typer.BadParameter(
-            f"expected 'bitwise' or 'tolerance', got {verification!r}", param_hint="--verification"
-        )
-    if lighthouse is not None and cluster is None:
-        raise typer.BadParameter("--lighthouse URL needs --cluster J: the cluster this host runs")
-    placement = (
-        ClusterPlacement(cluster=cluster, lighthouse=lighthouse, advertise=advertise)
-        if cluster is not None
-        else None
-    )
-    folder_resume = Path(resume) if resume is not None and Path(resume).is_dir() else None
-    if resume is not None and folder_resume is None:
-        # A run id: the ledger holds its configuration, data and state.
-        if (
-            config
-            or preset
-            or any(
-                v is not None
-                for v in (
-                    clusters,
-                    stages,
-                    data_parallel,
-                    outer_steps,
-                    inner_steps,
-                    method,
-                    seed,
-                    run_id,
-                    text_field,
-                    precision,
-                )
-            )
-            or data
-            or activation_checkpointing
-        ):
-            raise typer.BadParameter(
-                "--resume RUN_ID continues the run as recorded; drop the other options"
-            )
-        summary = resume_recorded(
-            settings, resume, cluster_keys=key_dir, placement=placement, quiet=quiet
-        )
-        if summary is not None and not quiet:
-            typer.echo(
-                f"run {summary.run_id!r}: {summary.steps} outer steps recorded in the ledger"
-            )
-        return
-
-    if (
-        placement is not None
-        and placement.cluster != 0
-        and config is None
-        and preset is None
-        and folder_resume is None
-    ):
-        # A cluster other than the coordinator takes the run's configuration from cluster 0.
-        if run_id is None or placement.lighthouse is None:
-            raise typer.BadParameter(
-                "a cluster joining a run names it and its lighthouse: --run-id ID --lighthouse URL"
-            )
-        base = run_configuration(placement.lighthouse, run_id)
-    elif config is not None:
-        base = load_config_file(config)
-    elif preset is not None or folder_resume is None:
-        base = run_preset(preset or "tiny")
-    else:
-        base = recorded_config(run_directory_of(folder_resume))
-    chosen = with_overrides(
-        base,
+    overrides = ConfigOverrides(
         clusters=clusters,
         stages=stages,
         data_parallel=data_parallel,
         outer_steps=outer_steps,
         inner_steps=inner_steps,
-        data_paths=tuple(str(p) for p in data or ()),
+        data=tuple(data or ()),
         text_field=text_field,
         run_id=run_id,
         method=method,
         seed=seed,
+        precision=precision,
+        activation_checkpointing=activation_checkpointing,
     )
-    if precision is not None:
-        chosen = replace(chosen, precision=precision)  # type: ignore[arg-type]  # TrainConfig checks the value
-    if activation_checkpointing:
-        chosen = replace(chosen, activation_checkpointing=True)
-    if workdir is None and folder_resume is None:
-        if run_id is None and config is None:
-            if placement is not None:
-                raise typer.BadParameter(
-                    "every cluster of a run on several hosts must name it: pass --run-id"
-                )
-            chosen = with_overrides(chosen, run_id=default_run_id())
-        summary = train_recorded(
-            settings,
-            chosen,
-            policy=PolicyChoice(mode=verification),
-            cluster_keys=key_dir,
-            placement=placement,
-            quiet=quiet,
-        )
-        if summary is not None and not quiet:
-            typer.echo(
-                f"run {summary.run_id!r}: {summary.steps} outer steps recorded in the ledger; "
-                f"check it with `veritrain verify {summary.run_id}`"
-            )
-        return
-    out = workdir if workdir is not None else run_directory_of(folder_resume)  # type: ignore[arg-type]
-    summary = train_into_directory(
-        chosen,
-        out,
-        resume=folder_resume,
-        data_dir=settings.data_dir / "corpus",
-        placement=placement,
-        quiet=quiet,
+    request = LaunchRequest(
+        preset=preset,
+        config=config,
+        overrides=overrides,
+        workdir=workdir,
+        resume=resume,
+        cluster=cluster,
+        lighthouse=lighthouse,
+        advertise=advertise,
+        verification=verification,
     )
+    try:
+        plan = decide_launch(request)
+    except LaunchError as exc:
+        raise typer.BadParameter(str(exc), param_hint=exc.option) from None
+    summary = launch(plan, settings, cluster_keys=key_dir, quiet=quiet)
     if summary is not None and not quiet:
-        typer.echo(f"recorded {summary.steps} outer steps of run {summary.run_id!r} in {out}")
+        typer.echo(launched_line(plan, summary))

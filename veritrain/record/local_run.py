@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainer.api import train, train_cluster
 from trainer.config import TrainConfig
 from trainer.errors import CheckpointError
 from trainer.recorder import RunSummary
 from veritrain.record.local_recorder import LocalDirectoryRecorder, load_step, resume_directory
-from veritrain.record.training import ClusterPlacement
+from veritrain.record.placement import ClusterPlacement, train_placed
 
 
 def recorded_config(run_directory: Path) -> TrainConfig:
@@ -47,15 +46,4 @@ def train_into_directory(
     or each host's own)."""
     state = load_step(resume_directory(resume)) if resume is not None else None
     factory = LocalDirectoryRecorder.factory(out)
-    if placement is None:
-        return train(config, factory, state, data_dir=data_dir, quiet=quiet)
-    return train_cluster(
-        config,
-        factory,
-        cluster=placement.cluster,
-        lighthouse=placement.lighthouse,
-        resume_state=state,
-        data_dir=data_dir,
-        quiet=quiet,
-        advertise_host=placement.advertise,
-    )
+    return train_placed(config, factory, placement, state=state, data_dir=data_dir, quiet=quiet)

@@ -4,37 +4,21 @@ cluster on this host, or one cluster of a run on several hosts (``ClusterPlaceme
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from ledger.db import create_engine
 from ledger.service import Ledger
-from trainer.api import train, train_cluster
-from trainer.checkpoint_layout import CheckpointFiles
 from trainer.config import TrainConfig
-from trainer.data.build import PreparedData
 from trainer.recorder import RunSummary
 from veritrain.errors import RecorderError, SourceError
 from veritrain.policy import PolicyChoice
 from veritrain.record.keyring import KeyRing
+from veritrain.record.placement import ClusterPlacement, train_placed
 from veritrain.record.recorder import LedgerRecorderFactory, append_final
 from veritrain.settings import Settings
 from veritrain.sources import DirectSource
 from veritrain.sources.downloads import download_checkpoint, download_data, read_data_manifest
 from veritrain.sources.recorded_run import RecordedRun
-
-
-@dataclass(frozen=True)
-class ClusterPlacement:
-    """This host runs one cluster of a run whose clusters meet at ``lighthouse``."""
-
-    cluster: int
-    lighthouse: str | None
-    """``http://host:port`` of ``veritrain lighthouse`` (None only for a run of one cluster)."""
-    advertise: str | None = None
-    """This host's address as the other clusters reach it (default: the one that reaches the
-    lighthouse)."""
 
 
 def recorder_factory(
@@ -67,10 +51,6 @@ def recorder_factory(
     )
 
 
-def default_run_id() -> str:
-    return "run-" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-
-
 def train_recorded(
     settings: Settings,
     config: TrainConfig,
@@ -84,32 +64,8 @@ def train_recorded(
     (with ``placement``: this host's cluster of it; cluster 0 records, the others store their
     own files and signatures)."""
     factory = recorder_factory(settings, policy, cluster_keys=cluster_keys, placement=placement)
-    return _launch(config, factory, settings, placement, quiet=quiet)
-
-
-def _launch(
-    config: TrainConfig,
-    factory: LedgerRecorderFactory,
-    settings: Settings,
-    placement: ClusterPlacement | None,
-    *,
-    state: CheckpointFiles | None = None,
-    data: PreparedData | None = None,
-    quiet: bool,
-) -> RunSummary | None:
-    data_dir = settings.data_dir / "corpus"
-    if placement is None:
-        return train(config, factory, state, data=data, data_dir=data_dir, quiet=quiet)
-    return train_cluster(
-        config,
-        factory,
-        cluster=placement.cluster,
-        lighthouse=placement.lighthouse,
-        resume_state=state,
-        data=data,
-        data_dir=data_dir,
-        quiet=quiet,
-        advertise_host=placement.advertise,
+    return train_placed(
+        config, factory, placement, data_dir=settings.data_dir / "corpus", quiet=quiet
     )
 
 
@@ -155,7 +111,15 @@ def resume_recorded(
         )
         choice = PolicyChoice.of(policy)
         factory = recorder_factory(settings, choice, cluster_keys=cluster_keys, placement=placement)
-        return _launch(config, factory, settings, placement, state=state, data=data, quiet=quiet)
+        return train_placed(
+            config,
+            factory,
+            placement,
+            state=state,
+            data=data,
+            data_dir=settings.data_dir / "corpus",
+            quiet=quiet,
+        )
 
 
 def _finish(settings: Settings, run: RecordedRun) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from records import RecordError, parse_record
+from records import RecordError, kinds_at, parse_record
 from records.outer_step import DataRange, shard_runs, shards_read
 
 EXAMPLES = Path(__file__).with_name("examples.json")
@@ -151,3 +151,10 @@ def test_shards_read_is_the_union_of_the_ranges_runs() -> None:
     ]
     assert shards_read(ranges) == [0, 1, 2, 3, 5]
     assert shard_runs([5, 0, 1, 2, 3]) == ((0, 3), (5, 5))
+
+
+def test_a_log_is_genesis_data_manifest_steps_and_a_final_only_at_its_end() -> None:
+    assert kinds_at(0, last=False) == ("run.genesis",)
+    assert kinds_at(1, last=True) == ("data.manifest",)
+    assert kinds_at(2, last=False) == ("outer_step",)
+    assert kinds_at(5, last=True) == ("outer_step", "run.final")

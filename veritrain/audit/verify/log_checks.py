@@ -12,16 +12,7 @@ from ledger.audit import audit_run_log
 from ledger.errors import LedgerError, VerificationError
 from ledger.merkle import verify_consistency, verify_inclusion
 from ledger.tlog_checkpoint import Checkpoint, verify_checkpoint
-from records import (
-    DATA_MANIFEST_INDEX,
-    FIRST_STEP_INDEX,
-    GENESIS_INDEX,
-    KIND_DATA_MANIFEST,
-    KIND_FINAL,
-    KIND_GENESIS,
-    KIND_OUTER_STEP,
-    Genesis,
-)
+from records import FIRST_STEP_INDEX, KIND_FINAL, KIND_OUTER_STEP, Genesis, kinds_at
 from veritrain.audit.verify.report import Report
 from veritrain.audit.verify.seen_heads import SeenHeads, Sighting
 from veritrain.errors import SourceError
@@ -208,21 +199,14 @@ def _check_times(report: Report, run: RecordedRun) -> None:
 def _check_layout(report: Report, run: RecordedRun) -> None:
     result = report.check(2)
     for entry in run.entries:
-        if entry.index == GENESIS_INDEX:
-            expected = KIND_GENESIS
-        elif entry.index == DATA_MANIFEST_INDEX:
-            expected = KIND_DATA_MANIFEST
-        elif entry.kind == KIND_FINAL and entry.index == len(run.entries) - 1:
-            continue
-        else:
-            expected = KIND_OUTER_STEP
-        if entry.kind != expected:
+        kinds = kinds_at(entry.index, last=entry.index == len(run.entries) - 1)
+        if entry.kind not in kinds:
             result.fail(
-                f"expected a {expected} entry here, got {entry.kind or 'no kind'!r}",
+                f"expected a {kinds[0]} entry here, got {entry.kind or 'no kind'!r}",
                 index=entry.index,
             )
             continue
-        if expected == KIND_OUTER_STEP and entry.record is not None:
+        if entry.kind == KIND_OUTER_STEP and entry.record is not None:
             step = entry.index - FIRST_STEP_INDEX
             if entry.step != step:
                 result.fail(
