@@ -10,6 +10,15 @@ network namespaces are named after the process that makes them. A test that must
 the machine with other tests (it asserts timing or a machine-wide state) is marked
 ``@pytest.mark.serial``: xdist workers leave it out, and ``make test`` runs those tests
 afterwards on their own with ``--only-serial``.
+
+Every test process, and every process a test starts (they inherit the environment), computes on
+one CPU thread (``OMP_NUM_THREADS=1``, set below before anything imports torch), as the
+trainer's own processes do (trainer/runtime/determinism.py). PyTorch otherwise gives each
+process a thread per core, and four workers that each start several processes on two cores
+spend most of their CPU time waiting on each other: four test files (test_outer_dilocox,
+test_hf_compat, test_trainer_model, e2e/test_verify_api) took 152 CPU-seconds with two threads
+and 67 with one, on a busy 2-core machine.
+A thread count set by hand (``OMP_NUM_THREADS=2 pytest ...``) is kept.
 """
 
 from __future__ import annotations
@@ -19,6 +28,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported: see the docstring
 
 import pytest
 from real_servers import S3Server

@@ -4,16 +4,13 @@ but the server's URL checks a real recorded run, and catches tampering the API e
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from e2e.auditor_cli import run_as_auditor
 from e2e.recorded_runs import RUN_ID
-from e2e.test_tamper import (
+from e2e.tampering import (
     STEP,
     delete_entry,
     edit_metric,
@@ -31,28 +28,17 @@ from web.settings import WebSettings
 Serve = Callable[[WebSettings], str]
 
 
-def _cli(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    veritrain = shutil.which("veritrain", path=str(Path(sys.executable).parent))
-    assert veritrain is not None
-    # No VERITRAIN_* database or store: the API is all the auditor has.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VERITRAIN_")}
-    env["VERITRAIN_WITNESS_DIR"] = str(tmp_path / "witness")
-    return subprocess.run(
-        [veritrain, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
-    )
-
-
 def test_verify_and_reproduce_with_only_the_url(
     recorded_run: Settings, serve_app: Serve, tmp_path: Path
 ) -> None:
     url = serve_app(recorded_run)
-    result = _cli(["verify", RUN_ID, "--api", url, "--json"], tmp_path)
+    result = run_as_auditor(["verify", RUN_ID, "--api", url, "--json"], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert report["ok"] and [c["number"] for c in report["checks"]] == list(range(1, 13))
     assert report["source"] == url
 
-    reproduced = _cli(["reproduce", RUN_ID, "--step", "1", "--api", url], tmp_path)
+    reproduced = run_as_auditor(["reproduce", RUN_ID, "--step", "1", "--api", url], tmp_path)
     assert reproduced.returncode == 0, reproduced.stdout + reproduced.stderr
     assert "MATCH" in reproduced.stdout and "MISMATCH" not in reproduced.stdout
 

@@ -5,15 +5,12 @@ still prints a report); a returning verifier's memory is keyed by run and source
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e.auditor_cli import run_as_auditor
 from e2e.lying_proxy import lying_proxy
 from e2e.recorded_runs import RUN_ID
 
@@ -23,21 +20,6 @@ from veritrain.sources.api import ApiSource
 from web.settings import WebSettings
 
 Serve = Callable[[WebSettings], str]
-
-
-def _verify_cli(url: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    veritrain = shutil.which("veritrain", path=str(Path(sys.executable).parent))
-    assert veritrain is not None
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VERITRAIN_")}
-    env["VERITRAIN_WITNESS_DIR"] = str(tmp_path / "seen")
-    return subprocess.run(
-        [veritrain, "verify", RUN_ID, "--api", url, "--json"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
 
 
 def null_and_infinite_metrics(path: str, document: Any) -> Any:
@@ -81,7 +63,7 @@ def test_a_lying_server_is_a_failed_check_in_the_json_report_not_a_traceback(
     tmp_path: Path,
 ) -> None:
     with lying_proxy(serve_app(recorded_run), lie) as url:
-        result = _verify_cli(url, tmp_path)
+        result = run_as_auditor(["verify", RUN_ID, "--api", url, "--json"], tmp_path)
 
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
@@ -95,7 +77,9 @@ def test_metrics_lies_name_the_step_they_concern(
     recorded_run: Settings, serve_app: Serve, tmp_path: Path
 ) -> None:
     with lying_proxy(serve_app(recorded_run), null_and_infinite_metrics) as url:
-        report = json.loads(_verify_cli(url, tmp_path).stdout)
+        report = json.loads(
+            run_as_auditor(["verify", RUN_ID, "--api", url, "--json"], tmp_path).stdout
+        )
 
     failures = next(c for c in report["checks"] if c["number"] == 9)["failures"]
     assert {(f["step"], f["index"]) for f in failures} == {(1, 3), (2, 4)}

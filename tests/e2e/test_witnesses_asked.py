@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from e2e.auditor_cli import run_as_auditor
 from e2e.recorded_runs import RUN_ID
-from e2e.test_verify_api import _cli
 from unit.ledger.witness_helpers import SmallLog, serve_in_thread, small_log
 
 from attestation.keys import COSIGNATURE_V1_ALGORITHM, SigningKey
@@ -165,7 +165,7 @@ def test_a_rollback_to_a_cosigned_head_fails_for_a_first_time_verifier(
     assert check_1(through_api) == failures
 
     # And on the command line, with a quorum of 2.
-    result = _cli(
+    result = run_as_auditor(
         [
             "verify",
             RUN_ID,

@@ -17,9 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from unit.web.conftest import settings_for
 from unit.web.download_contract import Blob, DownloadContract, random_blob
-from unit.web.web_fixture_run import DemoRun, record_demo_run
+from unit.web.web_fixture_run import DemoRun, record_demo_run, settings_for
 
 from ledger.db import upgrade
 from storage import open_store

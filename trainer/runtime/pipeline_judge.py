@@ -68,7 +68,7 @@ class PipelineJudge:
         saved = [p.detach().clone() for p in self.params]
         try:
             return score_contributions(
-                _PipelineProbe(self, examination),
+                PipelineProbe(self, examination),
                 finite=finite,
                 held_out=self.reader.eval_batches(self.config.anomaly_probe_batches),
                 own=scored_batches(
@@ -104,7 +104,7 @@ def combine_stage_statistics(
     return ContributionStatistics.combine([ContributionStatistics.from_floats(s) for s in stages])
 
 
-class _PipelineProbe:
+class PipelineProbe:
     """A ``LossProbe`` over the cluster's pipeline (one per scored round)."""
 
     def __init__(self, judge: PipelineJudge, examination: Examination) -> None:

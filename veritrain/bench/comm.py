@@ -215,7 +215,7 @@ def run_comm_bench(
         with _link(shaping, base.clusters, rate, config.delay_ms, workdir) as (setup, measured):
             if measured is not None:
                 say(f"  preflight: the link carries {measured:.3g} Mbit/s")
-            runs = _link_runs(base, schedule)
+            runs = plan_link_runs(base, schedule)
             link_runs = run_on_link(
                 runs,
                 setup,
@@ -408,7 +408,10 @@ def link_time_limit(
     return compute_s + 2.0 * wire * 8 / (link_mbit * 1e6)
 
 
-def _link_runs(base: TrainConfig, schedule: Schedule) -> list[LinkRun]:
+def plan_link_runs(base: TrainConfig, schedule: Schedule) -> list[LinkRun]:
+    """The runs made on the shaped link, in order: AllReduce, DiLoCo, DiLoCoX and DiLoCoX
+    without overlap, each sized by ``schedule`` (``link_time_limit`` gives them their time)."""
+
     def config(
         method: Literal["allreduce", "diloco", "dilocox"], outer_steps: int, inner_steps: int
     ) -> TrainConfig:

@@ -9,7 +9,7 @@ import pytest
 
 from trainer.config import with_overrides
 from trainer.presets import run_preset
-from veritrain.bench.comm import QUICK, _link_runs, link_time_limit
+from veritrain.bench.comm import QUICK, link_time_limit, plan_link_runs
 
 
 @pytest.mark.parametrize(
@@ -35,7 +35,7 @@ def test_a_width_the_codec_does_not_send_is_refused_by_name(
 
 def test_the_link_runs_get_the_time_their_bytes_need_on_the_link() -> None:
     base = with_overrides(run_preset("qwen2-12m"), clusters=2, stages=2)
-    runs = _link_runs(base, QUICK)
+    runs = plan_link_runs(base, QUICK)
     parameters = 12_591_744
     limit = link_time_limit(runs, parameters, 1.68, QUICK.timeout_s)
     allreduce_alone = 3 * 2 * 4 * parameters * 8 / 1.68e6 / 2  # 3 inner steps, C = 2

@@ -23,7 +23,7 @@ from trainer.outer.contribution_score import FullModelProbe, score_contributions
 from trainer.presets import MODEL_PRESETS, RUN_PRESETS
 from trainer.runtime.commitments import StageCommitments
 from trainer.runtime.determinism import check_devices
-from trainer.runtime.pipeline_judge import PipelineJudge, _PipelineProbe
+from trainer.runtime.pipeline_judge import PipelineJudge, PipelineProbe
 
 MODEL = MODEL_PRESETS["tiny"]
 CONFIGS = {
@@ -81,7 +81,7 @@ def test_contribution_scores_load_each_candidate_onto_the_accelerator() -> None:
             last_stage_rank=0,
             device=ACCELERATOR,
         )
-        probe = _PipelineProbe(judge, examination)
+        probe = PipelineProbe(judge, examination)
         for candidate in (None, 0, 1):  # θ, then θ − Δ_i of each cluster
             probe.load(candidate)
     assert {p.device for p in params} == {ACCELERATOR}

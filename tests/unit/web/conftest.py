@@ -9,24 +9,14 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from unit.web.web_fixture_run import DemoRun, record_demo_run, record_demo_run_once
+from unit.web.web_fixture_run import DemoRun, record_demo_run, record_demo_run_once, settings_for
 
 from web.app import create_app
-from web.settings import AppSettings
 
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     return record_demo_run_once(tmp_path_factory)
-
-
-def settings_for(run: DemoRun, *, presign: bool = True) -> AppSettings:
-    return AppSettings(
-        database_url=run.database_url,
-        store_url=run.store_url,
-        origin=run.origin,
-        s3_presign_downloads=presign,
-    )
 
 
 @pytest.fixture(scope="session")

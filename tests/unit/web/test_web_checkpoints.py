@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
-from unit.web.conftest import settings_for
-from unit.web.web_fixture_run import DemoRun
+from unit.web.web_fixture_run import DemoRun, settings_for
 
 from ledger.db import create_engine
 from ledger.models import Entry

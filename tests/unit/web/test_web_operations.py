@@ -9,8 +9,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
-from unit.web.conftest import settings_for
-from unit.web.web_fixture_run import DemoRun
+from unit.web.web_fixture_run import DemoRun, settings_for
 
 from ledger.db import upgrade
 from veritrain.settings import load_settings

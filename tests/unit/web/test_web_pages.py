@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
-from unit.web.conftest import settings_for
 from unit.web.html_tables import links, tables
-from unit.web.web_fixture_run import DemoRun
+from unit.web.web_fixture_run import DemoRun, settings_for
 
 from attestation.enrolment import cluster_fingerprint
 from ledger.db import create_engine

@@ -11,8 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
-from unit.web.conftest import settings_for
-from unit.web.web_fixture_run import DemoRun
+from unit.web.web_fixture_run import DemoRun, settings_for
 
 from web.app import create_app
 

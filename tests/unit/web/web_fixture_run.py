@@ -57,6 +57,7 @@ from trainer.recorder import (
 )
 from trainer.runtime.topology import Topology
 from veritrain.record.recorder import LedgerRecorderFactory
+from web.settings import AppSettings
 
 ORIGIN = "test.veritrain.local"
 MODEL = ModelConfig(
@@ -107,6 +108,17 @@ class DemoRun:
     @property
     def last_step(self) -> int:
         return self.steps - 1
+
+
+def settings_for(run: DemoRun, *, presign: bool = True) -> AppSettings:
+    """The web app's settings that serve ``run`` (S3 downloads presigned unless ``presign``
+    is False)."""
+    return AppSettings(
+        database_url=run.database_url,
+        store_url=run.store_url,
+        origin=run.origin,
+        s3_presign_downloads=presign,
+    )
 
 
 @dataclass(frozen=True)
