@@ -84,7 +84,6 @@ from trainer.runtime.exchange import (
     ClusterNumbers,
     ContributionHeader,
     ExchangeShard,
-    PendingExchange,
     shard_length,
 )
 from trainer.runtime.forgery import Forgery
@@ -112,6 +111,7 @@ from trainer.runtime.messages import (
     request_message,
 )
 from trainer.runtime.outer_sync import OuterSync, StepExchange
+from trainer.runtime.owner_exchange import Exchange
 from trainer.runtime.pipeline import PipelineRunner
 from trainer.runtime.pipeline_judge import PipelineJudge
 from trainer.runtime.poison import poison_local
@@ -411,7 +411,7 @@ class _Process:
             )
         return self._restore(resume, listened=None)
 
-    def _restore(self, files: CheckpointFiles, *, listened: PendingExchange | None) -> Cursor:
+    def _restore(self, files: CheckpointFiles, *, listened: Exchange | None) -> Cursor:
         """Take this process's state from ``files`` (its share of a saved step)."""
         cursor = read_cursor(files, config_digest=self.spec.config_digest)
         restore_stage(
@@ -542,7 +542,7 @@ class _Process:
                 )
             time.sleep(0.05)
 
-    def _catch_up(self, quorum: RoundQuorum, listened: PendingExchange | None) -> Cursor:
+    def _catch_up(self, quorum: RoundQuorum, listened: Exchange | None) -> Cursor:
         """This cluster listened to round ``quorum.round``: continue from the state recorded
         after it (docs/trainer.md, "Clusters come and go")."""
         if self.cluster == 0:
@@ -567,7 +567,7 @@ class _Process:
         )
 
     def _load_recorded(
-        self, checkpoint: CheckpointRef | None, step: int, *, listened: PendingExchange | None
+        self, checkpoint: CheckpointRef | None, step: int, *, listened: Exchange | None
     ) -> Cursor:
         """Start over from the state recorded after ``step`` (own files, or the donor's)."""
 
@@ -894,13 +894,14 @@ class _Process:
             commitments_object=signed.commitments if signed is not None else None,
             stats=dict(contribution.stats) if contribution is not None else {},
             numbers=numbers,
+            segments=list(contribution.segments) if contribution is not None else [],
         )
 
     def _fetch(self, digest: str) -> bytes | None:
         kept = self.spec.payloads.get(digest)
         return kept if kept is not None else self.recorder.fetch_contribution(digest)
 
-    def _pending_digests(self, pending: PendingExchange | None) -> tuple[tuple[int, int, str], ...]:
+    def _pending_digests(self, pending: Exchange | None) -> tuple[tuple[int, int, str], ...]:
         """(cluster, stage, digest) of the round in flight, every stage (the coordinator saves
         them)."""
         if pending is None:
@@ -1048,6 +1049,7 @@ class _Process:
             reports=reports,
             wall_seconds=time.perf_counter() - started,
             data_parallel=self.replicas,
+            owner_reduce=self.config.outer.owner_reduce,
         )
         request = self.recorder.prepare_outer_step(record)
         self.channel.put(f"step/{step}/request", request_message(request))
