@@ -198,6 +198,11 @@ class TrainConfig:
                 "TrainConfig.data_parallel > 1 needs an outer "
                 "method (diloco or dilocox), got 'allreduce'"
             )
+        if self.data_parallel > 1 and self.outer.owner_reduce:
+            raise ConfigError(
+                "TrainConfig.data_parallel must be 1 with outer.exchange 'owner-reduce' (its "
+                f"replicas do not split the owners' shares yet), got {self.data_parallel}"
+            )
         if self.schedule == "1f1b" and self.micro_batches < self.stages:
             raise ConfigError(
                 "TrainConfig.micro_batches must be >= stages "

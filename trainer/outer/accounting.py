@@ -11,12 +11,20 @@ The comparison the benchmarks and docs/outer-algorithm.md report, as pure functi
   all-gather sends ``(C−1)/C`` of the gathered ``C · payload`` bytes per participant, i.e.
   ``(C−1) · payload_bytes``.
 
+* **DiLoCoX, owner-reduce** (trainer/outer/owner_reduce.py) -- every contributor sends each
+  owner its share of its payload (an all-to-all: the payload less its own share), then each owner
+  sends its re-encoded mean share to the others (``(C−1) · share``). Averaged over the clusters
+  that is ``2(C−1)/C · payload_bytes`` -- AllReduce's own factor, which does not grow with C; the
+  busiest cluster, the owner of the largest share ``s``, sends ``payload − s + (C−1)·s``.
+
 Counted: tensor bytes on the wire. Not counted: protocol headers, the few bytes of timing and
 loss the runtime all-reduces, and intra-cluster traffic (pipeline activations), which is the
 same for every method.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from trainer.errors import ConfigError
 
@@ -33,6 +41,30 @@ def allgather_bytes_per_outer_step(*, payload_bytes: int, n_clusters: int) -> in
     """``(C−1) · payload_bytes``: one payload per cluster ring-all-gathered once per outer step."""
     _check(parameters=payload_bytes, n_clusters=n_clusters, inner_steps=1)
     return (n_clusters - 1) * payload_bytes
+
+
+def statistics_floats(clusters: int) -> int:
+    """Float64 numbers an owner sends of its statistics for ``clusters`` contributors: the Gram
+    matrix's upper triangle, the inner products with the previous mean, its square and whether
+    there is one (trainer/runtime/owner_exchange.py)."""
+    return clusters * (clusters + 1) // 2 + clusters + 2
+
+
+def owner_reduce_cluster_bytes(*, share_bytes: Sequence[int], owner: int) -> int:
+    """Bytes contributor ``owner`` (of ``C = len(share_bytes)``) sends in one owner-reduce
+    round whose owners hold shares of ``share_bytes`` bytes of the payload: the payload less its
+    share, its statistics' float64 sums and its mean share, each to the ``C−1`` others."""
+    n_clusters = len(share_bytes)
+    payload, share = sum(share_bytes), share_bytes[owner]
+    _check(parameters=payload, n_clusters=n_clusters, inner_steps=1)
+    return payload - share + (n_clusters - 1) * (share + 8 * statistics_floats(n_clusters))
+
+
+def owner_reduce_bytes_per_outer_step(*, share_bytes: Sequence[int]) -> float:
+    """:func:`owner_reduce_cluster_bytes` averaged over the ``C`` contributors:
+    ``2(C−1)/C · payload`` plus ``(C−1)·8·(C(C+1)/2 + C + 2)`` bytes of statistics."""
+    n = len(share_bytes)
+    return sum(owner_reduce_cluster_bytes(share_bytes=share_bytes, owner=o) for o in range(n)) / n
 
 
 def _check(*, parameters: int, n_clusters: int, inner_steps: int) -> None:

@@ -41,6 +41,7 @@ from trainer.outer.config import OuterConfig
 from trainer.outer.contribution_score import RoundData
 from trainer.outer.errors import CallOrderError, OuterStateError, PayloadError
 from trainer.outer.judge import Examination, Judge, StageJudge
+from trainer.outer.lowrank_codec import LowRankCodec
 from trainer.outer.nesterov import HOME, OuterNesterov
 from trainer.outer.protocol import Anomaly, Contribution, OuterUpdate, RoundSignals
 from trainer.outer.verdict import ContributionStatistics, VerdictHistory, VerdictRule, decide
@@ -140,6 +141,7 @@ class OuterLoop:
             payload=payload,
             digest=payload_digest(payload),
             stats={"pseudo_gradient_norm": _norm(pseudo_gradient), **self.codec.encode_stats},
+            segments=self._segments(round),
         )
 
     def apply(
@@ -257,25 +259,144 @@ class OuterLoop:
     ) -> OuterUpdate:
         """Average the contributions the verdicts keep, step θ and write where the next round
         starts into ``local``."""
-        round = examination.round
-        coordinates = examination.coordinates
-        rank = self.codec.rank_of(round)
-        payload_bytes = self.codec.payload_length(round)
-
         # 1. The rank-ordered mean of what the verdicts keep.
         excluded = {v.cluster for v in verdicts if v.excluded}
         included = [
             c
-            for cluster, c in zip(examination.clusters, coordinates, strict=True)
+            for cluster, c in zip(examination.clusters, examination.coordinates, strict=True)
             if cluster not in excluded
         ]
-        stats: dict[str, float] = {"included_clusters": float(len(included))}
-        mean_coordinates = _rank_ordered_mean(included) if included else None
-        mean = self.codec.expand(round, mean_coordinates) if mean_coordinates is not None else None
-        own = self.codec.expand(
-            round, self.codec.coordinates(round, self._own_payload(examination))
+        self._applied_payloads[examination.round] = {
+            cluster: p.detach().cpu().clone()
+            for cluster, p in zip(examination.clusters, examination.payloads, strict=True)
+        }
+        return self._commit(
+            examination.round,
+            clusters=examination.clusters,
+            digests=examination.digests,
+            included=len(included),
+            mean_coordinates=_rank_ordered_mean(included) if included else None,
+            own_payload=self._own_payload(examination),
+            verdicts=verdicts,
+            local=local,
+            signals=signals,
         )
-        self._last_contributors = len(included)
+
+    # ----------------------------------------------------------------------------------------
+    # The owner-reduce exchange (owner_reduce.py): an owner sees only its share of the tensors
+
+    def owner_statistics(
+        self,
+        round: int,
+        segments: Sequence[Mapping[int, torch.Tensor]],
+        share: Sequence[int],
+        digests: Sequence[str],
+    ) -> ContributionStatistics:
+        """One owner's share of this stage's statistics: ``segments[k][i]`` is the ``k``-th
+        contributing cluster's segment of tensor ``i`` (``i`` in ``share``), ``digests`` their
+        whole payloads' digests (from their headers)."""
+        codec = self.segment_codec()
+        coordinates = [[codec.segment_coordinates(round, i, s[i]) for i in share] for s in segments]
+        previous = None
+        if self._means:
+            projected = self.codec.project(round, self._means[max(self._means)])
+            previous = [projected[i] for i in share]
+        return ContributionStatistics.measure(
+            coordinates,
+            previous=previous,
+            digests=digests,
+            earlier=frozenset(d for r in self._recent_digests for d in r),
+        )
+
+    def owner_mean(
+        self, round: int, segments: Sequence[Mapping[int, torch.Tensor]], share: Sequence[int]
+    ) -> torch.Tensor:
+        """The included clusters' ``segments`` (cluster order) of the tensors in ``share``:
+        their rank-ordered mean per tensor, re-encoded as a contribution's segment would be and
+        concatenated in ``share`` order (1-D uint8)."""
+        codec = self.segment_codec()
+        pieces = [
+            codec.encode_segment(
+                round,
+                i,
+                _rank_ordered_mean([[codec.segment_coordinates(round, i, s[i])] for s in segments])[
+                    0
+                ],
+            )
+            for i in share
+        ]
+        return torch.cat(pieces) if pieces else torch.zeros(0, dtype=torch.uint8)
+
+    def rule_on_statistics(
+        self,
+        clusters: Sequence[int],
+        digests: Sequence[str],
+        statistics: ContributionStatistics,
+    ) -> list[ClusterVerdict]:
+        """``rule_on`` for a round no process holds whole: verdicts on statistics alone."""
+        verdicts = decide(self.rule, statistics.measures(), None, self.history, clusters=clusters)
+        self.history.accept(verdicts)
+        self._recent_digests = [*self._recent_digests, list(digests)][-self.rule.history :]
+        return verdicts
+
+    def commit_mean(
+        self,
+        round: int,
+        *,
+        clusters: Sequence[int],
+        digests: Sequence[str],
+        verdicts: Sequence[ClusterVerdict],
+        mean_payload: torch.Tensor | None,
+        own_payload: torch.Tensor | None,
+        local: Sequence[torch.Tensor],
+        signals: RoundSignals,
+    ) -> OuterUpdate:
+        """``commit`` with the round's mean already combined by its owners: ``mean_payload``
+        (None: every contribution was excluded) decodes like a payload. ``own_payload`` is this
+        cluster's (None: the one it sent)."""
+        excluded = {v.cluster for v in verdicts if v.excluded}
+        own = own_payload if own_payload is not None else self._pending.get(round)
+        if own is None:
+            raise PayloadError(f"expected cluster {self.cluster}'s own payload of round {round}")
+        return self._commit(
+            round,
+            clusters=clusters,
+            digests=digests,
+            included=sum(c not in excluded for c in clusters),
+            mean_coordinates=self.codec.coordinates(round, mean_payload)
+            if mean_payload is not None
+            else None,
+            own_payload=own,
+            verdicts=verdicts,
+            local=local,
+            signals=signals,
+        )
+
+    def segment_codec(self) -> LowRankCodec:
+        """The codec, which must be the low-rank one (its payloads are per-tensor segments)."""
+        if not isinstance(self.codec, LowRankCodec):
+            raise OuterStateError("expected the low-rank codec for the owner-reduce exchange")
+        return self.codec
+
+    def _commit(
+        self,
+        round: int,
+        *,
+        clusters: Sequence[int],
+        digests: Sequence[str],
+        included: int,
+        mean_coordinates: list[torch.Tensor] | None,
+        own_payload: torch.Tensor,
+        verdicts: Sequence[ClusterVerdict],
+        local: Sequence[torch.Tensor],
+        signals: RoundSignals,
+    ) -> OuterUpdate:
+        rank = self.codec.rank_of(round)
+        payload_bytes = self.codec.payload_length(round)
+        stats: dict[str, float] = {"included_clusters": float(included)}
+        mean = self.codec.expand(round, mean_coordinates) if mean_coordinates is not None else None
+        own = self.codec.expand(round, self.codec.coordinates(round, own_payload))
+        self._last_contributors = included
 
         # 2. The outer step on the global parameters.
         if mean is not None:
@@ -290,10 +411,6 @@ class OuterLoop:
         stats.update(self.codec.last_stats)
         self._pending.pop(round, None)
         self._round_data.pop(round, None)
-        self._applied_payloads[round] = {
-            cluster: p.detach().cpu().clone()
-            for cluster, p in zip(examination.clusters, examination.payloads, strict=True)
-        }
 
         # 3. Where the next round starts: its reference, minus what this cluster could not send
         #    yet when error feedback lives in the local parameters. After the final exchange of
@@ -305,8 +422,8 @@ class OuterLoop:
         self._reference = reference if self.overlapped else None
         return OuterUpdate(
             round=round,
-            clusters=list(examination.clusters),
-            contribution_digests=list(examination.digests),
+            clusters=list(clusters),
+            contribution_digests=list(digests),
             anomalies=[
                 Anomaly(cluster=v.cluster, reason=v.reason, excluded=v.excluded)
                 for v in verdicts
@@ -402,8 +519,14 @@ class OuterLoop:
         from a checkpoint can start its exchange again; None when nothing is pending."""
         if not self._pending:
             return None
-        payload = self._pending[min(self._pending)]
-        return Contribution(payload=payload, digest=payload_digest(payload))
+        round = min(self._pending)
+        payload = self._pending[round]
+        return Contribution(
+            payload=payload, digest=payload_digest(payload), segments=self._segments(round)
+        )
+
+    def _segments(self, round: int) -> list[int]:
+        return self.codec.segment_lengths(round) if isinstance(self.codec, LowRankCodec) else []
 
     # ----------------------------------------------------------------------------------------
 

@@ -21,6 +21,10 @@ DenseBits = Literal[8, 16]
 DelayProxy = Literal["none", "own", "eager", "anchored"]
 ErrorFeedback = Literal["local", "buffer", "none"]
 VerdictRuleName = Literal["veritrain.verdict/v1", "veritrain.verdict/v2"]
+ExchangeName = Literal["all-gather", "owner-reduce"]
+RECORDED_WITHOUT_EXCHANGE: ExchangeName = "all-gather"
+"""How a configuration that names no ``exchange`` combined its payloads: it was written before
+there was a choice (``to_dict`` leaves it unnamed, so an old genesis reads back as itself)."""
 VERDICT_RULES: tuple[VerdictRuleName, ...] = ("veritrain.verdict/v1", "veritrain.verdict/v2")
 RECORDED_WITHOUT_RULE: VerdictRuleName = "veritrain.verdict/v1"
 """The rules a configuration that names none was judged by: it was written before the rules had
@@ -97,6 +101,19 @@ class OuterConfig:
     fresh one (Kale et al. 2025, "Eager updates"); ``"anchored"`` (default) from ``"own"``'s
     look-ahead minus half of the cluster's current offset from θ, which keeps the clusters from
     drifting apart."""
+
+    exchange: ExchangeName = "all-gather"
+    """How the clusters combine a round's payloads (docs/outer-algorithm.md §7).
+    ``"all-gather"``: every cluster receives every payload, ``(C−1)`` payloads per cluster per
+    round. ``"owner-reduce"`` (DiLoCoX only): each contributing cluster owns a share of the
+    payload's tensors, receives every cluster's bytes of its share, averages them in cluster order
+    and re-encodes the mean with the codec; the mean shares are then all-gathered -- about
+    ``2(C−1)/C`` payloads per cluster per round, which does not grow with C (ignored by plain
+    DiLoCo and with ``compression`` off, which all-gather). The mean is
+    quantised once more (not error-fed), and no cluster holds another's whole contribution, so
+    verdicts use the statistics alone (``anomaly_scores`` must be off); every payload is still
+    signed whole and kept, and ``veritrain verify`` recomputes the mean from them
+    (trainer/outer/owner_reduce.py)."""
 
     # --- verdicts on contributions (both kinds; trainer/outer/verdict.py) -----------------
     anomaly_checks: bool = True
@@ -208,6 +225,19 @@ class OuterConfig:
             self.anomaly_rule in VERDICT_RULES,
             " or ".join(repr(r) for r in VERDICT_RULES),
         )
+        _require(
+            self,
+            "exchange",
+            self.exchange in ("all-gather", "owner-reduce"),
+            "'all-gather' or 'owner-reduce'",
+        )
+        if self.owner_reduce:
+            _require(
+                self,
+                "anomaly_scores",
+                not self.anomaly_scores,
+                "False with exchange 'owner-reduce' (no cluster holds a whole contribution)",
+            )
         _require(self, "anomaly_norm_ratio", self.anomaly_norm_ratio > 1.0, "> 1")
         _require(
             self, "anomaly_min_norm_ratio", 0.0 <= self.anomaly_min_norm_ratio < 1.0, "in [0, 1)"
@@ -257,6 +287,12 @@ class OuterConfig:
         return self.kind == "dilocox" and self.compression
 
     @property
+    def owner_reduce(self) -> bool:
+        """True when the clusters combine their payloads by owners (``exchange``; compressed
+        DiLoCoX only: plain DiLoCo always all-gathers)."""
+        return self.compressed and self.exchange == "owner-reduce"
+
+    @property
     def overlapped(self) -> bool:
         """True when the runtime should use the one-step-delay call order."""
         return self.kind == "dilocox" and self.overlap
@@ -277,7 +313,7 @@ class OuterConfig:
         return hash(tuple(sorted(self._algorithm().items())))
 
     def _algorithm(self) -> dict[str, Any]:
-        return {**self.to_dict(), "anomaly_rule": self.anomaly_rule}
+        return {**self.to_dict(), "anomaly_rule": self.anomaly_rule, "exchange": self.exchange}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form for the run's genesis entry, with the outer lr and momentum that are
@@ -286,6 +322,8 @@ class OuterConfig:
         data = {**asdict(self), "outer_lr": self.lr, "outer_momentum": self.momentum}
         if self.anomaly_rule == RECORDED_WITHOUT_RULE:
             del data["anomaly_rule"]  # as runs before rule versions recorded it
+        if self.exchange == RECORDED_WITHOUT_EXCHANGE:
+            del data["exchange"]  # as runs before the choice recorded it
         return data
 
 

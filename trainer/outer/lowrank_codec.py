@@ -282,6 +282,36 @@ class LowRankCodec:
             plans[round] = _RoundPlan(rank=int(state[f"{key}.rank"].item()), bases=tuple(bases))
         self._plans = plans
 
+    # ----------------------------------------------------------------- owner-reduce segments
+    # (trainer/outer/owner_reduce.py: a round's payload as one segment per tensor, so that an
+    # owner can decode, average and re-encode the tensors it owns without the rest)
+
+    def segment_lengths(self, round: int) -> list[int]:
+        """Bytes of each tensor's segment of a ``round`` payload, in parameter order."""
+        return self._segment_lengths(self._plan(round))
+
+    def segment_coordinates(self, round: int, index: int, data: torch.Tensor) -> torch.Tensor:
+        """Tensor ``index``'s segment of a ``round`` payload -> its coordinates (what
+        ``coordinates`` gives for that tensor)."""
+        plan = self._plan(round)
+        check_payload(data, self._segment_lengths(plan)[index])
+        if plan.bases[index] is None:
+            return self._decode_dense(data, index)
+        return self._decode_coordinates(data, index, plan)
+
+    def encode_segment(self, round: int, index: int, coordinates: torch.Tensor) -> torch.Tensor:
+        """Coordinates of tensor ``index`` (e.g. a mean) -> its segment, quantised as a
+        contribution's is (``bits`` for factors, ``dense_bits`` for tensors sent whole)."""
+        plan = self._plan(round)
+        if plan.bases[index] is None:
+            return self._encode_dense(coordinates)
+        flat, parts, offset = coordinates.reshape(-1), [], 0
+        for numel in self._part_sizes(index, plan):
+            if numel:
+                parts.append(self._encode_values(flat[offset : offset + numel]))
+                offset += numel
+        return torch.cat(parts)
+
     # ----------------------------------------------------------------------------- helpers
 
     def _plan(self, round: int) -> _RoundPlan:

@@ -52,6 +52,9 @@ class Contribution:
     """Hex SHA-256 of ``payload``'s bytes (the cluster signs and the ledger records it)."""
     stats: Mapping[str, float] = field(default_factory=dict)
     """Local numbers worth reporting (pseudo-gradient norm, error-feedback norm, ...)."""
+    segments: Sequence[int] = ()
+    """Bytes of each tensor's segment of ``payload`` (the low-rank codec's; empty for the
+    dense one): how the owner-reduce exchange splits it (trainer/outer/owner_reduce.py)."""
 
 
 @dataclass(frozen=True, kw_only=True)

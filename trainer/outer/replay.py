@@ -31,6 +31,7 @@ import torch
 from records.outer_step import ClusterVerdict, ContributionScore
 from trainer.model import TIED_HEAD, build_stage
 from trainer.outer import OuterLoop, RoundSignals, build_outer_algorithm
+from trainer.outer.algorithm import payload_digest
 from trainer.outer.contribution_score import (
     FullModelProbe,
     RoundData,
@@ -39,6 +40,7 @@ from trainer.outer.contribution_score import (
 )
 from trainer.outer.errors import OuterStateError, PayloadError
 from trainer.outer.judge import scored_batches
+from trainer.outer.owner_reduce import stage_mean_payload, stage_statistics
 from trainer.outer.verdict import ContributionStatistics
 
 if TYPE_CHECKING:
@@ -138,6 +140,8 @@ def _weights(loops: Sequence[OuterLoop]) -> dict[str, torch.Tensor]:
 def _replay_round(
     config: TrainConfig, loops: Sequence[OuterLoop], recorded: RecordedRound, batches: ScoreBatches
 ) -> ReplayedRound:
+    if config.outer.owner_reduce:
+        return _replay_owned_round(loops, recorded)
     r = recorded.round
     for loop in loops:
         loop.note_round_data(
@@ -194,6 +198,42 @@ def _replay_round(
     return ReplayedRound(
         round=r, digests=[list(e.digests) for e in examinations], verdicts=verdicts
     )
+
+
+def _replay_owned_round(loops: Sequence[OuterLoop], recorded: RecordedRound) -> ReplayedRound:
+    """An owner-reduce round (owner_reduce.py) from every contributor's whole payload: every
+    owner's statistics and mean share computed here, combined as the owners combined them."""
+    r, clusters = recorded.round, list(recorded.clusters)
+    digests = [[payload_digest(p) for p in payloads] for payloads in recorded.payloads]
+    verdicts: list[ClusterVerdict] = []
+    if loops and loops[0].config.anomaly_checks:
+        statistics = ContributionStatistics.combine(
+            [
+                stage_statistics(loop, r, payloads, d)
+                for loop, payloads, d in zip(loops, recorded.payloads, digests, strict=True)
+            ]
+        )
+        per_stage = [
+            loop.rule_on_statistics(clusters, d, statistics)
+            for loop, d in zip(loops, digests, strict=True)
+        ]
+        verdicts = per_stage[0]
+    excluded = {v.cluster for v in recorded.verdicts if v.excluded}
+    included = [c not in excluded for c in clusters]
+    signals = RoundSignals(mean_train_loss=recorded.mean_train_loss)
+    for loop, payloads, d in zip(loops, recorded.payloads, digests, strict=True):
+        own = payloads[clusters.index(loop.cluster)] if loop.cluster in clusters else payloads[0]
+        loop.commit_mean(
+            r,
+            clusters=clusters,
+            digests=d,
+            verdicts=recorded.verdicts,
+            mean_payload=stage_mean_payload(loop, r, payloads, included),
+            own_payload=own,
+            local=[torch.empty_like(p) for p in loop.outer.params],
+            signals=signals,
+        )
+    return ReplayedRound(round=r, digests=digests, verdicts=verdicts)
 
 
 def _stage_loops(

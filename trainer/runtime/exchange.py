@@ -92,6 +92,9 @@ class ContributionHeader:
     stats: Mapping[str, float]
     """The contribution's own numbers (pseudo-gradient norm, ...)."""
     numbers: ClusterNumbers
+    segments: Sequence[int] = ()
+    """Bytes of each tensor's segment of the payload (``Contribution.segments``): the splits of
+    the owner-reduce exchange (owner_exchange.py), known to every member from the headers."""
 
     def to_message(self) -> dict[str, object]:
         return {
@@ -104,6 +107,7 @@ class ContributionHeader:
             "commitments_object": self.commitments_object,
             "stats": dict(self.stats),
             "numbers": self.numbers.to_message(),
+            "segments": list(self.segments),
         }
 
     @classmethod
@@ -122,6 +126,7 @@ class ContributionHeader:
             commitments_object=None if commitments is None else str(commitments),
             stats={str(k): float(v) for k, v in stats.items()},
             numbers=ClusterNumbers.from_message(numbers),
+            segments=[int(str(n)) for n in _list(message.get("segments", []))],
         )
 
 
@@ -352,6 +357,11 @@ def start_exchange(
     if work is not None:
         work.get_future().then(lambda _: pending._completed.append(time.perf_counter()))
     return pending
+
+
+def _list(value: object) -> list[object]:
+    assert isinstance(value, list)  # what to_message wrote
+    return value
 
 
 def _digest(payload: torch.Tensor) -> str:

@@ -33,11 +33,11 @@ from trainer.data.shards import ShardSource
 from trainer.errors import CheckpointError, ConfigError, DataError, WorkerError
 from trainer.model import model_summary
 from trainer.recorder import Recorder, RunIdentity, RunStart
-from trainer.runtime.exchange import PendingExchange
 from trainer.runtime.local_stage import LocalStage
 from trainer.runtime.membership import RoundQuorum
 from trainer.runtime.messages import checkpoint_from, checkpoint_message, keys_from, keys_message
 from trainer.runtime.outer_sync import OuterSync
+from trainer.runtime.owner_exchange import Exchange
 from trainer.runtime.process_setup import Connections
 from trainer.runtime.role import ProcessRole
 from trainer.runtime.spec import START_TIMEOUT
@@ -85,7 +85,7 @@ class Joining:
             )
         return self._restore(resume, listened=None)
 
-    def _restore(self, files: CheckpointFiles, *, listened: PendingExchange | None) -> Cursor:
+    def _restore(self, files: CheckpointFiles, *, listened: Exchange | None) -> Cursor:
         """Take this process's state from ``files`` (its share of a saved step)."""
         cursor = read_cursor(files, config_digest=self.config_digest)
         self.stage.restore(files)
@@ -202,7 +202,7 @@ class Joining:
                 )
             time.sleep(0.05)
 
-    def catch_up(self, quorum: RoundQuorum, listened: PendingExchange | None) -> Cursor:
+    def catch_up(self, quorum: RoundQuorum, listened: Exchange | None) -> Cursor:
         """This cluster listened to round ``quorum.round``: continue from the state recorded
         after it (docs/trainer.md, "Clusters come and go")."""
         if self.role.cluster == 0:
@@ -227,7 +227,7 @@ class Joining:
         )
 
     def _load_recorded(
-        self, checkpoint: CheckpointRef | None, step: int, *, listened: PendingExchange | None
+        self, checkpoint: CheckpointRef | None, step: int, *, listened: Exchange | None
     ) -> Cursor:
         """Start over from the state recorded after ``step`` (own files, or the donor's)."""
         cluster, stage, stages = self.role.cluster, self.role.stage, self.role.stages

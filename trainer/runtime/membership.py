@@ -59,6 +59,7 @@ from trainer.runtime.exchange import (
     completed_exchange,
     start_exchange,
 )
+from trainer.runtime.owner_exchange import PendingOwnerReduce, start_owner_reduce
 
 REPLICA_PREFIX = "veritrain_cluster_"
 """torchft replica ids are ``veritrain_cluster_<j, 5 digits>``: they sort as the clusters do,
@@ -175,11 +176,26 @@ class TorchftMembership:
         *,
         signals: RoundSignals,
         fetch: PayloadFetch | None,
-    ) -> PendingExchange:
+        owner_reduce: bool = False,
+    ) -> PendingExchange | PendingOwnerReduce:
         if not quorum.headers:  # nobody contributed to this round: nothing to send
             self._commit(True)
             return completed_exchange(
                 round=quorum.round, signals=signals, digests={}, length=0, payloads={}, fetch=fetch
+            )
+        if owner_reduce:
+            if self.shard is not None:
+                raise WorkerError("the owner-reduce exchange does not split over replicas yet")
+            return start_owner_reduce(
+                payload,
+                round=quorum.round,
+                cluster=self.cluster,
+                signals=signals,
+                headers=quorum.headers,
+                members=quorum.members,
+                group=self.group,
+                fetch=fetch,
+                on_done=self._commit,
             )
         return start_exchange(
             payload,
@@ -227,6 +243,7 @@ class LoneMembership:
         *,
         signals: RoundSignals,
         fetch: PayloadFetch | None,
+        owner_reduce: bool = False,
     ) -> PendingExchange:
         header = quorum.headers.get(self.cluster)
         return completed_exchange(

@@ -31,6 +31,8 @@ from typing import Protocol
 import torch
 
 from trainer.errors import CheckpointError
+from trainer.outer.algorithm import OuterLoop
+from trainer.outer.owner_reduce import OwnerWire, WholePayloads, apply_owned
 from trainer.outer.protocol import Contribution, OuterAlgorithm, OuterUpdate, RoundSignals
 from trainer.runtime.exchange import (
     ClusterNumbers,
@@ -41,6 +43,7 @@ from trainer.runtime.exchange import (
     mean_train_loss,
 )
 from trainer.runtime.membership import RoundQuorum
+from trainer.runtime.owner_exchange import Exchange, PendingOwnerReduce
 
 
 class Membership(Protocol):
@@ -55,7 +58,8 @@ class Membership(Protocol):
         *,
         signals: RoundSignals,
         fetch: PayloadFetch | None,
-    ) -> PendingExchange: ...
+        owner_reduce: bool = False,
+    ) -> Exchange: ...
 
 
 @dataclass
@@ -73,7 +77,7 @@ class StepExchange:
     quorum_seconds: float = 0.0
     """Time waiting for the round's quorum (the slowest member's arrival, or a silent one's
     heartbeat timeout)."""
-    listened: PendingExchange | None = None
+    listened: Exchange | None = None
     """Set when the quorum was for a later round: the exchange this cluster listened to."""
 
 
@@ -100,7 +104,7 @@ class OuterSync:
         self.fetch = fetch
         self.last_step = last_step
         self.after_apply = after_apply
-        self.pending: PendingExchange | None = None
+        self.pending: Exchange | None = None
         """Under the delay: the exchange launched in the previous step, not applied yet."""
 
     def step(self, step: int, numbers: ClusterNumbers, *, exchange: bool = True) -> StepExchange:
@@ -111,6 +115,13 @@ class OuterSync:
         if not exchange:
             return result
         due = [self.pending] if self.outer.overlapped and self.pending is not None else []
+        if self.owner_reduce:
+            # Its later phases are collectives between the outer loop's computations: apply it
+            # whole before the quorum, which may rebuild the group it runs on (the result does
+            # not depend on when: round t is already contributed).
+            for pending in due:
+                self._apply_into(result, pending)
+            due = []
         for pending in due:
             pending.wait()  # before the quorum: a new quorum may rebuild the group it runs on
         asked = time.perf_counter()
@@ -122,7 +133,11 @@ class OuterSync:
             return result
         signals = RoundSignals(mean_train_loss=mean_train_loss(quorum.headers))
         launched = self.membership.exchange(
-            quorum, result.contribution.payload, signals=signals, fetch=self.fetch
+            quorum,
+            result.contribution.payload,
+            signals=signals,
+            fetch=self.fetch,
+            owner_reduce=self.owner_reduce,
         )
         if self.outer.overlapped:
             self.pending = launched
@@ -132,19 +147,24 @@ class OuterSync:
         else:
             due = [launched]
         for pending in due:
-            result.updates.append(self._apply(pending))
-            result.comm_seconds += pending.total_seconds
-            result.exposed_seconds += pending.exposed_seconds
+            self._apply_into(result, pending)
         return result
 
-    def listen(self, quorum: RoundQuorum) -> PendingExchange:
+    def _apply_into(self, result: StepExchange, pending: Exchange) -> None:
+        result.updates.append(self._apply(pending))
+        result.comm_seconds += pending.total_seconds
+        result.exposed_seconds += pending.exposed_seconds
+
+    def listen(self, quorum: RoundQuorum) -> Exchange:
         """Take part in ``quorum``'s exchange without contributing (this cluster is behind)."""
         signals = (
             RoundSignals(mean_train_loss=mean_train_loss(quorum.headers))
             if quorum.headers
             else _NO_SIGNALS
         )
-        listened = self.membership.exchange(quorum, None, signals=signals, fetch=self.fetch)
+        listened = self.membership.exchange(
+            quorum, None, signals=signals, fetch=self.fetch, owner_reduce=self.owner_reduce
+        )
         listened.wait()
         return listened
 
@@ -174,7 +194,26 @@ class OuterSync:
             fetch=self.fetch,
         )
 
-    def _apply(self, exchange: PendingExchange) -> OuterUpdate:
+    @property
+    def owner_reduce(self) -> bool:
+        """True when the run combines its payloads by owners (trainer/outer/owner_reduce.py)."""
+        return isinstance(self.outer, OuterLoop) and self.outer.config.owner_reduce
+
+    def _apply(self, exchange: Exchange) -> OuterUpdate:
+        if self.owner_reduce:
+            assert isinstance(self.outer, OuterLoop)  # owner_reduce says so
+            wire: OwnerWire
+            if isinstance(exchange, PendingOwnerReduce):
+                wire = exchange
+            else:  # every payload at hand: a lone or resumed cluster
+                wire = WholePayloads(exchange.wait(), cluster=self.outer.cluster)
+            with torch.no_grad():
+                update = apply_owned(self.outer, exchange.round, wire, self.local, exchange.signals)
+            if isinstance(exchange, PendingOwnerReduce):
+                exchange.finish()
+            self.after_apply()
+            return update
+        assert isinstance(exchange, PendingExchange)  # the all-gather's
         payloads = exchange.wait()
         clusters = sorted(payloads)
         with torch.no_grad():

@@ -88,6 +88,7 @@ class ContributionPublisher:
             commitments_object=signed.commitments if signed is not None else None,
             stats=dict(contribution.stats) if contribution is not None else {},
             numbers=numbers,
+            segments=list(contribution.segments) if contribution is not None else [],
         )
 
     def fetch(self, digest: str) -> bytes | None:

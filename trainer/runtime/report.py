@@ -28,6 +28,8 @@ from records.commitments import InnerCommitments
 from records.outer_step import Quorum
 from trainer.data.assignment import AssignmentRule
 from trainer.errors import TrainerError
+from trainer.outer.accounting import owner_reduce_cluster_bytes
+from trainer.outer.owner_reduce import owner_shares, share_bytes
 from trainer.outer.protocol import OuterUpdate
 from trainer.recorder import (
     AnomalyFlag,
@@ -71,6 +73,7 @@ def build_report(
     reports: Sequence[RankReport],
     wall_seconds: float,
     data_parallel: int = 1,
+    owner_reduce: bool = False,
 ) -> OuterStepReport:
     """``headers``: (cluster, stage) -> header, for every stage of every cluster of ``quorum``.
     With ``data_parallel`` D > 1 the metrics add ``bytes_sent_per_replica``: the most bytes one
@@ -84,7 +87,7 @@ def build_report(
         if r.eval_loss is not None
     ]
     step_tokens = len(clusters) * inner_steps * rule.sequences_per_step * rule.context
-    sent = _bytes_sent(method, headers, reports)
+    sent = _owner_reduce_sent(headers) if owner_reduce else _bytes_sent(method, headers, reports)
     metrics: dict[str, float] = {
         "train_loss": _mean([n.train_loss for n in numbers]),
         "lr": numbers[0].lr if numbers else math.nan,
@@ -162,6 +165,25 @@ def _bytes_sent(
     else:
         for (cluster, _), header in headers.items():
             sent[cluster] = sent.get(cluster, 0) + header.length
+    return sent
+
+
+def _owner_reduce_sent(headers: Mapping[tuple[int, int], ContributionHeader]) -> dict[int, int]:
+    """What each contributor sends of this step's round in the owner-reduce exchange, summed
+    over its stages: a function of the round's segment lengths and contributors (the headers),
+    so a re-execution reports the same numbers (trainer/outer/accounting.py)."""
+    stages: dict[int, dict[int, ContributionHeader]] = {}
+    for (cluster, stage), header in headers.items():
+        stages.setdefault(stage, {})[cluster] = header
+    sent: dict[int, int] = {}
+    for by_cluster in stages.values():
+        clusters = sorted(by_cluster)
+        lengths = list(by_cluster[clusters[0]].segments)
+        shares = [share_bytes(lengths, s) for s in owner_shares(lengths, len(clusters))]
+        for owner, cluster in enumerate(clusters):
+            sent[cluster] = sent.get(cluster, 0) + owner_reduce_cluster_bytes(
+                share_bytes=shares, owner=owner
+            )
     return sent
 
 

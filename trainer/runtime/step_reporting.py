@@ -22,7 +22,7 @@ from trainer.config import TrainConfig
 from trainer.data.assignment import AssignmentRule
 from trainer.errors import WorkerError
 from trainer.recorder import ClusterEvidence, Recorder
-from trainer.runtime.exchange import ContributionHeader, PendingExchange
+from trainer.runtime.exchange import ContributionHeader
 from trainer.runtime.membership import header_key
 from trainer.runtime.messages import (
     checkpoint_message,
@@ -33,6 +33,7 @@ from trainer.runtime.messages import (
     request_from,
     request_message,
 )
+from trainer.runtime.owner_exchange import Exchange
 from trainer.runtime.process_setup import Connections
 from trainer.runtime.progress import Progress
 from trainer.runtime.report import RankReport, build_report
@@ -113,6 +114,7 @@ class StepReporting:
             reports=reports,
             wall_seconds=time.perf_counter() - started,
             data_parallel=self.role.replicas,
+            owner_reduce=self.config.outer.owner_reduce,
         )
         request = self.recorder.prepare_outer_step(step_report)
         self.channel.put(f"step/{step}/request", request_message(request))
@@ -179,7 +181,7 @@ class StepReporting:
             for slot, message in sorted(got.items())
         }
 
-    def pending_digests(self, pending: PendingExchange | None) -> tuple[tuple[int, int, str], ...]:
+    def pending_digests(self, pending: Exchange | None) -> tuple[tuple[int, int, str], ...]:
         """(cluster, stage, digest) of the round in flight, every stage (the coordinator saves
         them)."""
         if pending is None:

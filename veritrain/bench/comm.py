@@ -106,6 +106,9 @@ class CommBenchConfig:
     """DiLoCoX's bits per factor element (2, 4, 8, 16, 32); None: the preset's."""
     dense_bits: int | None = None
     """DiLoCoX's bits per element of the tensors sent whole (8, 16); None: the preset's."""
+    exchange: Literal["all-gather", "owner-reduce"] | None = None
+    """How DiLoCoX combines the payloads (``OuterConfig.exchange``); None: the preset's.
+    ``owner-reduce`` turns the contribution scores off, as it must."""
     plots: Path | None = None
     workdir: Path | None = None
     data_dir: Path | None = None
@@ -196,6 +199,15 @@ def run_comm_bench(
         base = replace(base, outer=replace(base.outer, bits=config.bits))  # type: ignore[arg-type]  # OuterConfig checks it
     if config.dense_bits is not None:
         base = replace(base, outer=replace(base.outer, dense_bits=config.dense_bits))  # type: ignore[arg-type]
+    if config.exchange is not None:
+        base = replace(
+            base,
+            outer=replace(
+                base.outer,
+                exchange=config.exchange,
+                anomaly_scores=base.outer.anomaly_scores and config.exchange == "all-gather",
+            ),
+        )
     data_dir = config.data_dir or default_data_dir()
     prepare_data(base.data, data_dir)
     parameters = base.model.parameter_count()
@@ -228,6 +240,7 @@ def run_comm_bench(
             link_runs=link_runs,
             parameters=parameters,
             clusters=base.clusters,
+            owner_reduce=method_config(base, "dilocox").outer.owner_reduce,
             link=LinkReport(
                 shaping=shaping,
                 link_mbit=rate,

@@ -41,11 +41,17 @@ class LinkReport:
     """How the link was chosen (planner numbers), or that it was given."""
 
 
-def bytes_sent(steps: Sequence[StepMetrics], *, parameters: int, clusters: int) -> float:
-    """Bytes one cluster put on the inter-cluster link over ``steps`` (accounting.py)."""
+def bytes_sent(
+    steps: Sequence[StepMetrics], *, parameters: int, clusters: int, measured: bool = False
+) -> float:
+    """Bytes one cluster put on the inter-cluster link over ``steps`` (accounting.py); with
+    ``measured`` (the owner-reduce exchange, which counts what it sends) the mean over the
+    clusters of what their processes reported."""
     total = 0.0
     for step in steps:
-        if step.method == "allreduce":
+        if measured:
+            total += step.metrics["bytes_sent_all_clusters"] / clusters
+        elif step.method == "allreduce":
             total += allreduce_bytes_per_outer_step(
                 parameters=parameters, n_clusters=clusters, inner_steps=step.inner_steps
             )
@@ -104,6 +110,7 @@ def assemble(
     parameters: int,
     clusters: int,
     link: LinkReport,
+    owner_reduce: bool = False,
 ) -> dict[str, Any]:
     """The whole ``--json`` object. ``convergence`` holds allreduce, diloco and dilocox;
     ``link_runs`` the same plus ``dilocox-blocking`` (DiLoCoX without the overlap)."""
@@ -114,7 +121,12 @@ def assemble(
         raise BenchError("expected a 'dilocox-blocking' link run to measure the overlap against")
     methods: dict[str, dict[str, Any]] = {}
     for name, steps in convergence.items():
-        sent = bytes_sent(steps, parameters=parameters, clusters=clusters)
+        sent = bytes_sent(
+            steps,
+            parameters=parameters,
+            clusters=clusters,
+            measured=owner_reduce and name == "dilocox",
+        )
         methods[name] = {
             "final_eval_loss": final_eval_loss(steps),
             "tokens": tokens(steps),

@@ -75,6 +75,13 @@ def comm(
             help="DiLoCoX's bits for tensors sent whole: 8 or 16 (default: the preset's)."
         ),
     ] = None,
+    exchange: Annotated[
+        str | None,
+        typer.Option(
+            help="How DiLoCoX combines payloads: all-gather, or owner-reduce (bytes per cluster "
+            "that do not grow with the clusters; contribution scores off). Default: the preset's."
+        ),
+    ] = None,
     workdir: Workdir = None,
 ) -> None:
     """Convergence at equal tokens, bytes per token and throughput on an emulated slow link."""
@@ -83,6 +90,10 @@ def comm(
     if shaping not in ("auto", "netns-tc", "software"):
         raise typer.BadParameter(
             f"expected auto, netns-tc or software, got {shaping!r}", param_hint="--shaping"
+        )
+    if exchange not in (None, "all-gather", "owner-reduce"):
+        raise typer.BadParameter(
+            f"expected all-gather or owner-reduce, got {exchange!r}", param_hint="--exchange"
         )
     config = CommBenchConfig(
         quick=quick,
@@ -99,6 +110,7 @@ def comm(
         rank=rank,
         bits=bits,
         dense_bits=dense_bits,
+        exchange=exchange,  # type: ignore[arg-type]  # checked above
     )
     _print(run_comm_bench(config, say=_say), json_output)
 

@@ -55,6 +55,10 @@ from veritrain.sources import RunSource, read_verified
 from veritrain.sources.downloads import download_object, read_checkpoint_manifest
 from veritrain.sources.recorded_run import LogEntry, RecordedRun
 
+PAYLOAD_LIMIT = 1 << 32
+"""The largest contribution payload verify reads into memory (4 GiB: a stage of a 100B-parameter
+model at rank 64 is ~100 MB)."""
+
 CHECK = 12
 ALL_STEPS = 8
 """Runs of at most this many steps have every step recomputed (12b)."""
@@ -234,10 +238,18 @@ def _recompute(
                 _tensor_file(source, before, outer_file(0, s), work / "before")
                 for s in range(config.stages)
             ]
-        exchanged = [
-            read_exchange(_tensor_file(source, step.checkpoint, exchange_file(s), work / "after"))
-            for s in range(config.stages)
-        ]
+        exchanged = (
+            # No cluster holds every payload of an owner-reduce round: each is read from the
+            # store by the digest its cluster signed.
+            _signed_payloads(source, step)
+            if config.outer.owner_reduce
+            else [
+                read_exchange(
+                    _tensor_file(source, step.checkpoint, exchange_file(s), work / "after")
+                )
+                for s in range(config.stages)
+            ]
+        )
         rounds = [_recorded_round(run, step, applied, exchanged) for applied in step.applied]
         replayed = replay_step(config, states, rounds, reader)
         weights = _model_weights(source, step, config, work / "after")
@@ -253,6 +265,21 @@ def _recompute(
     wrong_weights = _compare_weights(replayed, weights, bitwise=bitwise)
     if wrong_weights:
         result.fail(wrong_weights, index=entry.index, step=step.step)
+
+
+def _signed_payloads(
+    source: RunSource, step: OuterStep
+) -> list[dict[int, dict[int, torch.Tensor]]]:
+    """Per stage: round -> cluster -> payload, for every contribution the step applied, read
+    by its recorded digest (and re-hashed)."""
+    stages: dict[int, dict[int, dict[int, torch.Tensor]]] = {}
+    for applied in step.applied:
+        for c in applied.contribution_digests:
+            data = read_verified(source, c.digest, max_size=PAYLOAD_LIMIT)
+            stages.setdefault(c.stage, {}).setdefault(applied.round, {})[c.cluster] = (
+                torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            )
+    return [stages.get(s, {}) for s in range(max(stages, default=-1) + 1)]
 
 
 def _recorded_round(

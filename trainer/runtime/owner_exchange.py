@@ -1,0 +1,359 @@
+"""The owner-reduce exchange on the wire (``OuterConfig.exchange = "owner-reduce"``;
+the combination itself: trainer/outer/owner_reduce.py).
+
+Three collectives over torchft's process group of the round's quorum, in this order on every
+member (a member that only listens -- a cluster catching up -- takes part with empty or zero
+buffers, so nobody waits for it):
+
+1. ``all_to_all_single`` (launched at once, ``async_op=True``: under the one-step delay it runs
+   while the next round computes): every contributor sends each owner the segments of that
+   owner's share of its payload; the splits follow from the headers' segment lengths, so every
+   member knows every size without asking;
+2. ``all_gather`` of each owner's share of the verdict statistics (``C(C+1)/2 + C + 2``
+   float64 sums);
+3. ``all_to_all_single`` of each owner's re-encoded mean share to every other contributor (an
+   all-gather of shares of different sizes, unpadded; a listener is sent none).
+
+Phases 2 and 3 need the outcome of the one before, so they run when the round is applied
+(their seconds are exposed). If any of them fails -- a member died, the link broke -- this
+process fetches every contributor's whole payload from where its sender kept it (checked
+against the signed digest) and computes every owner's part itself: the result is a function of
+the signed payloads alone, so it is the same bits either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from trainer.errors import WorkerError
+from trainer.outer.accounting import statistics_floats
+from trainer.outer.owner_reduce import owner_shares, piece, share_bytes, unpiece
+from trainer.outer.protocol import RoundSignals
+from trainer.outer.verdict import ContributionStatistics
+from trainer.runtime.exchange import (
+    ContributionHeader,
+    PayloadFetch,
+    PendingExchange,
+    completed_exchange,
+)
+
+log = logging.getLogger(__name__)
+
+
+def _sums(statistics: ContributionStatistics) -> list[float]:
+    n = statistics.clusters
+    values = [statistics.gram[i][j] for i in range(n) for j in range(i, n)]
+    if statistics.previous is None or statistics.previous_square is None:
+        return values + [0.0] * n + [0.0, 0.0]
+    return values + list(statistics.previous) + [statistics.previous_square, 1.0]
+
+
+def _from_sums(values: list[float], mine: ContributionStatistics) -> ContributionStatistics:
+    n = mine.clusters
+    gram = [[0.0] * n for _ in range(n)]
+    at = 0
+    for i in range(n):
+        for j in range(i, n):
+            gram[i][j] = gram[j][i] = values[at]
+            at += 1
+    has_previous = values[at + n + 1] == 1.0
+    return ContributionStatistics(
+        gram=tuple(tuple(row) for row in gram),
+        previous=tuple(values[at : at + n]) if has_previous else None,
+        previous_square=values[at + n] if has_previous else None,
+        repeated=mine.repeated,
+        digests=mine.digests,
+    )
+
+
+@dataclass
+class PendingOwnerReduce:
+    """An owner-reduce exchange in flight for ``round`` (phase 1 launched)."""
+
+    round: int
+    signals: RoundSignals
+    digests: Mapping[int, str]
+    """The payload digest each contributor committed to, by cluster (this stage's)."""
+    lengths: Sequence[int]
+    """The round's per-tensor segment lengths (from the headers)."""
+    members: Sequence[int]
+    """The quorum's clusters in process-group rank order."""
+    cluster: int
+    """This process's cluster."""
+    group: dist.ProcessGroup | None
+    work: dist.Work | None
+    received: torch.Tensor
+    """Phase 1's output: this owner's share from every member, in member order."""
+    started: float
+    fetch: PayloadFetch | None = None
+    on_done: Callable[[bool], None] | None = None
+    own_payload: torch.Tensor | None = None
+    bytes_sent: int = 0
+    """Bytes this process put on the wire between clusters (all three phases)."""
+    exposed_seconds: float = 0.0
+    _completed: list[float] = field(default_factory=list)
+    _failed: bool = False
+    _payloads: dict[int, torch.Tensor] | None = None
+
+    @property
+    def contributors(self) -> list[int]:
+        return sorted(self.digests)
+
+    @property
+    def shares(self) -> list[list[int]]:
+        return owner_shares(self.lengths, len(self.digests))
+
+    @property
+    def total_seconds(self) -> float:
+        return self._completed[-1] - self.started if self._completed else 0.0
+
+    # -- trainer/outer/owner_reduce.OwnerWire --------------------------------------------------
+
+    @property
+    def clusters(self) -> list[int]:
+        return self.contributors
+
+    @property
+    def payload_digests(self) -> list[str]:
+        return [self.digests[c] for c in self.contributors]
+
+    @property
+    def owner(self) -> int:
+        return self.contributors.index(self.cluster)
+
+    def segments(self) -> list[dict[int, torch.Tensor]] | None:
+        """Every contributor's segments of this owner's share (cluster order); None when the
+        wire failed."""
+        if not self._wait_phase_one():
+            return None
+        share = self.shares[self.owner]
+        width = share_bytes(self.lengths, share)
+        out, at = [], 0
+        for member in self.members:
+            if member in self.digests:
+                out.append(unpiece(self.received[at : at + width], self.lengths, share))
+                at += width
+        return out
+
+    def gather_statistics(
+        self, mine: ContributionStatistics | None
+    ) -> list[ContributionStatistics] | None:
+        """Every owner's statistics (owner order); ``mine`` None: a listener's zeros. Only the
+        sums travel (float64: exact as computed); the digests and repeats are the same for every
+        owner (the headers') and are taken from ``mine``."""
+        n = len(self.digests)
+        values = _sums(mine) if mine is not None else [0.0] * statistics_floats(n)
+        gathered = self._all_gather(torch.tensor(values, dtype=torch.float64))
+        if gathered is None or mine is None:
+            return None
+        by_member = dict(zip(self.members, gathered, strict=True))
+        return [_from_sums(by_member[c].tolist(), mine) for c in self.contributors]
+
+    def gather_means(self, mine: torch.Tensor | None) -> list[torch.Tensor] | None:
+        """Every owner's mean share (owner order; None for a listener, which is sent none);
+        ``mine`` None: a listener's or an owner's whose every contribution was excluded. An
+        all-to-all in which each owner sends its share to every other contributor: shares of
+        different sizes travel unpadded."""
+        if self._failed or self.group is None:
+            self._failed = True
+            return None
+        shares = [share_bytes(self.lengths, s) for s in self.shares]
+        width = shares[self.owner] if self.cluster in self.digests else 0
+        own = mine if mine is not None else torch.zeros(width, dtype=torch.uint8)
+        if own.numel() != width:
+            raise WorkerError(
+                f"round {self.round}: expected a mean share of {width} bytes, got {own.numel()}"
+            )
+        owned = dict(zip(self.contributors, shares, strict=True))
+        listening = self.cluster not in self.digests
+        # A listener applies nothing now: it is sent nothing.
+        output_splits = [0 if listening else owned.get(m, 0) for m in self.members]
+        input_splits = [width if m in self.digests else 0 for m in self.members]
+        received = torch.empty(sum(output_splits), dtype=torch.uint8)
+        before = time.perf_counter()
+        try:
+            work = dist.all_to_all_single(
+                received,
+                own.repeat(sum(m in self.digests for m in self.members)),
+                output_split_sizes=output_splits,
+                input_split_sizes=input_splits,
+                group=self.group,
+                async_op=True,
+            )
+            assert work is not None  # async_op=True returns the work
+            if work.wait() is False:
+                self._failed = True
+        except RuntimeError as exc:
+            log.warning("round %d: the all-to-all of the means failed (%s)", self.round, exc)
+            self._failed = True
+        self.exposed_seconds += time.perf_counter() - before
+        if self._failed or listening:
+            return None
+        self.bytes_sent += (len(self.digests) - 1) * width
+        by_member = dict(zip(self.members, torch.split(received, output_splits), strict=True))
+        return [by_member[c].clone() for c in self.contributors]
+
+    def payloads(self) -> list[torch.Tensor]:
+        """Every contributor's whole payload, fetched by its signed digest (cluster order)."""
+        if self._payloads is None:
+            self._failed = True
+            own = (
+                {self.cluster: self.own_payload}
+                if self.own_payload is not None and self.cluster in self.digests
+                else {}
+            )
+            fetched = completed_exchange(
+                round=self.round,
+                signals=self.signals,
+                digests=self.digests,
+                length=sum(self.lengths),
+                payloads=own,
+                fetch=self.fetch,
+            )
+            self._payloads = fetched.wait()
+        return [self._payloads[c] for c in self.contributors]
+
+    # -- a listener ------------------------------------------------------------------------
+
+    def wait(self) -> dict[int, torch.Tensor]:
+        """A listener's part: phases 1-3 with nothing of its own (it applies nothing now; a
+        cluster catching up fetches the round's payloads afterwards)."""
+        self._wait_phase_one()
+        if not self._failed:
+            self.gather_statistics(None)
+        if not self._failed:
+            self.gather_means(None)
+        self.finish()
+        return {}
+
+    def finish(self) -> None:
+        """Tell torchft whether the wire delivered (once)."""
+        self._completed.append(time.perf_counter())
+        if self.on_done is not None:
+            self.on_done(not self._failed)
+            self.on_done = None
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _wait_phase_one(self) -> bool:
+        if self.work is not None:
+            before = time.perf_counter()
+            try:
+                if self.work.wait() is False:
+                    self._failed = True
+            except RuntimeError as exc:  # a member died or the link broke mid-exchange
+                log.warning("round %d: the all-to-all failed (%s)", self.round, exc)
+                self._failed = True
+            self.work = None
+            self._completed.append(time.perf_counter())
+            self.exposed_seconds += time.perf_counter() - before
+        elif self.group is None:
+            self._failed = True
+        return not self._failed
+
+    def _all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor] | None:
+        if self._failed or self.group is None:
+            self._failed = True
+            return None
+        before = time.perf_counter()
+        gathered = [torch.empty_like(tensor) for _ in self.members]
+        try:
+            work = dist.all_gather(gathered, tensor, group=self.group, async_op=True)
+            assert work is not None  # async_op=True returns the work
+            if work.wait() is False:
+                self._failed = True
+        except RuntimeError as exc:
+            log.warning("round %d: an owner-reduce all-gather failed (%s)", self.round, exc)
+            self._failed = True
+        self.exposed_seconds += time.perf_counter() - before
+        if self._failed:
+            return None
+        self.bytes_sent += (len(self.members) - 1) * tensor.numel() * tensor.element_size()
+        return gathered
+
+
+Exchange = PendingExchange | PendingOwnerReduce
+"""An exchange in flight, whichever the run's ``OuterConfig.exchange``."""
+
+
+def start_owner_reduce(
+    payload: torch.Tensor | None,
+    *,
+    round: int,
+    cluster: int,
+    signals: RoundSignals,
+    headers: Mapping[int, ContributionHeader],
+    members: Sequence[int],
+    group: dist.ProcessGroup,
+    fetch: PayloadFetch | None,
+    on_done: Callable[[bool], None] | None,
+) -> PendingOwnerReduce:
+    """Launch phase 1 for this process's ``payload`` (None: a listener) over the quorum's
+    ``group``; the headers of every contributor carry the round's segment lengths."""
+    layouts = {tuple(h.segments) for h in headers.values()}
+    if len(layouts) != 1 or not next(iter(layouts)):
+        raise WorkerError(
+            f"round {round}: expected one payload layout from every contributor, got "
+            f"{sorted(layouts)}"
+        )
+    lengths = list(next(iter(layouts)))
+    contributors = sorted(headers)
+    shares = owner_shares(lengths, len(contributors))
+    contributing = payload is not None and cluster in headers
+    if contributing:
+        assert payload is not None
+        if payload.numel() != sum(lengths):
+            raise WorkerError(
+                f"round {round}: expected a payload of {sum(lengths)} bytes, got {payload.numel()}"
+            )
+    mine = shares[contributors.index(cluster)] if cluster in headers else []
+    inputs, input_splits, output_splits = [], [], []
+    for member in members:
+        if member in headers and contributing:
+            assert payload is not None
+            part = piece(payload.cpu().contiguous(), lengths, shares[contributors.index(member)])
+            inputs.append(part)
+            input_splits.append(part.numel())
+        else:
+            input_splits.append(0)
+        output_splits.append(share_bytes(lengths, mine) if member in headers else 0)
+    sending = torch.cat(inputs) if inputs else torch.zeros(0, dtype=torch.uint8)
+    received = torch.empty(sum(output_splits), dtype=torch.uint8)
+    started = time.perf_counter()
+    work: dist.Work | None
+    try:
+        work = dist.all_to_all_single(
+            received,
+            sending,
+            output_split_sizes=output_splits,
+            input_split_sizes=input_splits,
+            group=group,
+            async_op=True,
+        )
+    except RuntimeError as exc:  # the group broke before the exchange could start
+        log.warning("round %d: the all-to-all could not start (%s)", round, exc)
+        work = None
+    own_share = share_bytes(lengths, mine) if contributing else 0
+    pending = PendingOwnerReduce(
+        round=round,
+        signals=signals,
+        digests={c: h.digest for c, h in headers.items()},
+        lengths=lengths,
+        members=list(members),
+        cluster=cluster,
+        group=group if work is not None else None,
+        work=work,
+        received=received,
+        started=started,
+        fetch=fetch,
+        on_done=on_done,
+        own_payload=payload.cpu() if contributing and payload is not None else None,
+        bytes_sent=int(sending.numel()) - own_share,
+    )
+    return pending
