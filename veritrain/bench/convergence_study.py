@@ -25,7 +25,6 @@ batches -- the ``loss_gap`` of ``bench comm`` when read at the last step.
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import time
 from collections.abc import Callable, Sequence
@@ -279,18 +278,20 @@ def _assemble(
 ) -> dict[str, Any]:
     rows = []
     for arm in arms:
-        per_seed = {}
+        per_seed: dict[str, dict[str, Any]] = {}
+        gaps: dict[int, list[float]] = {}
         for seed in seeds:
             run, reference = results[(arm.name, seed)], results[("allreduce", seed)]
             baseline = dict(reference.curve)
+            gaps[seed] = [loss / baseline[step] - 1.0 for step, loss in run.curve]
             per_seed[str(seed)] = {
                 "final_loss": run.final_eval_loss,
                 "curve": [[step, loss] for step, loss in run.curve],
-                "gap": [loss / baseline[step] - 1.0 for step, loss in run.curve],
+                "gap": gaps[seed],
                 "bytes_per_cluster": run.bytes_per_cluster,
                 "diverged": run.diverged,
             }
-        finals = [per_seed[str(s)]["gap"][-1] for s in seeds]
+        finals = [gaps[s][-1] for s in seeds]
         first = results[(arm.name, seeds[0])]
         rows.append(
             {
@@ -306,8 +307,7 @@ def _assemble(
                 "final_gap_mean": sum(finals) / len(finals),
                 "final_gap_max": max(finals),
                 "mean_gap_by_outer_step": [
-                    sum(per_seed[str(s)]["gap"][t] for s in seeds) / len(seeds)
-                    for t in range(len(per_seed[str(seeds[0])]["gap"]))
+                    sum(gaps[s][t] for s in seeds) / len(seeds) for t in range(len(gaps[seeds[0]]))
                 ],
                 "seeds": per_seed,
             }
@@ -389,7 +389,3 @@ def plot_gaps(data: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
-
-
-def _finite(values: Sequence[float]) -> bool:
-    return all(math.isfinite(v) for v in values)
