@@ -10,7 +10,7 @@ Each sweep appends one JSON line per run to ``<out>/<sweep>.jsonl`` (runs alread
 skipped, so a sweep can be resumed). ``--report`` prints the markdown table of every run (loss
 gap to plain DiLoCo and AllReduce, bytes ratio) and draws the trade-off plot.
 
-Every run trains with the trainer's inner loop (research/simulate.py): ``InnerConfig()``, the
+Every run trains with the trainer's inner loop (veritrain/bench/simulate.py): ``InnerConfig()``, the
 defaults a ``TrainConfig`` gets, with a warm-up of ``WARMUP_STEPS`` (``--warmup-steps``).
 Data: byte-level tokens of this Python's standard-library ``.py`` sources (sorted paths, so
 the corpus is identical on every machine with the same Python version); every 20th file is
@@ -32,10 +32,10 @@ from typing import Any
 
 import torch
 
-from research.simulate import Batch, Batches, SimulationConfig, SimulationResult, simulate
 from trainer.config import InnerConfig
 from trainer.model import ModelConfig
 from trainer.outer.config import OuterConfig
+from veritrain.bench.simulate import Batch, Batches, SimulationConfig, SimulationResult, simulate
 
 MODEL = ModelConfig(
     vocab_size=256,

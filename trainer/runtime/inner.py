@@ -20,7 +20,7 @@ The schedule is a function of the global inner step i: linear warm-up to ``lr`` 
 (T * H); beyond it (adaptive H can run longer) it stays at the floor.
 
 The schedule (``learning_rate``), the optimiser (``inner_adamw``) and the clipping rule
-(``clip_to_norm``) are plain functions so that research/simulate.py, where the outer defaults
+(``clip_to_norm``) are plain functions so that veritrain/bench/simulate.py, where the outer defaults
 were measured, runs this very inner loop.
 
 Precision (``TrainConfig.precision``): ``fp32`` runs everything in float32; ``bf16`` runs the

@@ -9,7 +9,7 @@ What is the trainer's and what is simulated:
   outer algorithm (``build_outer_algorithm``: pseudo-gradients, codec, verdicts, contribution
   scores through ``FullModelJudge``) are the trainer's;
 * the processes and the all-gather are simulated: clusters run one after the other and the
-  gather is a list in cluster order, as in research/simulate.py. One judge is shared by the
+  gather is a list in cluster order, as in veritrain/bench/simulate.py. One judge is shared by the
   honest clusters (they judge the same payloads, so the trainer's clusters compute the same
   verdict C times; here it is computed once).
 

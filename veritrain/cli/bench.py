@@ -1,5 +1,5 @@
-"""``veritrain bench comm|ledger|storage|data|audit|throughput|poison``: the measurements behind the
-project's claims.
+"""``veritrain bench comm|convergence|ledger|storage|data|audit|throughput|poison``: the
+measurements behind the project's claims.
 
 Each command parses its options and calls its benchmark's one entry point in
 ``veritrain.bench``; ``--json`` prints that result as one JSON object on stdout (progress goes
@@ -113,6 +113,49 @@ def comm(
         exchange=exchange,  # type: ignore[arg-type]  # checked above
     )
     _print(run_comm_bench(config, say=_say), json_output)
+
+
+@app.command("convergence")
+def convergence(
+    quick: Quick = False,
+    json_output: Json = False,
+    preset: Annotated[
+        str, typer.Option(help="Run preset every method trains (trainer/presets.py).")
+    ] = "tiny",
+    seed: Annotated[
+        list[int] | None, typer.Option(help="Seeds (repeat the option); default 0, 1 and 2.")
+    ] = None,
+    outer_steps: Annotated[
+        int | None, typer.Option(min=1, help="T of every run (default: by mode).")
+    ] = None,
+    inner_steps: Annotated[
+        int | None, typer.Option(min=1, help="H of every run (default: by mode).")
+    ] = None,
+    levers: Annotated[
+        bool, typer.Option("--levers", help="Also train each lever of issue #24 on its own.")
+    ] = False,
+    jobs: Annotated[int, typer.Option(min=1, help="Runs trained at once, a process each.")] = 1,
+    plot: Annotated[
+        Path | None, typer.Option(help="Write the loss-gap-per-outer-step PNG here.")
+    ] = None,
+) -> None:
+    """Loss gap to AllReduce per outer step for DiLoCo and DiLoCoX, compute only (no link)."""
+    from veritrain.bench.convergence_study import (
+        ConvergenceStudyConfig,
+        run_convergence_study,
+    )
+
+    config = ConvergenceStudyConfig(
+        quick=quick,
+        preset=preset,
+        seeds=tuple(seed) if seed else (0, 1, 2),
+        outer_steps=outer_steps,
+        inner_steps=inner_steps,
+        levers=levers,
+        jobs=jobs,
+        plot=plot,
+    )
+    _print(run_convergence_study(config, say=_say), json_output)
 
 
 @app.command("ledger")

@@ -1,4 +1,4 @@
-"""The single-process simulator behind the outer defaults (research/simulate.py) runs the
+"""The single-process simulator behind the outer defaults (veritrain/bench/simulate.py) runs the
 trainer's own inner loop."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from research.outer import make_batches, make_eval_batches
-from research.simulate import SimulationConfig, simulate
 from trainer.config import InnerConfig
 from trainer.errors import ConfigError
 from trainer.model import ModelConfig
 from trainer.outer import OuterConfig
 from trainer.outer.accounting import allreduce_bytes_per_outer_step
+from veritrain.bench.simulate import SimulationConfig, simulate
 
 TINY = ModelConfig(
     vocab_size=256,

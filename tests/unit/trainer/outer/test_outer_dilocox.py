@@ -115,6 +115,44 @@ def test_error_feedback_makes_the_transmitted_sum_converge_to_the_input_sum(name
     assert relative[-1] < relative[60] < relative[30] < relative[0]
 
 
+@pytest.mark.parametrize("two_sided", [True, False], ids=["two-sided", "one-sided"])
+@pytest.mark.parametrize("bits", [2, 4, 32])
+def test_local_error_feedback_carries_the_residual_exactly(named_params, bits, two_sided):
+    """What a round could not send is neither lost nor sent twice: after every round the
+    cluster resumes exactly where its inner steps left it (θ minus the residual), and what θ
+    received plus the residual is everything the cluster trained, to fp32 rounding."""
+    config = compressed(
+        rank=4, bits=bits, two_sided=two_sided, dense_bits=8, anomaly_checks=False, **PLAIN_SGD
+    )
+    algo = build_clusters(config, named_params, n_clusters=1)[0]
+    local = start_locals(named_params, 1)[0]
+    theta0 = [p.clone() for _, p in named_params]
+    for t in range(6):
+        train_locals([local], named_params, t)
+        trained = [p.clone() for p in local]  # where the inner steps left the cluster
+        blocking_round([algo], [local], t)
+        residual = algo.codec.residual()
+        theta = algo.global_parameters()
+        dropped = sum(float(e.norm() ** 2) for e in residual) ** 0.5
+        assert dropped > 0.1 * sum(
+            float((a - b).norm() ** 2) for a, b in zip(theta0, trained, strict=True)
+        ) ** 0.5 / (t + 1), "compression dropped nothing"
+        for name_p, p, start, th, e, origin in zip(
+            named_params, local, trained, theta, residual, theta0, strict=True
+        ):
+            scale = float((origin - start).abs().max())
+            # 1. The next round starts at θ − e: the cluster's own progress, kept whole.
+            torch.testing.assert_close(p, start, rtol=0, atol=1e-6 * max(scale, 1e-3))
+            # 2. θ's total movement plus the residual is the total trained drift.
+            torch.testing.assert_close(
+                (origin - th) + e,
+                origin - start,
+                rtol=0,
+                atol=1e-6 * max(scale, 1e-3),
+                msg=lambda m, name=name_p[0], t=t: f"{name} after round {t}: {m}",
+            )
+
+
 def test_without_error_feedback_the_sums_stay_apart(named_params):
     without = transmitted_vs_input(named_params, "none", rounds=60)
     # What a round cannot carry is lost for good: the gap stays a fixed fraction of the sum.

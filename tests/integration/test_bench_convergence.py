@@ -1,0 +1,59 @@
+"""``veritrain bench convergence --quick``: the loss gap to AllReduce, outer step by outer step,
+for DiLoCo and DiLoCoX trained on the same windows, and the plot docs/benchmarks.md shows."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_quick_study_reports_each_methods_gap_per_outer_step_and_draws_it(tmp_path: Path):
+    plot = tmp_path / "gap.png"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "veritrain",
+            "bench",
+            "convergence",
+            "--quick",
+            "--json",
+            "--seed",
+            "0",
+            "--outer-steps",
+            "3",
+            "--inner-steps",
+            "4",
+            "--plot",
+            str(plot),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    data = json.loads(completed.stdout)
+    arms = {arm["name"]: arm for arm in data["arms"]}
+    assert list(arms) == ["allreduce", "diloco", "dilocox"]
+    assert data["schedule"] == {"outer_steps": 3, "inner_steps": 4}
+    # AllReduce is the reference: no gap to itself, at every outer step.
+    assert arms["allreduce"]["seeds"]["0"]["gap"] == [0.0, 0.0, 0.0]
+    for name in ("diloco", "dilocox"):
+        seed0 = arms[name]["seeds"]["0"]
+        assert len(seed0["gap"]) == 3, name
+        # The gap is the held-out loss against AllReduce's at the same inner step.
+        reference = dict((step, loss) for step, loss in arms["allreduce"]["seeds"]["0"]["curve"])
+        step, loss = seed0["curve"][-1]
+        assert seed0["gap"][-1] == pytest.approx(loss / reference[step] - 1.0)
+    # DiLoCo sends an fp32 pseudo-gradient every H steps: H x fewer bytes than AllReduce, and
+    # DiLoCoX compresses it further.
+    assert arms["diloco"]["bytes_ratio"] == pytest.approx(4.0)
+    assert arms["dilocox"]["bytes_ratio"] > 10 * arms["diloco"]["bytes_ratio"]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,392 @@
+"""``veritrain bench convergence``: AllReduce, DiLoCo and DiLoCoX at equal tokens, compute only.
+
+The question (issue #24): how far behind synchronous AllReduce does a low-communication method
+end, at the same tokens, and what closes the gap? ``bench comm`` answers it once per method
+with the real multi-process trainer next to a throughput measurement on an emulated link; this
+study answers it for many configurations and seeds, so it runs without the link and without
+the processes:
+
+* every run is one process (simulate.py): C clusters' models, each with the trainer's inner
+  AdamW step, and one ``OuterAlgorithm`` per cluster built by ``build_outer_algorithm`` -- the
+  objects the distributed runtime uses, in its call order. Only the pipeline split is
+  simulated away: AllReduce's losses equal ``bench comm``'s up to floating-point summation
+  order (within 3e-4 at the ``tiny`` preset); DiLoCoX's also differ by its bases, drawn per
+  stage shard in the trainer and for the whole model here (within 0.03 at ``tiny``);
+* the data are the preset's corpus, read with the trainer's own assignment rule
+  (trainer/data/assignment.py): every method trains the same windows in the same order, and
+  AllReduce takes one step on the union of the clusters' batches;
+* each arm names one configuration: the three methods as the preset runs them, and with
+  ``--levers`` the levers of issue #24 one at a time on top of the previous DiLoCoX defaults,
+  then combined (``LEVERS``).
+
+The loss gap of an arm at an outer step is ``loss / loss_AllReduce − 1`` at the same inner step
+(the same tokens), the held-out loss of the global parameters θ over the preset's evaluation
+batches -- the ``loss_gap`` of ``bench comm`` when read at the last step.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer.api import assignment_rule, default_data_dir
+from trainer.config import Method, TrainConfig
+from trainer.data.build import prepare_data
+from trainer.data.reader import BatchReader
+from trainer.outer.config import OuterConfig
+from trainer.presets import run_preset
+from veritrain.bench.simulate import SimulationConfig, SimulationResult, simulate
+from veritrain.errors import BenchError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Arm:
+    """One configuration the study trains at every seed."""
+
+    name: str
+    method: Method
+    outer: OuterConfig | None
+    """None for AllReduce."""
+    lever: str
+    """What this arm changes, in words (the table's last column)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudySchedule:
+    outer_steps: int
+    """T: rounds of every DiLoCo/DiLoCoX run (AllReduce takes T·H steps)."""
+    inner_steps: int
+    """H."""
+
+
+QUICK = StudySchedule(outer_steps=8, inner_steps=25)
+"""``bench comm --quick``'s schedule: the one the issue's targets are read at."""
+FULL = StudySchedule(outer_steps=40, inner_steps=25)
+"""``bench comm``'s full schedule: five times the tokens, long enough for the gap to settle
+(docs/benchmarks.md)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConvergenceStudyConfig:
+    quick: bool = False
+    preset: str = "tiny"
+    seeds: tuple[int, ...] = (0, 1, 2)
+    outer_steps: int | None = None
+    inner_steps: int | None = None
+    levers: bool = False
+    """Train every lever of ``LEVERS`` too (otherwise the three methods only)."""
+    jobs: int = 1
+    """Runs trained at once, one process each."""
+    plot: Path | None = None
+    data_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if not self.seeds:
+            raise BenchError("expected at least one seed, got none")
+        if self.jobs < 1:
+            raise BenchError(f"expected --jobs >= 1, got {self.jobs}")
+
+    @property
+    def schedule(self) -> StudySchedule:
+        base = QUICK if self.quick else FULL
+        return StudySchedule(
+            outer_steps=self.outer_steps or base.outer_steps,
+            inner_steps=self.inner_steps or base.inner_steps,
+        )
+
+
+def study_arms(base: TrainConfig, *, levers: bool) -> list[Arm]:
+    """AllReduce, DiLoCo (the paper's settings) and DiLoCoX (the preset's), then the levers."""
+    dilocox = base.outer if base.outer.kind == "dilocox" else replace(base.outer, kind="dilocox")
+    arms = [
+        Arm(name="allreduce", method="allreduce", outer=None, lever="the baseline"),
+        Arm(
+            name="diloco",
+            method="diloco",
+            outer=OuterConfig(kind="diloco", outer_lr=0.7, outer_momentum=0.9),
+            lever="DiLoCo's paper settings: fp32, blocking, lr 0.7, Nesterov 0.9",
+        ),
+        Arm(name="dilocox", method="dilocox", outer=dilocox, lever="the preset's DiLoCoX"),
+    ]
+    if levers:
+        arms += [
+            Arm(name=name, method="dilocox", outer=change(PREVIOUS_TINY), lever=text)
+            for name, text, change in LEVERS
+        ]
+    return arms
+
+
+PREVIOUS_TINY = OuterConfig(kind="dilocox", bits=2, dense_bits=8)
+"""The ``tiny`` preset's DiLoCoX before this study (rank 28, int2 factors, int8 norms and
+biases, overlap with the anchored look-ahead, outer lr 0.5 / momentum 0.8): every lever is
+measured as one change to it."""
+
+LEVERS: list[tuple[str, str, Callable[[OuterConfig], OuterConfig]]] = [
+    ("previous", "the tiny preset before the study", lambda c: c),
+    (
+        "lr1-m0",
+        "outer lr 1.0, no momentum (plain averaging)",
+        lambda c: replace(c, outer_lr=1.0, outer_momentum=0.0),
+    ),
+    (
+        "lr0.7-m0.5",
+        "outer lr 0.7, Nesterov 0.5",
+        lambda c: replace(c, outer_lr=0.7, outer_momentum=0.5),
+    ),
+    (
+        "blocking",
+        "no one-step-delay overlap (lr 0.5 / 0.8 kept)",
+        lambda c: replace(c, overlap=False, outer_lr=c.lr, outer_momentum=c.momentum),
+    ),
+    (
+        "blocking-lr1-m0",
+        "blocking and plain averaging",
+        lambda c: replace(c, overlap=False, outer_lr=1.0, outer_momentum=0.0),
+    ),
+    (
+        "blocking-lr1-m0-ef-buffer",
+        "... with buffer error feedback instead of local",
+        lambda c: replace(
+            c, overlap=False, outer_lr=1.0, outer_momentum=0.0, error_feedback="buffer"
+        ),
+    ),
+    (
+        "blocking-lr1-m0-no-ef",
+        "... without error feedback",
+        lambda c: replace(
+            c, overlap=False, outer_lr=1.0, outer_momentum=0.0, error_feedback="none"
+        ),
+    ),
+    (
+        "blocking-lr1-m0-fp32",
+        "... fp32 factors, bf16 small tensors (no quantisation; 13x the bytes)",
+        lambda c: replace(
+            c, overlap=False, outer_lr=1.0, outer_momentum=0.0, bits=32, dense_bits=16
+        ),
+    ),
+    (
+        "blocking-lr1-m0-int4-r14",
+        "... int4 factors at rank 14 (the same bytes as int2 at rank 28)",
+        lambda c: replace(c.with_rank(14), overlap=False, outer_lr=1.0, outer_momentum=0.0, bits=4),
+    ),
+    (
+        "blocking-lr1-m0-block32",
+        "... quantisation blocks of 32 (a scale per 32 values instead of 64)",
+        lambda c: replace(c, overlap=False, outer_lr=1.0, outer_momentum=0.0, quant_block=32),
+    ),
+    (
+        "blocking-lr1-m0-adaptive",
+        "... adaptive rank (spectral energy 0.995, up to 32)",
+        lambda c: replace(
+            c, overlap=False, outer_lr=1.0, outer_momentum=0.0, adaptive_rank=True, max_rank=32
+        ),
+    ),
+    (
+        "blocking-lr1-m0-2sided-r14",
+        "... two-sided bases at rank 14 (the same bytes as one-sided rank 28)",
+        lambda c: replace(
+            c.with_rank(14), overlap=False, outer_lr=1.0, outer_momentum=0.0, two_sided=True
+        ),
+    ),
+]
+"""(arm name, what it changes, the change to ``PREVIOUS_TINY``): one lever per entry, then
+the levers combined; each is measured against the arm above it in docs/benchmarks.md."""
+
+
+def run_convergence_study(
+    config: ConvergenceStudyConfig, *, say: Callable[[str], None] = lambda _: None
+) -> ConvergenceStudyResult:
+    schedule = config.schedule
+    base = replace(
+        run_preset(config.preset),
+        outer_steps=schedule.outer_steps,
+        inner_steps=schedule.inner_steps,
+    )
+    data_dir = config.data_dir or default_data_dir()
+    prepare_data(base.data, data_dir)
+    arms = study_arms(base, levers=config.levers)
+    jobs = [(arm, seed) for arm in arms for seed in config.seeds]
+    say(
+        f"{len(arms)} arms x {len(config.seeds)} seeds at {config.preset}: "
+        f"T={schedule.outer_steps} x H={schedule.inner_steps}, {config.jobs} at a time"
+    )
+    started = time.monotonic()
+    results: dict[tuple[str, int], SimulationResult] = {}
+    tasks = [(base, arm, seed, data_dir) for arm, seed in jobs]
+    if config.jobs == 1:
+        for task in tasks:
+            results[(task[1].name, task[2])] = _train(task)
+            _say_run(say, task[1].name, task[2], results[(task[1].name, task[2])])
+    else:
+        context = multiprocessing.get_context("spawn")  # torch does not survive fork + threads
+        with ProcessPoolExecutor(max_workers=config.jobs, mp_context=context) as pool:
+            for task, result in zip(tasks, pool.map(_train, tasks), strict=True):
+                results[(task[1].name, task[2])] = result
+                _say_run(say, task[1].name, task[2], result)
+    data = _assemble(base, arms, config.seeds, results, schedule)
+    data["seconds"] = time.monotonic() - started
+    if config.plot is not None:
+        plot_gaps(data, config.plot)
+        data["plot"] = str(config.plot)
+    return ConvergenceStudyResult(data)
+
+
+def _train(task: tuple[TrainConfig, Arm, int, Path]) -> SimulationResult:
+    base, arm, seed, data_dir = task
+    torch.set_num_threads(1)  # what bitwise reproduction on CPU is stated for
+    config = replace(base, seed=seed)
+    prepared = prepare_data(config.data, data_dir)
+    reader = BatchReader(
+        prepared.manifest, assignment_rule(config, prepared.manifest), prepared.source
+    )
+    simulation = SimulationConfig(
+        model=config.model,
+        method=arm.method,
+        outer=arm.outer or OuterConfig(),
+        n_clusters=config.clusters,
+        inner_steps=config.inner_steps,
+        total_steps=config.outer_steps * config.inner_steps,
+        inner=config.inner,
+        seed=seed,
+        eval_points=config.outer_steps,
+    )
+    return simulate(
+        simulation,
+        batches=reader.train_batch,
+        eval_batches=reader.eval_batches(config.eval_batches),
+    )
+
+
+def _say_run(say: Callable[[str], None], name: str, seed: int, result: SimulationResult) -> None:
+    say(
+        f"  {name:28} seed {seed}: final loss {result.final_eval_loss:.4f} ({result.seconds:.0f} s)"
+    )
+
+
+def _assemble(
+    base: TrainConfig,
+    arms: Sequence[Arm],
+    seeds: Sequence[int],
+    results: dict[tuple[str, int], SimulationResult],
+    schedule: StudySchedule,
+) -> dict[str, Any]:
+    rows = []
+    for arm in arms:
+        per_seed: dict[str, dict[str, Any]] = {}
+        gaps: dict[int, list[float]] = {}
+        for seed in seeds:
+            run, reference = results[(arm.name, seed)], results[("allreduce", seed)]
+            baseline = dict(reference.curve)
+            gaps[seed] = [loss / baseline[step] - 1.0 for step, loss in run.curve]
+            per_seed[str(seed)] = {
+                "final_loss": run.final_eval_loss,
+                "curve": [[step, loss] for step, loss in run.curve],
+                "gap": gaps[seed],
+                "bytes_per_cluster": run.bytes_per_cluster,
+                "diverged": run.diverged,
+            }
+        finals = [gaps[s][-1] for s in seeds]
+        first = results[(arm.name, seeds[0])]
+        rows.append(
+            {
+                "name": arm.name,
+                "method": arm.method,
+                "lever": arm.lever,
+                "outer": arm.outer.to_dict() if arm.outer is not None else None,
+                "bytes_ratio": (
+                    first.allreduce_bytes_per_cluster / first.bytes_per_cluster
+                    if first.bytes_per_cluster
+                    else 1.0
+                ),
+                "final_gap_mean": sum(finals) / len(finals),
+                "final_gap_max": max(finals),
+                "mean_gap_by_outer_step": [
+                    sum(gaps[s][t] for s in seeds) / len(seeds) for t in range(len(gaps[seeds[0]]))
+                ],
+                "seeds": per_seed,
+            }
+        )
+    return {
+        "preset": base.preset,
+        "clusters": base.clusters,
+        "parameters": base.model.parameter_count(),
+        "schedule": {"outer_steps": schedule.outer_steps, "inner_steps": schedule.inner_steps},
+        "seeds": list(seeds),
+        "arms": rows,
+    }
+
+
+@dataclass(frozen=True)
+class ConvergenceStudyResult:
+    data: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.data
+
+    def lines(self) -> list[str]:
+        d = self.data
+        steps = d["schedule"]["outer_steps"]
+        shown = sorted({0, steps // 4, steps // 2, (3 * steps) // 4, steps - 1})
+        out = [
+            f"convergence: {d['preset']}, {d['parameters']:,} parameters, {d['clusters']} "
+            f"clusters, T={steps} x H={d['schedule']['inner_steps']}, seeds "
+            f"{', '.join(map(str, d['seeds']))}",
+            "  loss gap to AllReduce at equal tokens (mean over seeds) after outer step t:",
+            f"  {'arm':28} "
+            + " ".join(f"{'t=' + str(t + 1):>7}" for t in shown)
+            + f" {'final by seed':>24} {'bytes ratio':>11}",
+        ]
+        for arm in d["arms"]:
+            gaps = arm["mean_gap_by_outer_step"]
+            finals = " / ".join(f"{arm['seeds'][str(s)]['gap'][-1]:.3f}" for s in d["seeds"])
+            out.append(
+                f"  {arm['name']:28} "
+                + " ".join(f"{gaps[t]:7.3f}" for t in shown)
+                + f" {finals:>24} {arm['bytes_ratio']:11,.0f}"
+            )
+        return out
+
+
+def plot_gaps(data: dict[str, Any], path: Path) -> None:
+    """Loss gap to AllReduce against outer steps, one line per arm (mean over the seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    for arm in data["arms"]:
+        if arm["method"] == "allreduce":
+            continue
+        gaps = arm["mean_gap_by_outer_step"]
+        style = "-" if arm["name"] in ("diloco", "dilocox") else "--"
+        ax.plot(
+            range(1, len(gaps) + 1),
+            [100.0 * min(g, 1.0) for g in gaps],
+            style,
+            marker=".",
+            lw=2.0 if arm["name"] == "dilocox" else 1.0,
+            label=f"{arm['name']} ({100.0 * arm['final_gap_mean']:.1f}%, "
+            f"{arm['bytes_ratio']:,.0f}x)",
+        )
+    ax.axhline(3.0, color="green", lw=0.8, ls=":", label="3 % (target)")
+    ax.axhline(5.0, color="orange", lw=0.8, ls=":", label="5 %")
+    ax.set_ylim(-5.0, 40.0)
+    ax.set_xlabel(f"outer step (H = {data['schedule']['inner_steps']} inner steps each)")
+    ax.set_ylabel("held-out loss above AllReduce, same tokens (%)")
+    ax.set_title(
+        f"{data['preset']} ({data['parameters']:,} parameters), {data['clusters']} clusters, "
+        f"mean of seeds {', '.join(map(str, data['seeds']))}"
+    )
+    ax.legend(fontsize=6.5, ncol=2)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
