@@ -9,14 +9,19 @@ one by one in network namespaces (where no multiprocessing manager can be shared
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import torch
-
-from trainer.recorder import OuterStepReport, ProcessInfo, RunStart, RunSummary, SignsNothing
+from trainer.recorder import (
+    FileDigests,
+    JsonFiles,
+    OuterStepReport,
+    ProcessInfo,
+    RunStart,
+    RunSummary,
+    SignsNothing,
+    StateFiles,
+)
 
 
 @dataclass(frozen=True)
@@ -81,12 +86,7 @@ class MetricsRecorder(SignsNothing):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text("")
 
-    def save_state(
-        self,
-        step: int,
-        files: Mapping[str, Mapping[str, torch.Tensor]],
-        json_files: Mapping[str, Mapping[str, Any]],
-    ) -> Mapping[str, str]:
+    def save_state(self, step: int, files: StateFiles, json_files: JsonFiles) -> FileDigests:
         return {}
 
     def record_outer_step(self, report: OuterStepReport) -> None:
