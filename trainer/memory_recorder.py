@@ -18,18 +18,15 @@ from collections.abc import MutableSequence, Sequence
 from typing import Any
 
 from records.outer_step import StageContribution
-from trainer.checkpoint_layout import CheckpointFiles
+from trainer.checkpoint_layout import CheckpointFiles, FileDigests, JsonFiles, TensorFiles
 from trainer.errors import CheckpointError
 from trainer.recorder import (
-    FileDigests,
-    JsonFiles,
     OuterStepReport,
     ProcessInfo,
     Publication,
     RunStart,
     RunSummary,
     SignsNothing,
-    StateFiles,
 )
 
 
@@ -45,7 +42,7 @@ class InMemoryRecorder(SignsNothing):
     def begin(self, run: RunStart) -> None:
         self.sink.append(("begin", run))
 
-    def save_state(self, step: int, files: StateFiles, json_files: JsonFiles) -> FileDigests:
+    def save_state(self, step: int, files: TensorFiles, json_files: JsonFiles) -> FileDigests:
         packed = CheckpointFiles(files, json_files).pack()
         self.sink.append(("state", step, self.process.rank, packed))
         return {name: hashlib.sha256(data).hexdigest() for name, data in packed.items()}

@@ -47,8 +47,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-import torch
-
 from records.commitments import InnerCommitments
 from records.data_manifest import DataManifest
 from records.genesis import ClusterKeys, ModelSummary
@@ -63,7 +61,7 @@ from records.outer_step import (
     QuoteRef,
     StageContribution,
 )
-from trainer.checkpoint_layout import CheckpointFiles
+from trainer.checkpoint_layout import CheckpointFiles, FileDigests, JsonFiles, TensorFiles
 from trainer.data.shards import ShardSource
 
 
@@ -145,15 +143,6 @@ class ClusterEvidence:
 
 ContributionDigest = ContributionRef
 """One (cluster, stage) payload by digest: the trainer reports the record's own type."""
-
-StateFiles = Mapping[str, Mapping[str, torch.Tensor]]
-"""A process's safetensors files of one step: file name -> tensor name -> tensor."""
-
-JsonFiles = Mapping[str, Mapping[str, Any]]
-"""A process's JSON files of one step: file name -> document."""
-
-FileDigests = Mapping[str, str]
-"""File name -> hex SHA-256 of the file's bytes, as stored."""
 
 FilePicker = Callable[[Sequence[str]], Sequence[str]]
 """Given a checkpoint's file names, the ones to load."""
@@ -283,7 +272,7 @@ class StateStore(Protocol):
     """State storage: each process's own files of a step, and what another cluster fetches
     back (a payload the wire lost, a recorded checkpoint to start from)."""
 
-    def save_state(self, step: int, files: StateFiles, json_files: JsonFiles) -> FileDigests:
+    def save_state(self, step: int, files: TensorFiles, json_files: JsonFiles) -> FileDigests:
         """Every process: keep this process's state files for ``step``; return name -> sha256."""
         ...
 

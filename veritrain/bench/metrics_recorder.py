@@ -12,16 +12,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.recorder import (
-    FileDigests,
-    JsonFiles,
-    OuterStepReport,
-    ProcessInfo,
-    RunStart,
-    RunSummary,
-    SignsNothing,
-    StateFiles,
-)
+from trainer.checkpoint_layout import FileDigests, JsonFiles, TensorFiles
+from trainer.recorder import OuterStepReport, ProcessInfo, RunStart, RunSummary, SignsNothing
 
 
 @dataclass(frozen=True)
@@ -86,7 +78,7 @@ class MetricsRecorder(SignsNothing):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text("")
 
-    def save_state(self, step: int, files: StateFiles, json_files: JsonFiles) -> FileDigests:
+    def save_state(self, step: int, files: TensorFiles, json_files: JsonFiles) -> FileDigests:
         return {}
 
     def record_outer_step(self, report: OuterStepReport) -> None:

@@ -74,22 +74,19 @@ from storage.checkpoint_files import (
     write_model_index,
 )
 from storage.checkpoint_files.sharding import header_tensor_sizes, is_model_shard
-from trainer.checkpoint_layout import CheckpointFiles
+from trainer.checkpoint_layout import CheckpointFiles, FileDigests, JsonFiles, TensorFiles
 from trainer.config import TrainConfig
 from trainer.data.tokenizer import Tokenizer, corpus_tokenizer
 from trainer.recorder import (
     AttestationRequest,
     ClusterEvidence,
-    FileDigests,
     FilePicker,
-    JsonFiles,
     OuterStepReport,
     ProcessInfo,
     Publication,
     RunIdentity,
     RunStart,
     RunSummary,
-    StateFiles,
 )
 from veritrain.cluster_identity import SPEAKER_STAGE, ClusterKeyFolder, ClusterSigner, enrolment
 from veritrain.errors import RecorderError
@@ -179,7 +176,7 @@ class LedgerRecorder:
         hardware = training_hardware(run.device, torch_version=self._settings.dependencies.torch)
         return folder.enrol(run.run_id, run.config_digest, cluster, hardware=hardware)
 
-    def save_state(self, step: int, files: StateFiles, json_files: JsonFiles) -> FileDigests:
+    def save_state(self, step: int, files: TensorFiles, json_files: JsonFiles) -> FileDigests:
         with tempfile.TemporaryDirectory(prefix="veritrain-state-") as folder:
             digests = write_files(folder, tensor_files=files, json_files=json_files)
             upload_files(self._store, folder, digests)
