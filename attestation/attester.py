@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from attestation.keys import PublicKey
+from attestation.keys import PublicKey, SigningKey
 from attestation.measurement import INITIAL_REGISTERS, Event, EventLog, RegisterValues
 
 SOFTWARE_TEE_TYPE = "software"
@@ -76,6 +76,23 @@ class QuoteExpectations:
     at: datetime
     """The time at which the attestation key's endorsement must be valid (for a recorded run,
     the time of the ledger entry holding the quote)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttesterSetup:
+    """What one cluster's attester is built from (its genesis records the public halves): the
+    attester-side twin of :class:`QuotePolicy`."""
+
+    attestation_key: SigningKey
+    """The key every quote is signed with."""
+    platform_root: SigningKey
+    """The key that endorses ``attestation_key`` (a hardware back-end's vendor chain replaces
+    it)."""
+    launch_measurement: bytes
+    """What the attester reports as launched (a hardware back-end reports what its hardware
+    measured instead)."""
+    now: datetime
+    """When the endorsement of ``attestation_key`` starts to be valid."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,13 +21,17 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import threading
-from datetime import datetime
 from typing import Protocol
 
-from attestation.attester import SOFTWARE_TEE_TYPE, Attester, QuotePolicy, QuoteVerifier
+from attestation.attester import (
+    SOFTWARE_TEE_TYPE,
+    Attester,
+    AttesterSetup,
+    QuotePolicy,
+    QuoteVerifier,
+)
 from attestation.endorsement import check_tee_type
 from attestation.errors import UnknownTeeTypeError
-from attestation.keys import SigningKey
 
 DEFAULT_TEE_TYPE = SOFTWARE_TEE_TYPE
 """What a run records under unless told otherwise: the only back-end that runs anywhere."""
@@ -59,17 +63,11 @@ class TeeBackend(Protocol):
         dependencies and this configuration (hex SHA-256 digests), recorded in the genesis."""
         ...
 
-    def attester(
-        self,
-        *,
-        attestation_key: SigningKey,
-        platform_root: SigningKey,
-        launch_measurement: bytes,
-        now: datetime,
-    ) -> Attester:
-        """The attester of one cluster: quotes signed with ``attestation_key``, endorsed by
-        ``platform_root`` from ``now``, reporting ``launch_measurement`` (a hardware back-end
-        reports what its hardware measured, and its vendor's chain replaces the root)."""
+    def attester(self, setup: AttesterSetup) -> Attester:
+        """The attester of one cluster: quotes signed with ``setup.attestation_key``, endorsed
+        by ``setup.platform_root`` from ``setup.now``, reporting ``setup.launch_measurement`` (a
+        hardware back-end reports what its hardware measured, and its vendor's chain replaces
+        the root)."""
         ...
 
     def verifier(self, policy: QuotePolicy) -> QuoteVerifier:

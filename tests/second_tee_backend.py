@@ -17,10 +17,16 @@ from __future__ import annotations
 import hmac
 import json
 import threading
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-from attestation.attester import Attester, QuoteExpectations, QuotePolicy, QuoteVerifier
+from attestation.attester import (
+    Attester,
+    AttesterSetup,
+    QuoteExpectations,
+    QuotePolicy,
+    QuoteVerifier,
+)
 from attestation.canonical import canonical_json
 from attestation.dsse import Envelope, sign_envelope, verify_envelope
 from attestation.endorsement import Endorsement, endorse
@@ -197,24 +203,19 @@ class SecondBackend:
             config_digest=config_digest,
         )
 
-    def attester(
-        self,
-        *,
-        attestation_key: SigningKey,
-        platform_root: SigningKey,
-        launch_measurement: bytes,
-        now: datetime,
-    ) -> Attester:
+    def attester(self, setup: AttesterSetup) -> Attester:
         endorsement = endorse(
-            platform_root=platform_root,
-            attestation_key=attestation_key.public,
+            platform_root=setup.platform_root,
+            attestation_key=setup.attestation_key.public,
             tee_type=TEST_ONLY_TEE_TYPE,
             svn=self.svn,
-            not_before=now,
-            not_after=now + timedelta(days=365),
+            not_before=setup.now,
+            not_after=setup.now + timedelta(days=365),
         )
         return SecondAttester(
-            key=attestation_key, endorsement=endorsement, launch_measurement=launch_measurement
+            key=setup.attestation_key,
+            endorsement=endorsement,
+            launch_measurement=setup.launch_measurement,
         )
 
     def verifier(self, policy: QuotePolicy) -> QuoteVerifier:

@@ -48,6 +48,12 @@ MODEL_INDEX = "model.safetensors.index.json"
 
 TensorFile = Mapping[str, torch.Tensor]
 JsonFile = Mapping[str, Any]
+TensorFiles = Mapping[str, TensorFile]
+"""A step's safetensors files (or a process's share of them): file name -> tensors."""
+JsonFiles = Mapping[str, JsonFile]
+"""A step's JSON files (or a process's share of them): file name -> document."""
+FileDigests = Mapping[str, str]
+"""File name -> hex SHA-256 of the file's bytes as stored."""
 
 
 def model_file(stage: int, stages: int) -> str:
@@ -95,8 +101,8 @@ _EXCHANGE_NAME = re.compile(r"round(\d{6})\.cluster(\d{5})")
 class CheckpointFiles:
     """The files of one outer step: safetensors files as name -> tensors, JSON files as dicts."""
 
-    tensors: Mapping[str, TensorFile] = field(default_factory=dict)
-    json: Mapping[str, JsonFile] = field(default_factory=dict)
+    tensors: TensorFiles = field(default_factory=dict)
+    json: JsonFiles = field(default_factory=dict)
 
     def names(self) -> list[str]:
         return sorted([*self.tensors, *self.json])

@@ -14,19 +14,16 @@ reads it back::
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, MutableSequence, Sequence
+from collections.abc import MutableSequence, Sequence
 from typing import Any
 
-import torch
-
-from records.commitments import InnerCommitments
 from records.outer_step import StageContribution
-from trainer.checkpoint_layout import CheckpointFiles
+from trainer.checkpoint_layout import CheckpointFiles, FileDigests, JsonFiles, TensorFiles
 from trainer.errors import CheckpointError
 from trainer.recorder import (
-    ContributionDigest,
     OuterStepReport,
     ProcessInfo,
+    Publication,
     RunStart,
     RunSummary,
     SignsNothing,
@@ -45,26 +42,16 @@ class InMemoryRecorder(SignsNothing):
     def begin(self, run: RunStart) -> None:
         self.sink.append(("begin", run))
 
-    def save_state(
-        self,
-        step: int,
-        files: Mapping[str, Mapping[str, torch.Tensor]],
-        json_files: Mapping[str, Mapping[str, Any]],
-    ) -> Mapping[str, str]:
+    def save_state(self, step: int, files: TensorFiles, json_files: JsonFiles) -> FileDigests:
         packed = CheckpointFiles(files, json_files).pack()
         self.sink.append(("state", step, self.process.rank, packed))
         return {name: hashlib.sha256(data).hexdigest() for name, data in packed.items()}
 
-    def publish_contribution(
-        self,
-        step: int,
-        own: ContributionDigest,
-        payload: bytes,
-        commitments: InnerCommitments | None = None,
-    ) -> StageContribution | None:
+    def publish_contribution(self, published: Publication) -> StageContribution | None:
         """Keep the payload bytes (a re-execution's reproduce compares them with the recorded
         payload, veritrain/audit/reproduce.py); sign nothing."""
-        self.sink.append(("payload", step, own.cluster, own.stage, payload))
+        own = published.own
+        self.sink.append(("payload", published.step, own.cluster, own.stage, published.payload))
         return None
 
     def record_outer_step(self, report: OuterStepReport) -> None:

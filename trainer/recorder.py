@@ -8,8 +8,8 @@ composition root (``veritrain/``) implements with ledger + storage + attestation
     coordinator (rank 0): recorder.begin(RunStart)               # once per launch, with every
                                                                  # cluster's enrolment
     for each outer step t:
-        every process:    signed = recorder.publish_contribution(t, own digest, payload bytes,
-                                                             own commitments)
+        every process:    signed = recorder.publish_contribution(Publication(t, own digest,
+                                                             payload bytes, own commitments))
                           # before the payload goes on the wire: keep it where every cluster
                           # (and every auditor) can fetch it, and sign its digest together
                           # with the per-inner-step commitments (records/commitments.py)
@@ -20,7 +20,7 @@ composition root (``veritrain/``) implements with ledger + storage + attestation
                           # model in one process; returns file name -> sha256
         coordinator:      request = recorder.prepare_outer_step(OuterStepReport)
                           # after every process's save_state; .files holds all their digests
-        every process:    evidence = recorder.attest(request, None)
+        every process:    evidence = recorder.attest(request)
                           # what the process signs for its own cluster, in its own process
                           # (the speaker's quote; its contribution was signed when published)
         coordinator:      recorder.record_outer_step(OuterStepReport with .evidence)
@@ -47,8 +47,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-import torch
-
 from records.commitments import InnerCommitments
 from records.data_manifest import DataManifest
 from records.genesis import ClusterKeys, ModelSummary
@@ -63,7 +61,7 @@ from records.outer_step import (
     QuoteRef,
     StageContribution,
 )
-from trainer.checkpoint_layout import CheckpointFiles
+from trainer.checkpoint_layout import CheckpointFiles, FileDigests, JsonFiles, TensorFiles
 from trainer.data.shards import ShardSource
 
 
@@ -145,6 +143,23 @@ class ClusterEvidence:
 
 ContributionDigest = ContributionRef
 """One (cluster, stage) payload by digest: the trainer reports the record's own type."""
+
+FilePicker = Callable[[Sequence[str]], Sequence[str]]
+"""Given a checkpoint's file names, the ones to load."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Publication:
+    """What a process hands ``publish_contribution`` before its payload goes on the wire."""
+
+    step: int
+    own: ContributionDigest
+    """This process's own contribution digest: ``payload`` must hash to it."""
+    payload: bytes
+    commitments: InnerCommitments | None = None
+    """The stage's per-inner-step commitments of ``step`` (records/commitments.py), signed with
+    the contribution; None where nothing is signed."""
+
 
 AnomalyFlag = Anomaly
 """A flagged contribution of one round (the round is one step late under the one-step delay)."""
@@ -241,27 +256,15 @@ class Signer(Protocol):
         cluster's enrolled keys; the others None."""
         ...
 
-    def publish_contribution(
-        self,
-        step: int,
-        own: ContributionDigest,
-        payload: bytes,
-        commitments: InnerCommitments | None = None,
-    ) -> StageContribution | None:
-        """Every process, before its payload goes on the wire: keep ``payload`` where every
-        cluster can fetch it by digest, and sign ``own`` and the stage's per-inner-step
-        ``commitments`` with the cluster's key (None: this recorder keeps and signs nothing)."""
+    def publish_contribution(self, published: Publication) -> StageContribution | None:
+        """Every process, before its payload goes on the wire: keep ``published.payload`` where
+        every cluster can fetch it by digest, and sign its digest and the stage's per-inner-step
+        commitments with the cluster's key (None: this recorder keeps and signs nothing)."""
         ...
 
-    def attest(
-        self,
-        request: AttestationRequest,
-        own: ContributionDigest | None,
-        commitments: InnerCommitments | None = None,
-    ) -> ClusterEvidence | None:
-        """Every process: sign ``own`` (this process's contribution) together with its
-        per-inner-step ``commitments`` and, for the process that speaks for its cluster, quote
-        ``request``."""
+    def attest(self, request: AttestationRequest) -> ClusterEvidence | None:
+        """Every process: the process that speaks for its cluster quotes ``request``; the others
+        answer None (their contributions were signed when published)."""
         ...
 
 
@@ -269,12 +272,7 @@ class StateStore(Protocol):
     """State storage: each process's own files of a step, and what another cluster fetches
     back (a payload the wire lost, a recorded checkpoint to start from)."""
 
-    def save_state(
-        self,
-        step: int,
-        files: Mapping[str, Mapping[str, torch.Tensor]],
-        json_files: Mapping[str, Mapping[str, Any]],
-    ) -> Mapping[str, str]:
+    def save_state(self, step: int, files: TensorFiles, json_files: JsonFiles) -> FileDigests:
         """Every process: keep this process's state files for ``step``; return name -> sha256."""
         ...
 
@@ -288,7 +286,7 @@ class StateStore(Protocol):
         ...
 
     def load_checkpoint(
-        self, checkpoint: CheckpointRef, names: Callable[[Sequence[str]], Sequence[str]]
+        self, checkpoint: CheckpointRef, names: FilePicker
     ) -> CheckpointFiles | None:
         """A joining cluster's process: the files of a recorded checkpoint that ``names``
         picks from its file names, each verified against the recorded digests (None: this
@@ -333,13 +331,7 @@ class SignsNothing:
     benchmarks): no keys, no request, no evidence, no payloads or checkpoints kept for other
     clusters."""
 
-    def publish_contribution(
-        self,
-        step: int,
-        own: ContributionDigest,
-        payload: bytes,
-        commitments: InnerCommitments | None = None,
-    ) -> StageContribution | None:
+    def publish_contribution(self, published: Publication) -> StageContribution | None:
         return None
 
     def fetch_contribution(self, digest: str) -> bytes | None:
@@ -349,7 +341,7 @@ class SignsNothing:
         return None
 
     def load_checkpoint(
-        self, checkpoint: CheckpointRef, names: Callable[[Sequence[str]], Sequence[str]]
+        self, checkpoint: CheckpointRef, names: FilePicker
     ) -> CheckpointFiles | None:
         return None
 
@@ -359,12 +351,7 @@ class SignsNothing:
     def prepare_outer_step(self, report: OuterStepReport) -> AttestationRequest | None:
         return None
 
-    def attest(
-        self,
-        request: AttestationRequest,
-        own: ContributionDigest | None,
-        commitments: InnerCommitments | None = None,
-    ) -> ClusterEvidence | None:
+    def attest(self, request: AttestationRequest) -> ClusterEvidence | None:
         return None
 
 

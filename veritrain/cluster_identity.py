@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from attestation.attester import Attester
+from attestation.attester import Attester, AttesterSetup
 from attestation.canonical import canonical_digest, canonical_json
 from attestation.contribution import Contribution, sign_contribution
 from attestation.enrolment import Enrolment, prove_possession
@@ -156,10 +156,12 @@ class ClusterSigner:
         self._attested: list[str] = []
         if stage == SPEAKER_STAGE:
             self._attester = tee_backend(tee_type).attester(
-                attestation_key=keys.attestation_key(run_id, cluster),
-                platform_root=keys.platform_root(run_id, cluster),
-                launch_measurement=launch_measurement,
-                now=now or datetime.now(UTC),
+                AttesterSetup(
+                    attestation_key=keys.attestation_key(run_id, cluster),
+                    platform_root=keys.platform_root(run_id, cluster),
+                    launch_measurement=launch_measurement,
+                    now=now or datetime.now(UTC),
+                )
             )
 
     def sign(

@@ -17,17 +17,11 @@ from typing import TYPE_CHECKING
 from ledger.errors import EntryNotFoundError
 from ledger.records import EntryRecord, RunInfo
 from ledger.service import Ledger
-from records import (
-    GENESIS_INDEX,
-    KIND_OUTER_STEP,
-    Genesis,
-    OuterStep,
-    Record,
-    RecordError,
-    RunFinal,
-    parse_record,
-    step_entry_index,
-)
+from records.entry import GENESIS_INDEX, KIND_OUTER_STEP, Record, parse_record, step_entry_index
+from records.errors import RecordError
+from records.final import RunFinal
+from records.genesis import Genesis
+from records.outer_step import OuterStep
 
 if TYPE_CHECKING:
     from storage import ObjectStore

@@ -8,10 +8,13 @@ measurements for which nonce and binding, and nothing about isolation (docs/atte
 
 from __future__ import annotations
 
-from datetime import datetime
-
-from attestation.attester import SOFTWARE_TEE_TYPE, Attester, QuotePolicy, QuoteVerifier
-from attestation.keys import SigningKey
+from attestation.attester import (
+    SOFTWARE_TEE_TYPE,
+    Attester,
+    AttesterSetup,
+    QuotePolicy,
+    QuoteVerifier,
+)
 from attestation.measurement import launch_measurement
 from attestation.registry import register
 from attestation.software import SOFTWARE_SVN, SoftwareAttester
@@ -35,20 +38,13 @@ class SoftwareBackend:
             config_digest=config_digest,
         )
 
-    def attester(
-        self,
-        *,
-        attestation_key: SigningKey,
-        platform_root: SigningKey,
-        launch_measurement: bytes,
-        now: datetime,
-    ) -> Attester:
+    def attester(self, setup: AttesterSetup) -> Attester:
         return SoftwareAttester.create(
-            platform_root=platform_root,
-            attestation_key=attestation_key,
-            launch_measurement=launch_measurement,
+            platform_root=setup.platform_root,
+            attestation_key=setup.attestation_key,
+            launch_measurement=setup.launch_measurement,
             svn=SOFTWARE_SVN,
-            now=now,
+            now=setup.now,
         )
 
     def verifier(self, policy: QuotePolicy) -> QuoteVerifier:

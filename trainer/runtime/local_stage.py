@@ -26,7 +26,7 @@ from trainer.runtime.inner import InnerOptimizer
 from trainer.runtime.pipeline import PipelineRunner
 from trainer.runtime.pipeline_judge import PipelineJudge
 from trainer.runtime.role import ProcessRole
-from trainer.runtime.state import restore_stage, share_owner, stage_files
+from trainer.runtime.state import StageState, restore_stage, share_owner, stage_files
 from trainer.runtime.topology import ProcessGroups, Topology
 
 
@@ -155,12 +155,7 @@ class LocalStage:
         (trainer/checkpoint_layout.py)."""
         global_params = self.global_parameters()
         files = stage_files(
-            module=self.module,
-            inner=self.inner,
-            outer=self.outer,
-            cluster=self.role.cluster,
-            stage=self.role.stage,
-            stages=self.role.stages,
+            self.stage_state(self.role.cluster),
             save_local=self.overlapped,
             weights=dict(zip(self.outer_names, global_params, strict=True))
             if global_params is not None
@@ -174,13 +169,16 @@ class LocalStage:
 
     def restore(self, files: CheckpointFiles) -> None:
         """Take the stage's state from ``files`` (this process's share of a saved step)."""
-        restore_stage(
-            files,
+        restore_stage(files, self.stage_state(share_owner(files, stage=self.role.stage)))
+        self.sync_tied_copy()
+
+    def stage_state(self, cluster: int) -> StageState:
+        """The stage's module and optimisers, as the files of ``cluster``."""
+        return StageState(
             module=self.module,
             inner=self.inner,
             outer=self.outer,
-            cluster=share_owner(files, stage=self.role.stage),
+            cluster=cluster,
             stage=self.role.stage,
             stages=self.role.stages,
         )
-        self.sync_tied_copy()

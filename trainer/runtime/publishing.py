@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from records.outer_step import StageContribution
 from trainer.outer.protocol import Contribution
-from trainer.recorder import ContributionDigest, Recorder
+from trainer.recorder import ContributionDigest, Publication, Recorder
 from trainer.runtime.channel import RunChannel
 from trainer.runtime.commitments import StageCommitments
 from trainer.runtime.exchange import ClusterNumbers, ContributionHeader
@@ -60,7 +60,9 @@ class ContributionPublisher:
         )
         commitments = self.commitments.step_commitments() if self.commitments is not None else None
         payload = contribution.payload.cpu().numpy().tobytes()
-        signed = self.recorder.publish_contribution(step, own, payload, commitments)
+        signed = self.recorder.publish_contribution(
+            Publication(step=step, own=own, payload=payload, commitments=commitments)
+        )
         header = self.header(step, contribution, signed, numbers)
         post_header(self.channel, header)
         if self.replicas is not None:

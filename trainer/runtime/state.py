@@ -111,19 +111,30 @@ def read_cursor(files: CheckpointFiles, *, config_digest: str) -> Cursor:
     return Cursor.from_dict(document["cursor"])
 
 
+@dataclass(frozen=True, kw_only=True)
+class StageState:
+    """What a process's stage saves and restores at an outer step, and whose files those are."""
+
+    module: StageModel
+    inner: InnerOptimizer
+    outer: OuterAlgorithm | None
+    cluster: int
+    """The cluster the files belong to: the process's own when saving; when restoring, the
+    cluster whose share it starts from (``share_owner``)."""
+    stage: int
+    stages: int
+
+
 def stage_files(
+    part: StageState,
     *,
-    module: StageModel,
-    inner: InnerOptimizer,
-    outer: OuterAlgorithm | None,
-    cluster: int,
-    stage: int,
-    stages: int,
     save_local: bool,
     weights: Mapping[str, torch.Tensor] | None = None,
 ) -> dict[str, dict[str, torch.Tensor]]:
     """The safetensors files this process owns for one outer step. ``weights`` are the model
     weights to publish (the outer algorithm's global parameters); default: the local ones."""
+    module, inner, outer = part.module, part.inner, part.outer
+    cluster, stage, stages = part.cluster, part.stage, part.stages
     files: dict[str, dict[str, torch.Tensor]] = {}
     if cluster == 0:
         files[model_file(stage, stages)] = model_file_tensors(module, weights)
@@ -149,17 +160,10 @@ def model_file_tensors(
     return {name: _cpu(p) for name, p in published.items() if name != skip}
 
 
-def restore_stage(
-    files: CheckpointFiles,
-    *,
-    module: StageModel,
-    inner: InnerOptimizer,
-    outer: OuterAlgorithm | None,
-    cluster: int,
-    stage: int,
-    stages: int,
-) -> None:
+def restore_stage(files: CheckpointFiles, part: StageState) -> None:
     """Load this process's part of a saved step (the tied copy is re-synced by the caller)."""
+    module, inner, outer = part.module, part.inner, part.outer
+    cluster, stage, stages = part.cluster, part.stage, part.stages
     inner_state = files.tensor_file(inner_file(cluster, stage))
     local = {k.removeprefix("local."): v for k, v in inner_state.items() if k.startswith("local.")}
     weights = local or files.tensor_file(model_file(stage, stages))

@@ -133,7 +133,7 @@ class StepReporting:
             for (c, s), h in sorted(headers.items())
             if h.signature_object is not None and h.commitments_object is not None
         ]
-        own = self.recorder.attest(request, None) if request is not None else None
+        own = self.recorder.attest(request) if request is not None else None
         if own is not None:
             evidence.append(own)
         answered = self.channel.wait_all(
@@ -161,7 +161,7 @@ class StepReporting:
             what=f"the coordinator's request for step {step}",
         )
         request = request_from(message)
-        evidence = self.recorder.attest(request, None) if request is not None else None
+        evidence = self.recorder.attest(request) if request is not None else None
         self.channel.put(
             f"step/{step}/evidence/{cluster}", [evidence_message(evidence)] if evidence else []
         )

@@ -9,13 +9,10 @@ one by one in network namespaces (where no multiprocessing manager can be shared
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import torch
-
+from trainer.checkpoint_layout import FileDigests, JsonFiles, TensorFiles
 from trainer.recorder import OuterStepReport, ProcessInfo, RunStart, RunSummary, SignsNothing
 
 
@@ -81,12 +78,7 @@ class MetricsRecorder(SignsNothing):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text("")
 
-    def save_state(
-        self,
-        step: int,
-        files: Mapping[str, Mapping[str, torch.Tensor]],
-        json_files: Mapping[str, Mapping[str, Any]],
-    ) -> Mapping[str, str]:
+    def save_state(self, step: int, files: TensorFiles, json_files: JsonFiles) -> FileDigests:
         return {}
 
     def record_outer_step(self, report: OuterStepReport) -> None:

@@ -29,11 +29,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from storage.checkpoint_files import write_files, write_model_index
 from storage.checkpoint_files.sharding import header_tensor_sizes, is_model_shard
-from trainer.checkpoint_layout import CheckpointFiles, load_checkpoint_directory
+from trainer.checkpoint_layout import (
+    CheckpointFiles,
+    FileDigests,
+    JsonFiles,
+    TensorFiles,
+    load_checkpoint_directory,
+)
 from trainer.data.shards import DirectoryShardSource
 from trainer.errors import CheckpointError
 from trainer.recorder import OuterStepReport, ProcessInfo, RunStart, RunSummary, SignsNothing
@@ -94,12 +98,7 @@ class LocalDirectoryRecorder(SignsNothing):
         _write_json(self.root / "run.json", document)
         _write_json(self.root / "data-manifest.json", run.data_manifest.to_payload())
 
-    def save_state(
-        self,
-        step: int,
-        files: Mapping[str, Mapping[str, torch.Tensor]],
-        json_files: Mapping[str, Mapping[str, Any]],
-    ) -> Mapping[str, str]:
+    def save_state(self, step: int, files: TensorFiles, json_files: JsonFiles) -> FileDigests:
         directory = step_directory(self.root, step)
         directory.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=".save-", dir=directory) as folder:

@@ -26,12 +26,9 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
 
 from attestation.canonical import canonical_digest, canonical_json
 from attestation.enrolment import verify_possession
@@ -51,7 +48,6 @@ from records import (
     OuterStep,
     RunFinal,
 )
-from records.commitments import InnerCommitments
 from records.generations import GenerationsRef
 from records.genesis import ClusterKeys, CodeIdentity, DependencyIdentity
 from records.outer_step import (
@@ -78,15 +74,16 @@ from storage.checkpoint_files import (
     write_model_index,
 )
 from storage.checkpoint_files.sharding import header_tensor_sizes, is_model_shard
-from trainer.checkpoint_layout import CheckpointFiles
+from trainer.checkpoint_layout import CheckpointFiles, FileDigests, JsonFiles, TensorFiles
 from trainer.config import TrainConfig
 from trainer.data.tokenizer import Tokenizer, corpus_tokenizer
 from trainer.recorder import (
     AttestationRequest,
     ClusterEvidence,
-    ContributionDigest,
+    FilePicker,
     OuterStepReport,
     ProcessInfo,
+    Publication,
     RunIdentity,
     RunStart,
     RunSummary,
@@ -179,43 +176,29 @@ class LedgerRecorder:
         hardware = training_hardware(run.device, torch_version=self._settings.dependencies.torch)
         return folder.enrol(run.run_id, run.config_digest, cluster, hardware=hardware)
 
-    def save_state(
-        self,
-        step: int,
-        files: Mapping[str, Mapping[str, torch.Tensor]],
-        json_files: Mapping[str, Mapping[str, Any]],
-    ) -> Mapping[str, str]:
+    def save_state(self, step: int, files: TensorFiles, json_files: JsonFiles) -> FileDigests:
         with tempfile.TemporaryDirectory(prefix="veritrain-state-") as folder:
             digests = write_files(folder, tensor_files=files, json_files=json_files)
             upload_files(self._store, folder, digests)
         return digests
 
-    def attest(
-        self,
-        request: AttestationRequest,
-        own: ContributionDigest | None,
-        commitments: InnerCommitments | None = None,
-    ) -> ClusterEvidence | None:
+    def attest(self, request: AttestationRequest) -> ClusterEvidence | None:
+        """The speaker's quote of ``request`` (the contribution was signed when published)."""
         if self._signer is None:
             raise RecorderError("the recorder was asked to attest before enrol()")
-        return self._signer.attest(request, own, commitments)
+        return self._signer.attest(request, None, None)
 
-    def publish_contribution(
-        self,
-        step: int,
-        own: ContributionDigest,
-        payload: bytes,
-        commitments: InnerCommitments | None = None,
-    ) -> StageContribution | None:
+    def publish_contribution(self, published: Publication) -> StageContribution | None:
         """Store the payload (content-addressed: its digest is the contribution's), then sign it
         with the stage's per-inner-step commitments."""
         if self._signer is None:
             raise RecorderError("the recorder was asked to sign a contribution before enrol()")
-        if self._store.put_bytes(payload) != own.digest:
+        own = published.own
+        if self._store.put_bytes(published.payload) != own.digest:
             raise RecorderError(
                 f"cluster {own.cluster} stage {own.stage}: the payload does not hash to its digest"
             )
-        return self._signer.sign(step, own, commitments)
+        return self._signer.sign(published.step, own, published.commitments)
 
     def fetch_contribution(self, digest: str) -> bytes | None:
         return (
@@ -225,7 +208,7 @@ class LedgerRecorder:
         )
 
     def load_checkpoint(
-        self, checkpoint: CheckpointRef, names: Callable[[Sequence[str]], Sequence[str]]
+        self, checkpoint: CheckpointRef, names: FilePicker
     ) -> CheckpointFiles | None:
         """The chosen files of a recorded checkpoint, each verified against the manifest, whose
         root must be the recorded one."""

@@ -11,7 +11,7 @@ import pytest
 from attestation_scenario import NOW, step_digest
 from second_tee_backend import TEST_ONLY_TEE_TYPE, SecondAttester
 
-from attestation.attester import QuoteExpectations, QuotePolicy
+from attestation.attester import AttesterSetup, QuoteExpectations, QuotePolicy
 from attestation.endorsement import endorse
 from attestation.errors import (
     NonceMismatchError,
@@ -39,10 +39,12 @@ def _quote_and_verify(tee_type: str) -> bytes:
         code_digest="11" * 32, dependency_digest="22" * 32, config_digest="33" * 32
     )
     attester = backend.attester(
-        attestation_key=key,
-        platform_root=root,
-        launch_measurement=launch,
-        now=NOW - timedelta(hours=1),
+        AttesterSetup(
+            attestation_key=key,
+            platform_root=root,
+            launch_measurement=launch,
+            now=NOW - timedelta(hours=1),
+        )
     )
     assert attester.tee_type == tee_type
     event = attester.extend(

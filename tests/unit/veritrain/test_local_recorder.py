@@ -21,7 +21,15 @@ from trainer.data.shards import DirectoryShardSource
 from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
 from trainer.model import model_summary
 from trainer.presets import run_preset
-from trainer.recorder import OuterStepReport, ProcessInfo, RunStart, RunSummary
+from trainer.recorder import (
+    AttestationRequest,
+    ContributionDigest,
+    OuterStepReport,
+    ProcessInfo,
+    Publication,
+    RunStart,
+    RunSummary,
+)
 from trainer.runtime.topology import Topology
 from veritrain.record.local_recorder import (
     LocalDirectoryRecorder,
@@ -157,3 +165,22 @@ def test_checkpoint_files_pack_and_unpack_exactly() -> None:
     again = CheckpointFiles.unpack(files.pack())
     assert torch.equal(again.tensors["a.safetensors"]["x"], files.tensors["a.safetensors"]["x"])
     assert again.json[TRAINER_STATE]["loss"] == 0.1 + 0.2  # floats survive JSON bit for bit
+
+
+def test_memory_recorder_keeps_each_published_payload_and_signs_nothing() -> None:
+    """A re-execution's reproduce compares the payloads it kept with the recorded ones: each
+    ``Publication`` lands under its (cluster, stage) and step, and nothing is signed or quoted."""
+    sink: list[object] = []
+    request = AttestationRequest(
+        step=1, nonce="00" * 32, prev_leaf="11" * 32, statement_digest="22" * 32, statements=()
+    )
+    for stage in (0, 1):
+        process = ProcessInfo(
+            rank=stage, world_size=2, cluster=0, stage=stage, clusters=1, stages=2
+        )
+        recorder = InMemoryRecorder.factory(sink)(process)
+        payload = f"stage {stage}".encode()
+        own = ContributionDigest(cluster=0, stage=stage, digest=hashlib.sha256(payload).hexdigest())
+        assert recorder.publish_contribution(Publication(step=1, own=own, payload=payload)) is None
+        assert recorder.attest(request) is None
+    assert MemoryRecording(sink).payloads(1) == {(0, 0): b"stage 0", (0, 1): b"stage 1"}

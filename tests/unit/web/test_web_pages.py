@@ -40,6 +40,18 @@ def test_the_runs_list_links_every_run(client: TestClient, demo_run: DemoRun) ->
     assert {"href": f"/runs/{demo_run.run_id}"} in links(html)
 
 
+def test_every_table_scrolls_sideways_in_its_own_frame_on_a_narrow_screen(
+    client: TestClient, page: str
+) -> None:
+    """Each table sits alone in a ``.table-wrap`` frame (style.css), so a phone scrolls the
+    table, not the page: the run page's and the runs list's alike."""
+    for html in (page, client.get("/").text):
+        opened = re.findall(r'<div class="table-wrap">\s*<table class="([\w-]+)">', html)
+        closed = re.findall(r"</table>\s*</div>", html)
+        assert opened, "expected tables on the page, got none"
+        assert len(opened) == html.count("<table") == len(closed)
+
+
 def test_the_step_table_is_server_rendered_newest_first_with_anomalies(
     page: str, demo_run: DemoRun
 ) -> None:

@@ -7,7 +7,7 @@ Nothing here writes an entry by hand: the recorder builds every payload from its
 records (records/), stores real checkpoint files (a tiny model's weights in Hugging Face
 shards, optimizer state, trainer state), the data shards and manifest, and signs and attests
 each step with its own keys. What is made up is the training: the weights move by seeded noise
-instead of gradient steps, and the contribution digests name no real payload, so
+instead of gradient steps, and the contribution payloads are a few made-up bytes, so
 ``veritrain verify`` on this run is not meaningful (tests that need a trained run use
 ``e2e.recorded_runs``).
 """
@@ -48,9 +48,13 @@ from trainer.outer.config import OuterConfig
 from trainer.recorder import (
     AnomalyFlag,
     AppliedRound,
+    AttestationRequest,
+    ClusterEvidence,
     ContributionDigest,
     OuterStepReport,
     ProcessInfo,
+    Publication,
+    Recorder,
     RunIdentity,
     RunStart,
     RunSummary,
@@ -222,7 +226,7 @@ def record_demo_run(
             )
             request = recorder.prepare_outer_step(record)
             evidence = [
-                r.attest(request, own, _commitments(run_id, step, own.cluster))
+                _evidence(r, request, own, _commitments(run_id, step, own.cluster))
                 for r, own in zip(recorders, _contributions(run_id, step), strict=True)
             ]
             recorder.record_outer_step(
@@ -304,13 +308,40 @@ def _state_files(
     return tensors, {TRAINER_STATE: {"step": step, "data_cursor": (step + 1) * INNER_STEPS}}
 
 
+def _payload(run_id: str, round_: int, cluster: int) -> bytes:
+    """Cluster ``cluster``'s made-up contribution payload of round ``round_``."""
+    return f"{run_id}/{round_}/{cluster}".encode()
+
+
 def _contributions(run_id: str, round_: int) -> list[ContributionDigest]:
     return [
         ContributionDigest(
-            cluster=c, stage=0, digest=hashlib.sha256(f"{run_id}/{round_}/{c}".encode()).hexdigest()
+            cluster=c, stage=0, digest=hashlib.sha256(_payload(run_id, round_, c)).hexdigest()
         )
         for c in range(CLUSTERS)
     ]
+
+
+def _evidence(
+    recorder: Recorder,
+    request: AttestationRequest | None,
+    own: ContributionDigest,
+    commitments: InnerCommitments,
+) -> ClusterEvidence:
+    """One cluster's evidence of a step, gathered as the trainer gathers it: the contribution
+    signed when it was published (trainer/runtime/publishing.py), the quote when the
+    coordinator asks (trainer/runtime/step_reporting.py)."""
+    payload = _payload(commitments.run_id, commitments.step, own.cluster)
+    signed = recorder.publish_contribution(
+        Publication(step=commitments.step, own=own, payload=payload, commitments=commitments)
+    )
+    attested = recorder.attest(request) if request is not None else None
+    return ClusterEvidence(
+        cluster=own.cluster,
+        stage=own.stage,
+        contribution=signed,
+        quote=attested.quote if attested is not None else None,
+    )
 
 
 def _commitments(run_id: str, step: int, cluster: int) -> InnerCommitments:
