@@ -56,6 +56,7 @@ from trainer.runtime.exchange import (
     ExchangeShard,
     PayloadFetch,
     PendingExchange,
+    RoundWire,
     completed_exchange,
     start_exchange,
 )
@@ -183,22 +184,7 @@ class TorchftMembership:
             return completed_exchange(
                 round=quorum.round, signals=signals, digests={}, length=0, payloads={}, fetch=fetch
             )
-        if owner_reduce:
-            if self.shard is not None:
-                raise WorkerError("the owner-reduce exchange does not split over replicas yet")
-            return start_owner_reduce(
-                payload,
-                round=quorum.round,
-                cluster=self.cluster,
-                signals=signals,
-                headers=quorum.headers,
-                members=quorum.members,
-                group=self.group,
-                fetch=fetch,
-                on_done=self._commit,
-            )
-        return start_exchange(
-            payload,
+        wire = RoundWire(
             round=quorum.round,
             signals=signals,
             headers=quorum.headers,
@@ -206,8 +192,12 @@ class TorchftMembership:
             group=self.group,
             fetch=fetch,
             on_done=self._commit,
-            shard=self.shard,
         )
+        if owner_reduce:
+            if self.shard is not None:
+                raise WorkerError("the owner-reduce exchange does not split over replicas yet")
+            return start_owner_reduce(payload, wire, cluster=self.cluster)
+        return start_exchange(payload, wire, shard=self.shard)
 
     def process_group(self) -> dist.ProcessGroup | None:
         """The stage's group of the current quorum (the AllReduce baseline's gradients)."""
