@@ -91,6 +91,19 @@ class RoundQuorum:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ExchangeTerms:
+    """How a round's exchange runs, besides its quorum and this process's payload: the same
+    for every membership (``Membership.exchange`` in outer_sync.py)."""
+
+    signals: RoundSignals
+    """What ``apply`` will need of the round (the quorum's mean train loss)."""
+    fetch: PayloadFetch | None
+    """Where a payload the wire did not deliver is fetched from (None: nowhere)."""
+    owner_reduce: bool = False
+    """Combine the payloads by owners (owner_exchange.py) instead of all-gathering them."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class MembershipSettings:
     """How the clusters of a run find each other; the lighthouse's side is in lighthouse.py."""
 
@@ -171,29 +184,28 @@ class TorchftMembership:
         return RoundQuorum(id=self.group.quorum_id, round=current, members=members, headers=headers)
 
     def exchange(
-        self,
-        quorum: RoundQuorum,
-        payload: torch.Tensor | None,
-        *,
-        signals: RoundSignals,
-        fetch: PayloadFetch | None,
-        owner_reduce: bool = False,
+        self, quorum: RoundQuorum, payload: torch.Tensor | None, terms: ExchangeTerms
     ) -> PendingExchange | PendingOwnerReduce:
         if not quorum.headers:  # nobody contributed to this round: nothing to send
             self._commit(True)
             return completed_exchange(
-                round=quorum.round, signals=signals, digests={}, length=0, payloads={}, fetch=fetch
+                round=quorum.round,
+                signals=terms.signals,
+                digests={},
+                length=0,
+                payloads={},
+                fetch=terms.fetch,
             )
         wire = RoundWire(
             round=quorum.round,
-            signals=signals,
+            signals=terms.signals,
             headers=quorum.headers,
             members=quorum.members,
             group=self.group,
-            fetch=fetch,
+            fetch=terms.fetch,
             on_done=self._commit,
         )
-        if owner_reduce:
+        if terms.owner_reduce:
             if self.shard is not None:
                 raise WorkerError("the owner-reduce exchange does not split over replicas yet")
             return start_owner_reduce(payload, wire, cluster=self.cluster)
@@ -227,22 +239,16 @@ class LoneMembership:
         return RoundQuorum(id=0, round=round, members=(self.cluster,), headers=headers)
 
     def exchange(
-        self,
-        quorum: RoundQuorum,
-        payload: torch.Tensor | None,
-        *,
-        signals: RoundSignals,
-        fetch: PayloadFetch | None,
-        owner_reduce: bool = False,
+        self, quorum: RoundQuorum, payload: torch.Tensor | None, terms: ExchangeTerms
     ) -> PendingExchange:
         header = quorum.headers.get(self.cluster)
         return completed_exchange(
             round=quorum.round,
-            signals=signals,
+            signals=terms.signals,
             digests={self.cluster: header.digest} if header is not None else {},
             length=header.length if header is not None else 0,
             payloads={self.cluster: payload} if payload is not None else {},
-            fetch=fetch,
+            fetch=terms.fetch,
         )
 
     def process_group(self) -> dist.ProcessGroup | None:

@@ -42,7 +42,7 @@ from trainer.runtime.exchange import (
     completed_exchange,
     mean_train_loss,
 )
-from trainer.runtime.membership import RoundQuorum
+from trainer.runtime.membership import ExchangeTerms, RoundQuorum
 from trainer.runtime.owner_exchange import Exchange, PendingOwnerReduce
 
 
@@ -52,13 +52,7 @@ class Membership(Protocol):
     def quorum(self, round: int) -> RoundQuorum: ...
 
     def exchange(
-        self,
-        quorum: RoundQuorum,
-        payload: torch.Tensor | None,
-        *,
-        signals: RoundSignals,
-        fetch: PayloadFetch | None,
-        owner_reduce: bool = False,
+        self, quorum: RoundQuorum, payload: torch.Tensor | None, terms: ExchangeTerms
     ) -> Exchange: ...
 
 
@@ -133,11 +127,7 @@ class OuterSync:
             return result
         signals = RoundSignals(mean_train_loss=mean_train_loss(quorum.headers))
         launched = self.membership.exchange(
-            quorum,
-            result.contribution.payload,
-            signals=signals,
-            fetch=self.fetch,
-            owner_reduce=self.owner_reduce,
+            quorum, result.contribution.payload, self._terms(signals)
         )
         if self.outer.overlapped:
             self.pending = launched
@@ -162,9 +152,7 @@ class OuterSync:
             if quorum.headers
             else _NO_SIGNALS
         )
-        listened = self.membership.exchange(
-            quorum, None, signals=signals, fetch=self.fetch, owner_reduce=self.owner_reduce
-        )
+        listened = self.membership.exchange(quorum, None, self._terms(signals))
         listened.wait()
         return listened
 
@@ -193,6 +181,9 @@ class OuterSync:
             payloads=payloads,
             fetch=self.fetch,
         )
+
+    def _terms(self, signals: RoundSignals) -> ExchangeTerms:
+        return ExchangeTerms(signals=signals, fetch=self.fetch, owner_reduce=self.owner_reduce)
 
     @property
     def owner_reduce(self) -> bool:
