@@ -33,7 +33,13 @@ import torch
 from trainer.errors import CheckpointError
 from trainer.outer.algorithm import OuterLoop
 from trainer.outer.owner_reduce import OwnerWire, WholePayloads, apply_owned
-from trainer.outer.protocol import Contribution, OuterAlgorithm, OuterUpdate, RoundSignals
+from trainer.outer.protocol import (
+    Contribution,
+    Gathered,
+    OuterAlgorithm,
+    OuterUpdate,
+    RoundSignals,
+)
 from trainer.runtime.exchange import (
     ClusterNumbers,
     ContributionHeader,
@@ -208,13 +214,8 @@ class OuterSync:
         payloads = exchange.wait()
         clusters = sorted(payloads)
         with torch.no_grad():
-            update = self.outer.apply(
-                exchange.round,
-                [payloads[c] for c in clusters],
-                self.local,
-                exchange.signals,
-                clusters,
-            )
+            gathered = Gathered([payloads[c] for c in clusters], clusters)
+            update = self.outer.apply(exchange.round, gathered, self.local, exchange.signals)
         self.after_apply()
         return update
 
