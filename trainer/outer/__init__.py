@@ -20,6 +20,7 @@ from trainer.outer.nesterov import HOME
 from trainer.outer.protocol import (
     Anomaly,
     Contribution,
+    Gathered,
     OuterAlgorithm,
     OuterUpdate,
     ResumableOuterAlgorithm,
@@ -31,6 +32,7 @@ __all__ = [
     "Contribution",
     "Examination",
     "FullModelJudge",
+    "Gathered",
     "Judge",
     "OuterAlgorithm",
     "OuterConfig",

@@ -43,7 +43,7 @@ from trainer.outer.errors import CallOrderError, OuterStateError, PayloadError
 from trainer.outer.judge import Examination, Judge, StageJudge
 from trainer.outer.lowrank_codec import LowRankCodec
 from trainer.outer.nesterov import HOME, OuterNesterov
-from trainer.outer.protocol import Anomaly, Contribution, OuterUpdate, RoundSignals
+from trainer.outer.protocol import Anomaly, Contribution, Gathered, OuterUpdate, RoundSignals
 from trainer.outer.verdict import ContributionStatistics, VerdictHistory, VerdictRule, decide
 
 ANCHOR = 0.5
@@ -145,20 +145,16 @@ class OuterLoop:
         )
 
     def apply(
-        self,
-        round: int,
-        gathered: Sequence[torch.Tensor],
-        local: Sequence[torch.Tensor],
-        signals: RoundSignals,
-        clusters: Sequence[int] | None = None,
+        self, round: int, gathered: Gathered, local: Sequence[torch.Tensor], signals: RoundSignals
     ) -> OuterUpdate:
         self._check_local(local)
+        payloads, clusters = gathered.payloads, gathered.clusters
         if not self._pending or round != min(self._pending):
             expected = min(self._pending) if self._pending else "a contribution() first"
             raise CallOrderError(f"expected apply for round {expected}, got {round}")
         members = list(range(self.n_clusters)) if clusters is None else list(clusters)
-        if len(gathered) != len(members):
-            raise PayloadError(f"expected {len(members)} gathered payloads, got {len(gathered)}")
+        if len(payloads) != len(members):
+            raise PayloadError(f"expected {len(members)} gathered payloads, got {len(payloads)}")
         if (
             not members
             or members != sorted(set(members))
@@ -170,18 +166,18 @@ class OuterLoop:
                 f"{self.n_clusters} in ascending order, got {members}"
             )
         payload_bytes = self.codec.payload_length(round)
-        for payload in gathered:
+        for payload in payloads:
             check_payload(payload, payload_bytes)
         # This cluster's own payload of the round is the one it sent -- or, for a cluster that
         # joined with a peer's state after the round was contributed, the peer's (``_pending``).
         if self.cluster in members and not torch.equal(
-            gathered[members.index(self.cluster)].cpu(), self._pending[round].cpu()
+            payloads[members.index(self.cluster)].cpu(), self._pending[round].cpu()
         ):
             raise PayloadError(
                 f"expected cluster {self.cluster}'s gathered "
                 f"payload to be this cluster's own for round {round}"
             )
-        examination = self.examine(round, gathered, members)
+        examination = self.examine(round, payloads, members)
         verdicts: list[ClusterVerdict] = []
         if self.config.anomaly_checks:
             statistics = self.judge.combine(examination.statistics)

@@ -12,13 +12,13 @@ Call order, per round ``t`` (H inner steps on every cluster, then):
 
       c_t = algo.contribution(t, local)           # no communication
       g_t = all_gather(c_t.payload, outer group)  # payloads of the round's clusters, in order
-      u_t = algo.apply(t, g_t, local, signals, clusters)  # updates global state, rewrites `local`
+      u_t = algo.apply(t, Gathered(g_t, clusters), local, signals)  # rewrites `local`
 
 * overlapped (``overlapped == True``, DiLoCoX one-step delay)::
 
       c_t = algo.contribution(t, local)
       h_t = all_gather_async(c_t.payload)         # runs while round t+1 computes
-      if t > 0: u_{t-1} = algo.apply(t - 1, wait(h_{t-1}), local, signals)
+      if t > 0: u_{t-1} = algo.apply(t - 1, Gathered(wait(h_{t-1})), local, signals)
       ... round t+1 computes from `local` as apply left it ...
       (after the last round the runtime waits for and applies the final exchange)
 
@@ -98,6 +98,16 @@ class OuterUpdate:
     the checks are off); ``anomalies`` are the flagged ones."""
 
 
+@dataclass(frozen=True)
+class Gathered:
+    """The payloads a round's exchange delivered, and whose they are."""
+
+    payloads: Sequence[torch.Tensor]
+    """``payloads[i]`` is cluster ``clusters[i]``'s."""
+    clusters: Sequence[int] | None = None
+    """The round's contributors, ascending (None: every cluster 0..n-1)."""
+
+
 class OuterAlgorithm(Protocol):
     overlapped: bool
     """True when the runtime should exchange round t while round t+1 computes."""
@@ -107,15 +117,9 @@ class OuterAlgorithm(Protocol):
         ...
 
     def apply(
-        self,
-        round: int,
-        gathered: Sequence[torch.Tensor],
-        local: Sequence[torch.Tensor],
-        signals: RoundSignals,
-        clusters: Sequence[int] | None = None,
+        self, round: int, gathered: Gathered, local: Sequence[torch.Tensor], signals: RoundSignals
     ) -> OuterUpdate:
-        """Combine the round's payloads (``gathered[i]`` is cluster ``clusters[i]``'s, ascending;
-        ``clusters`` None: every cluster 0..n-1), step the global parameters and write the
+        """Combine the round's ``gathered`` payloads, step the global parameters and write the
         parameters the next inner round starts from into ``local`` (in place)."""
         ...
 

@@ -169,6 +169,24 @@ def join_slices(slices: Sequence[torch.Tensor], length: int) -> torch.Tensor:
     return torch.cat(list(slices))[:length].contiguous()
 
 
+@dataclass(frozen=True, kw_only=True)
+class RoundWire:
+    """What one round's exchange runs over, whichever the run's ``OuterConfig.exchange``
+    (``start_exchange`` here, ``start_owner_reduce`` in owner_exchange.py)."""
+
+    round: int
+    signals: RoundSignals
+    headers: Mapping[int, ContributionHeader]
+    """The round's contributors (members that posted a header), by cluster."""
+    members: Sequence[int]
+    """The quorum's members in group rank order, listeners included."""
+    group: dist.ProcessGroup
+    fetch: PayloadFetch | None
+    """Where a payload the wire did not deliver is fetched from (None: nowhere)."""
+    on_done: Callable[[bool], None] | None
+    """Told whether the wire delivered every payload (membership.py reports it to torchft)."""
+
+
 @dataclass
 class PendingExchange:
     """An exchange in flight for ``round``, with the signals ``apply`` will need."""
@@ -300,23 +318,14 @@ def completed_exchange(
 
 
 def start_exchange(
-    payload: torch.Tensor | None,
-    *,
-    round: int,
-    signals: RoundSignals,
-    headers: Mapping[int, ContributionHeader],
-    members: Sequence[int],
-    group: dist.ProcessGroup,
-    fetch: PayloadFetch | None,
-    on_done: Callable[[bool], None] | None,
-    shard: ExchangeShard | None = None,
+    payload: torch.Tensor | None, wire: RoundWire, *, shard: ExchangeShard | None = None
 ) -> PendingExchange:
     """Launch the all-gather of this process's ``payload`` (1-D uint8; None: a listener, which
-    sends zeros) over the quorum's ``group`` -- with ``shard``, of this replica's slice of it."""
-    lengths = {h.length for h in headers.values()}
+    sends zeros) over the round's ``wire`` -- with ``shard``, of this replica's slice of it."""
+    lengths = {h.length for h in wire.headers.values()}
     if len(lengths) != 1:
         raise WorkerError(
-            f"round {round}: expected one payload length "
+            f"round {wire.round}: expected one payload length "
             f"from every contributor, got {sorted(lengths)}"
         )
     length = lengths.pop()
@@ -327,31 +336,31 @@ def start_exchange(
     )
     if tensor.numel() != length:
         raise WorkerError(
-            f"round {round}: expected a payload of {length} bytes, got {tensor.numel()}"
+            f"round {wire.round}: expected a payload of {length} bytes, got {tensor.numel()}"
         )
     if shard is not None:
         tensor = payload_slice(tensor, shard.index, shard.count)
-    gathered = [torch.empty_like(tensor) for _ in members]
+    gathered = [torch.empty_like(tensor) for _ in wire.members]
     started = time.perf_counter()
     try:
-        work = dist.all_gather(gathered, tensor, group=group, async_op=True)
+        work = dist.all_gather(gathered, tensor, group=wire.group, async_op=True)
     except RuntimeError as exc:  # the group broke before the exchange could start
         log.warning(
-            "round %d: the exchange could not start (%s); fetching the payloads", round, exc
+            "round %d: the exchange could not start (%s); fetching the payloads", wire.round, exc
         )
         work = None
         gathered = []
     pending = PendingExchange(
-        round=round,
-        signals=signals,
-        digests={c: h.digest for c, h in headers.items()},
+        round=wire.round,
+        signals=wire.signals,
+        digests={c: h.digest for c, h in wire.headers.items()},
         length=length,
-        members=list(members) if work is not None or shard is not None else [],
+        members=list(wire.members) if work is not None or shard is not None else [],
         work=work,
         gathered=gathered,
         started=started,
-        fetch=fetch,
-        on_done=on_done,
+        fetch=wire.fetch,
+        on_done=wire.on_done,
         shard=shard,
     )
     if work is not None:

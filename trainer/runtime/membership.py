@@ -56,6 +56,7 @@ from trainer.runtime.exchange import (
     ExchangeShard,
     PayloadFetch,
     PendingExchange,
+    RoundWire,
     completed_exchange,
     start_exchange,
 )
@@ -87,6 +88,19 @@ class RoundQuorum:
     @property
     def contributors(self) -> tuple[int, ...]:
         return tuple(sorted(self.headers))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExchangeTerms:
+    """How a round's exchange runs, besides its quorum and this process's payload: the same
+    for every membership (``Membership.exchange`` in outer_sync.py)."""
+
+    signals: RoundSignals
+    """What ``apply`` will need of the round (the quorum's mean train loss)."""
+    fetch: PayloadFetch | None
+    """Where a payload the wire did not deliver is fetched from (None: nowhere)."""
+    owner_reduce: bool = False
+    """Combine the payloads by owners (owner_exchange.py) instead of all-gathering them."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,44 +184,32 @@ class TorchftMembership:
         return RoundQuorum(id=self.group.quorum_id, round=current, members=members, headers=headers)
 
     def exchange(
-        self,
-        quorum: RoundQuorum,
-        payload: torch.Tensor | None,
-        *,
-        signals: RoundSignals,
-        fetch: PayloadFetch | None,
-        owner_reduce: bool = False,
+        self, quorum: RoundQuorum, payload: torch.Tensor | None, terms: ExchangeTerms
     ) -> PendingExchange | PendingOwnerReduce:
         if not quorum.headers:  # nobody contributed to this round: nothing to send
             self._commit(True)
             return completed_exchange(
-                round=quorum.round, signals=signals, digests={}, length=0, payloads={}, fetch=fetch
-            )
-        if owner_reduce:
-            if self.shard is not None:
-                raise WorkerError("the owner-reduce exchange does not split over replicas yet")
-            return start_owner_reduce(
-                payload,
                 round=quorum.round,
-                cluster=self.cluster,
-                signals=signals,
-                headers=quorum.headers,
-                members=quorum.members,
-                group=self.group,
-                fetch=fetch,
-                on_done=self._commit,
+                signals=terms.signals,
+                digests={},
+                length=0,
+                payloads={},
+                fetch=terms.fetch,
             )
-        return start_exchange(
-            payload,
+        wire = RoundWire(
             round=quorum.round,
-            signals=signals,
+            signals=terms.signals,
             headers=quorum.headers,
             members=quorum.members,
             group=self.group,
-            fetch=fetch,
+            fetch=terms.fetch,
             on_done=self._commit,
-            shard=self.shard,
         )
+        if terms.owner_reduce:
+            if self.shard is not None:
+                raise WorkerError("the owner-reduce exchange does not split over replicas yet")
+            return start_owner_reduce(payload, wire, cluster=self.cluster)
+        return start_exchange(payload, wire, shard=self.shard)
 
     def process_group(self) -> dist.ProcessGroup | None:
         """The stage's group of the current quorum (the AllReduce baseline's gradients)."""
@@ -237,22 +239,16 @@ class LoneMembership:
         return RoundQuorum(id=0, round=round, members=(self.cluster,), headers=headers)
 
     def exchange(
-        self,
-        quorum: RoundQuorum,
-        payload: torch.Tensor | None,
-        *,
-        signals: RoundSignals,
-        fetch: PayloadFetch | None,
-        owner_reduce: bool = False,
+        self, quorum: RoundQuorum, payload: torch.Tensor | None, terms: ExchangeTerms
     ) -> PendingExchange:
         header = quorum.headers.get(self.cluster)
         return completed_exchange(
             round=quorum.round,
-            signals=signals,
+            signals=terms.signals,
             digests={self.cluster: header.digest} if header is not None else {},
             length=header.length if header is not None else 0,
             payloads={self.cluster: payload} if payload is not None else {},
-            fetch=fetch,
+            fetch=terms.fetch,
         )
 
     def process_group(self) -> dist.ProcessGroup | None:

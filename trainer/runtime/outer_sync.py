@@ -33,7 +33,13 @@ import torch
 from trainer.errors import CheckpointError
 from trainer.outer.algorithm import OuterLoop
 from trainer.outer.owner_reduce import OwnerWire, WholePayloads, apply_owned
-from trainer.outer.protocol import Contribution, OuterAlgorithm, OuterUpdate, RoundSignals
+from trainer.outer.protocol import (
+    Contribution,
+    Gathered,
+    OuterAlgorithm,
+    OuterUpdate,
+    RoundSignals,
+)
 from trainer.runtime.exchange import (
     ClusterNumbers,
     ContributionHeader,
@@ -42,7 +48,7 @@ from trainer.runtime.exchange import (
     completed_exchange,
     mean_train_loss,
 )
-from trainer.runtime.membership import RoundQuorum
+from trainer.runtime.membership import ExchangeTerms, RoundQuorum
 from trainer.runtime.owner_exchange import Exchange, PendingOwnerReduce
 
 
@@ -52,13 +58,7 @@ class Membership(Protocol):
     def quorum(self, round: int) -> RoundQuorum: ...
 
     def exchange(
-        self,
-        quorum: RoundQuorum,
-        payload: torch.Tensor | None,
-        *,
-        signals: RoundSignals,
-        fetch: PayloadFetch | None,
-        owner_reduce: bool = False,
+        self, quorum: RoundQuorum, payload: torch.Tensor | None, terms: ExchangeTerms
     ) -> Exchange: ...
 
 
@@ -133,11 +133,7 @@ class OuterSync:
             return result
         signals = RoundSignals(mean_train_loss=mean_train_loss(quorum.headers))
         launched = self.membership.exchange(
-            quorum,
-            result.contribution.payload,
-            signals=signals,
-            fetch=self.fetch,
-            owner_reduce=self.owner_reduce,
+            quorum, result.contribution.payload, self._terms(signals)
         )
         if self.outer.overlapped:
             self.pending = launched
@@ -162,9 +158,7 @@ class OuterSync:
             if quorum.headers
             else _NO_SIGNALS
         )
-        listened = self.membership.exchange(
-            quorum, None, signals=signals, fetch=self.fetch, owner_reduce=self.owner_reduce
-        )
+        listened = self.membership.exchange(quorum, None, self._terms(signals))
         listened.wait()
         return listened
 
@@ -194,6 +188,9 @@ class OuterSync:
             fetch=self.fetch,
         )
 
+    def _terms(self, signals: RoundSignals) -> ExchangeTerms:
+        return ExchangeTerms(signals=signals, fetch=self.fetch, owner_reduce=self.owner_reduce)
+
     @property
     def owner_reduce(self) -> bool:
         """True when the run combines its payloads by owners (trainer/outer/owner_reduce.py)."""
@@ -217,13 +214,8 @@ class OuterSync:
         payloads = exchange.wait()
         clusters = sorted(payloads)
         with torch.no_grad():
-            update = self.outer.apply(
-                exchange.round,
-                [payloads[c] for c in clusters],
-                self.local,
-                exchange.signals,
-                clusters,
-            )
+            gathered = Gathered([payloads[c] for c in clusters], clusters)
+            update = self.outer.apply(exchange.round, gathered, self.local, exchange.signals)
         self.after_apply()
         return update
 

@@ -37,9 +37,9 @@ from trainer.outer.owner_reduce import owner_shares, piece, share_bytes, unpiece
 from trainer.outer.protocol import RoundSignals
 from trainer.outer.verdict import ContributionStatistics
 from trainer.runtime.exchange import (
-    ContributionHeader,
     PayloadFetch,
     PendingExchange,
+    RoundWire,
     completed_exchange,
 )
 
@@ -283,46 +283,38 @@ Exchange = PendingExchange | PendingOwnerReduce
 
 
 def start_owner_reduce(
-    payload: torch.Tensor | None,
-    *,
-    round: int,
-    cluster: int,
-    signals: RoundSignals,
-    headers: Mapping[int, ContributionHeader],
-    members: Sequence[int],
-    group: dist.ProcessGroup,
-    fetch: PayloadFetch | None,
-    on_done: Callable[[bool], None] | None,
+    payload: torch.Tensor | None, wire: RoundWire, *, cluster: int
 ) -> PendingOwnerReduce:
     """Launch phase 1 for this process's ``payload`` (None: a listener) over the quorum's
-    ``group``; the headers of every contributor carry the round's segment lengths."""
-    layouts = {tuple(h.segments) for h in headers.values()}
+    round's ``wire``; the headers of every contributor carry the round's segment lengths."""
+    layouts = {tuple(h.segments) for h in wire.headers.values()}
     if len(layouts) != 1 or not next(iter(layouts)):
         raise WorkerError(
-            f"round {round}: expected one payload layout from every contributor, got "
+            f"round {wire.round}: expected one payload layout from every contributor, got "
             f"{sorted(layouts)}"
         )
     lengths = list(next(iter(layouts)))
-    contributors = sorted(headers)
+    contributors = sorted(wire.headers)
     shares = owner_shares(lengths, len(contributors))
-    contributing = payload is not None and cluster in headers
+    contributing = payload is not None and cluster in wire.headers
     if contributing:
         assert payload is not None
         if payload.numel() != sum(lengths):
             raise WorkerError(
-                f"round {round}: expected a payload of {sum(lengths)} bytes, got {payload.numel()}"
+                f"round {wire.round}: expected a payload of {sum(lengths)} bytes, "
+                f"got {payload.numel()}"
             )
-    mine = shares[contributors.index(cluster)] if cluster in headers else []
+    mine = shares[contributors.index(cluster)] if cluster in wire.headers else []
     inputs, input_splits, output_splits = [], [], []
-    for member in members:
-        if member in headers and contributing:
+    for member in wire.members:
+        if member in wire.headers and contributing:
             assert payload is not None
             part = piece(payload.cpu().contiguous(), lengths, shares[contributors.index(member)])
             inputs.append(part)
             input_splits.append(part.numel())
         else:
             input_splits.append(0)
-        output_splits.append(share_bytes(lengths, mine) if member in headers else 0)
+        output_splits.append(share_bytes(lengths, mine) if member in wire.headers else 0)
     sending = torch.cat(inputs) if inputs else torch.zeros(0, dtype=torch.uint8)
     received = torch.empty(sum(output_splits), dtype=torch.uint8)
     started = time.perf_counter()
@@ -333,26 +325,26 @@ def start_owner_reduce(
             sending,
             output_split_sizes=output_splits,
             input_split_sizes=input_splits,
-            group=group,
+            group=wire.group,
             async_op=True,
         )
     except RuntimeError as exc:  # the group broke before the exchange could start
-        log.warning("round %d: the all-to-all could not start (%s)", round, exc)
+        log.warning("round %d: the all-to-all could not start (%s)", wire.round, exc)
         work = None
     own_share = share_bytes(lengths, mine) if contributing else 0
     pending = PendingOwnerReduce(
-        round=round,
-        signals=signals,
-        digests={c: h.digest for c, h in headers.items()},
+        round=wire.round,
+        signals=wire.signals,
+        digests={c: h.digest for c, h in wire.headers.items()},
         lengths=lengths,
-        members=list(members),
+        members=list(wire.members),
         cluster=cluster,
-        group=group if work is not None else None,
+        group=wire.group if work is not None else None,
         work=work,
         received=received,
         started=started,
-        fetch=fetch,
-        on_done=on_done,
+        fetch=wire.fetch,
+        on_done=wire.on_done,
         own_payload=payload.cpu() if contributing and payload is not None else None,
         bytes_sent=int(sending.numel()) - own_share,
     )

@@ -41,6 +41,7 @@ from trainer.data.reader import Batch, BatchReader
 from trainer.model import CausalLM, language_model_loss
 from trainer.outer import (
     FullModelJudge,
+    Gathered,
     OuterLoop,
     RoundSignals,
     build_outer_algorithm,
@@ -180,7 +181,7 @@ def simulate(
             )
             same_payload = payload_digest(gathered[run.attacker]) == payload_digest(trained_payload)
             outcome.reexecuted.append(not (same_training and same_payload))
-        updates = [loops[c].apply(t, gathered, locals_[c], signals) for c in honest]
+        updates = [loops[c].apply(t, Gathered(gathered), locals_[c], signals) for c in honest]
         outcome.verdicts.append(list(updates[0].verdicts))
         if run.scenario is not None:  # the attacker adopts the honest clusters' state
             loops[run.attacker].load_state_dict(loops[honest[0]].state_dict())

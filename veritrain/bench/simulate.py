@@ -35,7 +35,7 @@ import torch
 from trainer.config import InnerConfig
 from trainer.errors import ConfigError
 from trainer.model import CausalLM, ModelConfig, language_model_loss
-from trainer.outer import OuterConfig, OuterLoop, RoundSignals, build_outer_algorithm
+from trainer.outer import Gathered, OuterConfig, OuterLoop, RoundSignals, build_outer_algorithm
 from trainer.outer.accounting import allgather_bytes_per_outer_step, allreduce_bytes_per_outer_step
 from trainer.runtime.inner import clip_to_norm, inner_adamw, learning_rate, sum_of_squares
 
@@ -231,7 +231,8 @@ def _apply_all(
     result: SimulationResult,
 ) -> None:
     updates = [
-        a.apply(round, gathered, loc, signals) for a, loc in zip(algos, locals_, strict=True)
+        a.apply(round, Gathered(gathered), loc, signals)
+        for a, loc in zip(algos, locals_, strict=True)
     ]
     result.ranks.append(updates[0].rank)
     result.payload_bytes.append(updates[0].payload_bytes)

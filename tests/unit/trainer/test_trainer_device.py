@@ -18,7 +18,7 @@ from unit.trainer.fake_accelerator import ACCELERATOR, FakeAccelerator
 from trainer.api import train
 from trainer.errors import ConfigError
 from trainer.model import CausalLM
-from trainer.outer import OuterConfig, RoundSignals, build_outer_algorithm
+from trainer.outer import Gathered, OuterConfig, RoundSignals, build_outer_algorithm
 from trainer.outer.contribution_score import FullModelProbe, score_contributions
 from trainer.presets import MODEL_PRESETS, RUN_PRESETS
 from trainer.runtime.commitments import StageCommitments
@@ -54,7 +54,7 @@ def test_an_outer_step_with_parameters_on_the_accelerator_keeps_them_there() -> 
             payloads = [c.payload.cpu() for c in sent]  # as the exchange delivers them
             signals = RoundSignals(mean_train_loss=1.0)
             for loop, local in zip(loops, locals_, strict=True):
-                update = loop.apply(0, payloads, local, signals)
+                update = loop.apply(0, Gathered(payloads), local, signals)
                 assert update.round == 0, kind
         for local in locals_:  # the next round starts where it trains: on the accelerator
             assert {t.device for t in local} == {ACCELERATOR}, kind

@@ -16,7 +16,7 @@ from unit.trainer.gloo_ranks import run_gloo_ranks
 from trainer.outer import OuterConfig, OuterLoop, RoundSignals, build_outer_algorithm
 from trainer.outer.accounting import owner_reduce_cluster_bytes, statistics_floats
 from trainer.outer.owner_reduce import WholePayloads, apply_owned, owner_shares, share_bytes
-from trainer.runtime.exchange import ClusterNumbers, ContributionHeader
+from trainer.runtime.exchange import ClusterNumbers, ContributionHeader, RoundWire
 from trainer.runtime.owner_exchange import start_owner_reduce
 
 CONFIG = OuterConfig(
@@ -82,10 +82,8 @@ def _member() -> tuple[list[np.ndarray], int]:
     loops, headers, _ = _contributions()
     listening = rank >= CONTRIBUTORS
     loop = _loop(rank) if listening else loops[rank]
-    pending = start_owner_reduce(
-        None if listening else loop._pending[0],
+    wire = RoundWire(
         round=0,
-        cluster=rank,
         signals=SIGNALS,
         headers=headers,
         members=list(range(dist.get_world_size())),
@@ -93,6 +91,7 @@ def _member() -> tuple[list[np.ndarray], int]:
         fetch=None,
         on_done=None,
     )
+    pending = start_owner_reduce(None if listening else loop._pending[0], wire, cluster=rank)
     if listening:
         assert pending.wait() == {}
         return [], pending.bytes_sent

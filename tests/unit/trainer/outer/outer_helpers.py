@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import torch
 
 from trainer.outer import (
+    Gathered,
     OuterAlgorithm,
     OuterConfig,
     OuterUpdate,
@@ -88,5 +89,6 @@ def blocking_round(
     contributions = [a.contribution(round, local) for a, local in zip(algos, locals_, strict=True)]
     gathered = [c.payload for c in contributions]
     return [
-        a.apply(round, gathered, local, SIGNALS) for a, local in zip(algos, locals_, strict=True)
+        a.apply(round, Gathered(gathered), local, SIGNALS)
+        for a, local in zip(algos, locals_, strict=True)
     ]

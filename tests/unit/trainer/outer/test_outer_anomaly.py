@@ -6,7 +6,7 @@ import pytest
 import torch
 from outer_helpers import SIGNALS, blocking_round, build_clusters, start_locals, train_locals
 
-from trainer.outer import OuterConfig
+from trainer.outer import Gathered, OuterConfig
 
 KINDS = [
     OuterConfig(kind="diloco"),
@@ -131,7 +131,7 @@ def test_scaled_cluster_is_flagged_under_the_one_step_delay(named_params):
         gathered = [a.contribution(t, loc).payload for a, loc in zip(algos, locals_, strict=True)]
         if in_flight is not None:
             updates[t - 1] = [
-                a.apply(t - 1, in_flight, loc, SIGNALS)
+                a.apply(t - 1, Gathered(in_flight), loc, SIGNALS)
                 for a, loc in zip(algos, locals_, strict=True)
             ]
         in_flight = gathered
@@ -161,8 +161,8 @@ def test_payload_replaced_by_noise_is_flagged_under_the_one_step_delay(named_par
             )
             seen_by_0[1] = algos[1].codec.encode(t, [n * scale for n in noise])
         if in_flight is not None:
-            updates[t - 1] = algos[0].apply(t - 1, in_flight, locals_[0], SIGNALS)
-            algos[1].apply(t - 1, own_in_flight, locals_[1], SIGNALS)
+            updates[t - 1] = algos[0].apply(t - 1, Gathered(in_flight), locals_[0], SIGNALS)
+            algos[1].apply(t - 1, Gathered(own_in_flight), locals_[1], SIGNALS)
         in_flight, own_in_flight = seen_by_0, own
     assert [list(updates[t].anomalies) for t in range(3)] == [[], [], []]
     flagged = updates[3].anomalies

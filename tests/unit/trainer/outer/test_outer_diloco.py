@@ -8,7 +8,7 @@ import pytest
 import torch
 from outer_helpers import SIGNALS, blocking_round, build_clusters, start_locals, train_locals
 
-from trainer.outer import OuterConfig
+from trainer.outer import Gathered, OuterConfig
 from trainer.outer.errors import CallOrderError, PayloadError
 
 
@@ -45,7 +45,8 @@ def test_digests_are_sha256_of_the_payload_bytes_and_agree_across_clusters(named
     for c in contributions:
         assert c.digest == hashlib.sha256(bytes(c.payload.tolist())).hexdigest()
     updates = [
-        a.apply(0, gathered, local, SIGNALS) for a, local in zip(algos, locals_, strict=True)
+        a.apply(0, Gathered(gathered), local, SIGNALS)
+        for a, local in zip(algos, locals_, strict=True)
     ]
     assert [list(u.contribution_digests) for u in updates] == [
         [c.digest for c in contributions]
@@ -85,14 +86,14 @@ def test_calls_out_of_order_are_refused(named_params):
     algo = build_clusters(OuterConfig(), named_params, n_clusters=1)[0]
     local = start_locals(named_params, 1)[0]
     with pytest.raises(CallOrderError, match="expected apply for round"):
-        algo.apply(0, [torch.zeros(4, dtype=torch.uint8)], local, SIGNALS)
+        algo.apply(0, Gathered([torch.zeros(4, dtype=torch.uint8)]), local, SIGNALS)
     c = algo.contribution(0, local)
     with pytest.raises(CallOrderError, match=r"expected apply\(0\) before"):
         algo.contribution(1, local)
     with pytest.raises(PayloadError, match="expected a payload of"):
-        algo.apply(0, [c.payload[:-4]], local, SIGNALS)
+        algo.apply(0, Gathered([c.payload[:-4]]), local, SIGNALS)
     with pytest.raises(PayloadError, match="expected 1 gathered payloads, got 2"):
-        algo.apply(0, [c.payload, c.payload], local, SIGNALS)
+        algo.apply(0, Gathered([c.payload, c.payload]), local, SIGNALS)
 
 
 def test_local_parameters_of_the_wrong_shape_are_refused(named_params):

@@ -14,7 +14,7 @@ from outer_helpers import (
 )
 from safetensors.torch import load, save
 
-from trainer.outer import OuterConfig, RoundSignals
+from trainer.outer import Gathered, OuterConfig, RoundSignals
 from trainer.outer.quantize import levels
 
 PLAIN_SGD = {"outer_lr": 1.0, "outer_momentum": 0.0, "nesterov": False}
@@ -38,14 +38,14 @@ def overlapped_run(algos, locals_, named_params, rounds):
         if in_flight is not None:
             updates.append(
                 [
-                    a.apply(t - 1, in_flight, local, SIGNALS)
+                    a.apply(t - 1, Gathered(in_flight), local, SIGNALS)
                     for a, local in zip(algos, locals_, strict=True)
                 ]
             )
         in_flight = gathered
     updates.append(
         [
-            a.apply(rounds - 1, in_flight, local, SIGNALS)
+            a.apply(rounds - 1, Gathered(in_flight), local, SIGNALS)
             for a, local in zip(algos, locals_, strict=True)
         ]
     )
@@ -62,7 +62,8 @@ def test_payload_length_is_identical_across_clusters_every_round(named_params):
         assert len({c.payload.numel() for c in contributions}) == 1, f"round {t}"
         gathered = [c.payload for c in contributions]
         updates = [
-            a.apply(t, gathered, local, SIGNALS) for a, local in zip(algos, locals_, strict=True)
+            a.apply(t, Gathered(gathered), local, SIGNALS)
+            for a, local in zip(algos, locals_, strict=True)
         ]
         assert len({(u.payload_bytes, u.rank) for u in updates}) == 1
         lengths.append(updates[0].payload_bytes)
@@ -193,7 +194,7 @@ def test_gathered_rank_ordered_mean_equals_the_dense_mean_within_the_quantisatio
     mean = [(d[0].clone() + d[1]) + d[2] for d in zip(*decoded, strict=True)]
     expected_step = codec.expand(0, [m / 3 for m in mean])
     for a, local in zip(algos, locals_, strict=True):
-        a.apply(0, gathered, local, SIGNALS)
+        a.apply(0, Gathered(gathered), local, SIGNALS)
     for t0, t1, step in zip(theta0, algos[0].global_parameters(), expected_step, strict=True):
         torch.testing.assert_close(t0 - t1, step, rtol=0, atol=1e-7)
 
@@ -262,12 +263,12 @@ def test_overlap_with_one_cluster_and_own_look_ahead_starts_each_round_at_the_ne
         train_locals([local], named_params, t)
         payload = algo.contribution(t, local).payload
         if in_flight is not None:
-            algo.apply(t - 1, [in_flight], local, SIGNALS)
+            algo.apply(t - 1, Gathered([in_flight]), local, SIGNALS)
             if t >= 1:
                 # local = look-ahead with the fresh Δ_t; θ after applying Δ_t must equal it.
                 probe = build_clusters(config, named_params, n_clusters=1)[0]
                 probe.load_state_dict(algo.state_dict())
-                probe.apply(t, [payload], [p.clone() for p in local], SIGNALS)
+                probe.apply(t, Gathered([payload]), [p.clone() for p in local], SIGNALS)
                 for p, g in zip(local, probe.global_parameters(), strict=True):
                     torch.testing.assert_close(p, g, rtol=0, atol=1e-6)
         in_flight = payload
@@ -285,11 +286,11 @@ def resume_matches(config, named_params, n_clusters, rounds, split, overlapped):
             ]
             if not overlapped:
                 for a, local in zip(algos, locals_, strict=True):
-                    a.apply(t, gathered, local, SIGNALS)
+                    a.apply(t, Gathered(gathered), local, SIGNALS)
                 continue
             if in_flight is not None:
                 for a, local in zip(algos, locals_, strict=True):
-                    a.apply(t - 1, in_flight, local, SIGNALS)
+                    a.apply(t - 1, Gathered(in_flight), local, SIGNALS)
             in_flight = gathered
         return in_flight
 
@@ -347,7 +348,8 @@ def test_rank_shrinks_with_concentrated_energy_and_grows_only_when_the_loss_stal
             a.contribution(t, local).payload for a, local in zip(algos, locals_, strict=True)
         ]
         updates = [
-            a.apply(t, gathered, local, signals) for a, local in zip(algos, locals_, strict=True)
+            a.apply(t, Gathered(gathered), local, signals)
+            for a, local in zip(algos, locals_, strict=True)
         ]
         ranks.append(updates[0].rank)
     improving_ranks = ranks[:6]

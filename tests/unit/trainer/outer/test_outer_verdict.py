@@ -11,7 +11,7 @@ from outer_helpers import SIGNALS, build_clusters, start_locals, train_locals
 
 from records.outer_step import ContributionScore
 from trainer.checkpoint_layout import exchange_tensors, read_exchange
-from trainer.outer import OuterConfig, OuterLoop
+from trainer.outer import Gathered, OuterConfig, OuterLoop
 from trainer.outer.errors import OuterStateError
 from trainer.outer.verdict import (
     ContributionStatistics,
@@ -223,7 +223,7 @@ def test_the_verdict_history_survives_a_resume_before_and_after_the_first_round(
     train_locals(locals_, named, round=0)
     loop.note_round_data(0, first_inner_step=0, inner_steps=5)  # type: ignore[attr-defined]
     gathered = [a.contribution(0, p).payload for a, p in zip((loop, other), locals_, strict=True)]
-    loop.apply(0, gathered, locals_[0], SIGNALS)
+    loop.apply(0, Gathered(gathered), locals_[0], SIGNALS)
     again = build_clusters(OuterConfig(), named, 2)[0]
     again.load_state_dict(loop.state_dict())
     assert isinstance(loop, OuterLoop) and isinstance(again, OuterLoop)
@@ -275,7 +275,7 @@ def test_apply_on_a_quorum_excludes_within_it_and_keeps_the_payloads_by_cluster(
     for p, (_, p0) in zip(locals_[3], named, strict=True):
         p.copy_(p0 - 100 * (p0 - p))
     gathered = [loops[c].contribution(0, locals_[c]).payload for c in quorum]
-    updates = [loops[c].apply(0, gathered, locals_[c], SIGNALS, quorum) for c in quorum]
+    updates = [loops[c].apply(0, Gathered(gathered, quorum), locals_[c], SIGNALS) for c in quorum]
     for update in updates:
         assert [(v.cluster, v.excluded) for v in update.verdicts] == [
             (0, False),
