@@ -28,8 +28,7 @@ demo: $(STAMP)
 # services even when tests fail. The tests run in two phases:
 #   1. in TEST_WORKERS parallel processes (pytest-xdist). Most of a test's time is spent waiting
 #      for spawned processes to start, not computing, so 4 workers pay off on 2 cores. A file's
-#      tests stay on one worker (--dist loadfile), so a module's recorded run is trained once;
-#      the longest files go first (tests/conftest.py orders them; --no-loadscope-reorder keeps it).
+#      tests stay on one worker (--dist loadfile), so a module's recorded run is trained once.
 #   2. the tests marked `serial` (timing, machine-wide state), one at a time (--only-serial).
 # Exit status 5 is "no test selected": PYTEST_ARGS may leave one phase empty, not both.
 # Serially, in one process: make test TEST_WORKERS=0
@@ -43,7 +42,7 @@ test: $(STAMP)
 	    $(BIN)/python -m pytest $(PYTEST_ARGS) || status=$$?; \
 	  else \
 	    parallel=0; serial=0; \
-	    $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30 $(PYTEST_ARGS) || parallel=$$?; \
+	    $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=30 $(PYTEST_ARGS) || parallel=$$?; \
 	    $(BIN)/python -m pytest --only-serial $(PYTEST_ARGS) || serial=$$?; \
 	    for s in $$parallel $$serial; do \
 	      if [ $$status -eq 0 ] && [ $$s -ne 5 ]; then status=$$s; fi; \

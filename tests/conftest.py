@@ -108,14 +108,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
         if "e2e" in parts:
             item.add_marker(pytest.mark.e2e)
-    if _is_xdist(config):
-        # Longest first: xdist hands a worker its next file when it runs low, so files that
-        # take minutes (a slow-marked test, a recorded run, spawned processes) must not be the
-        # last ones handed out while the other workers sit idle (`make test` passes
-        # --no-loadscope-reorder, which would otherwise order files by their number of tests).
-        # The sort is stable: a file's tests keep their order.
-        slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-        items.sort(key=lambda item: _expected_weight(item, slow_files))
     # Serial tests run alone: never in a parallel run, and only they with --only-serial.
     only_serial = config.getoption("--only-serial")
     if only_serial or _is_xdist(config):
@@ -127,14 +119,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if left_out:
             config.hook.pytest_deselected(items=left_out)
             items[:] = keep
-
-
-def _expected_weight(item: pytest.Item, slow_files: set[Path]) -> int:
-    """0: a file with a test marked slow; 1: other integration and e2e files; 2: unit."""
-    if item.path in slow_files:
-        return 0
-    parts = item.path.parts
-    return 1 if "integration" in parts or "e2e" in parts else 2
 
 
 @pytest.fixture(scope="session")
