@@ -4,10 +4,10 @@ import. A new arrow that points the wrong way fails here, with the file and the 
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
+from source_imports import source_imports
 
 ROOT = Path(__file__).resolve().parents[2]
 OURS = {"attestation", "records", "storage", "ledger", "trainer", "web", "veritrain", "migrations"}
@@ -25,13 +25,7 @@ MAY_IMPORT: dict[str, set[str]] = {
 
 def imports_of(path: Path) -> list[tuple[int, str]]:
     """(line, dotted module) of every absolute import in a file."""
-    found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.append((node.lineno, node.module))
-    return found
+    return [(found.line, found.module) for found in source_imports(path)]
 
 
 def violations(package: str, allowed: set[str]) -> list[str]:

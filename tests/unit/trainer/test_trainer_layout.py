@@ -4,8 +4,9 @@ cycle), so that each of a process's phases can be read, and tested, on its own."
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
+
+from source_imports import source_imports
 
 import trainer
 
@@ -25,15 +26,12 @@ def modules() -> dict[str, Path]:
 def imports_of(path: Path, known: dict[str, Path]) -> set[str]:
     """The trainer modules ``path`` imports (``from a.b import c`` names a.b, or a.b.c when c
     is itself a module)."""
-    named: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            for candidate in (node.module, *(f"{node.module}.{a.name}" for a in node.names)):
-                if candidate in known:
-                    named.add(candidate)
-        elif isinstance(node, ast.Import):
-            named.update(a.name for a in node.names if a.name in known)
-    return named
+    return {
+        candidate
+        for found in source_imports(path)
+        for candidate in (found.module, *(f"{found.module}.{name}" for name in found.names))
+        if candidate in known
+    }
 
 
 def test_no_trainer_module_is_over_800_lines() -> None:
