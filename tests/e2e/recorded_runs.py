@@ -4,6 +4,8 @@ trainer into a real ledger and object store, exactly as ``veritrain demo`` does 
 from __future__ import annotations
 
 import shutil
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 from trainer.config import with_overrides
@@ -43,8 +45,27 @@ def record_small_run(
 
 
 def copy_run(settings: Settings, target: Path) -> Settings:
-    """An independent copy of an embedded (SQLite + folder) run, for tampering."""
-    shutil.copytree(settings.data_dir, target, symlinks=False)
+    """An independent copy of an embedded (SQLite + folder) run, for tampering.
+
+    Other tests read the same run at the same time, and an SQLite reader makes and removes
+    ``-wal``/``-shm`` files beside the ledger while it has it open, so a plain tree copy can
+    race with them. The ledger is copied through SQLite's online backup instead (a consistent
+    snapshot, WAL included) and its side files are left behind.
+    """
+    source_dir = settings.data_dir
+    shutil.copytree(
+        source_dir,
+        target,
+        symlinks=False,
+        ignore=shutil.ignore_patterns("*.db", "*.db-wal", "*.db-shm", "*.db-journal"),
+    )
+    for database in source_dir.rglob("*.db"):
+        copy = target / database.relative_to(source_dir)
+        with (
+            closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as source,
+            closing(sqlite3.connect(copy)) as destination,
+        ):
+            source.backup(destination)
     for path in target.rglob("*"):
         if path.is_file():
             path.chmod(0o600 if path.suffix == ".key" else 0o644)  # objects are stored read-only
