@@ -28,12 +28,11 @@ documents (parsed), not bytes: the manifest digest already binds the bytes.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-import torch
 
 from records import DataManifest, Genesis, OuterStep
 from storage.checkpoint_files import Manifest
@@ -45,7 +44,8 @@ from trainer.config import TrainConfig
 from trainer.data.tokenizer import corpus_tokenizer
 from trainer.errors import TrainerError
 from trainer.hf_repo import REPO_METADATA, as_format_1, repo_json_files
-from trainer.model import TIED_HEAD, build_stage
+from trainer.model import TIED_HEAD
+from trainer.planner import stage_parameter_shapes
 from trainer.runtime.state import FORMAT as TRAINER_STATE_FORMAT
 from trainer.runtime.state import Cursor
 from veritrain.audit.verify.report import CheckResult, Report
@@ -114,15 +114,15 @@ def revision_files(
 
 
 def _stage_sizes(config: TrainConfig, stage: int, stages: int) -> dict[str, int]:
-    """Tensor name -> float32 bytes of one stage's model file (built on the meta device: shapes
-    only), without the last stage's copy of a tied embedding (trainer/runtime/state.py)."""
-    with torch.device("meta"):
-        module = build_stage(config.model, stage=stage, n_stages=stages, seed=config.seed)
-    skip = TIED_HEAD if module.holds_tied_copy else None
+    """Tensor name -> float32 bytes of one stage's model file, without the last stage's copy of
+    a tied embedding (trainer/runtime/state.py)."""
+    # From the planner's table of shapes, not a stage built on the meta device: its initialisers
+    # would run there, and that loads torch's compiler (seconds in every `veritrain verify`).
+    tied = config.model.tie_word_embeddings
     return {
-        name: parameter.numel() * FLOAT32_BYTES
-        for name, parameter in module.named_parameters()
-        if name != skip
+        name: math.prod(shape) * FLOAT32_BYTES
+        for name, shape in stage_parameter_shapes(config.model, stage=stage, stages=stages)
+        if not (tied and name == TIED_HEAD)
     }
 
 
