@@ -31,9 +31,9 @@ demo: $(STAMP)
 # Python processes that import it; where PYTHONDONTWRITEBYTECODE is set, as on CI's machines, each
 # would compile it again: ~0.5 s of CPU apiece), then start the services, run the tests, and stop the
 # services even when tests fail. The tests run in two phases:
-#   1. in TEST_WORKERS parallel processes (pytest-xdist). Most of a test's time is spent waiting
-#      for spawned processes to start, not computing, so 4 workers pay off on 2 cores. A file's
-#      tests stay on one worker (--dist loadfile), so a module's recorded run is trained once.
+#   1. in TEST_WORKERS parallel processes (pytest-xdist); 4 keep both cores busy to the end
+#      (scripts/test_cpu_profile.py: the run is CPU-bound). A file's tests stay on one worker
+#      (--dist loadfile), so a module's recorded run is trained once.
 #   2. the tests marked `serial` (timing, machine-wide state), one at a time (--only-serial).
 # Exit status 5 is "no test selected": PYTEST_ARGS may leave one phase empty, not both.
 # Serially, in one process: make test TEST_WORKERS=0
