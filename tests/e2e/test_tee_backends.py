@@ -11,14 +11,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from e2e.forger import Forger, Payloads
+from e2e.recorded_runs import RUN_ID
 from second_tee_backend import REPORT_TYPE, TEST_ONLY_TEE_TYPE
 
 from records import KIND_OUTER_STEP, OuterStep
 from storage import open_store
 from veritrain.audit.verify import Report, verify_run
-from veritrain.settings import Settings
+from veritrain.errors import RecorderError
+from veritrain.record.training import resume_recorded
+from veritrain.settings import Settings, load_settings
 from veritrain.sources import DirectSource
+from veritrain.sources.recorded_run import RecordedRun
 
 
 def _verify(settings: Settings) -> Report:
@@ -73,3 +78,21 @@ def test_a_run_whose_tee_type_has_no_backend_fails_check_5_naming_the_registered
         "for it (registered: software, test-only); a back-end is one module in "
         "attestation/backends/ (docs/attestation.md)"
     ]
+
+
+def test_resuming_with_another_backend_than_the_genesis_names_is_refused_before_anything_runs(
+    recorded_run: Settings,
+) -> None:
+    other = load_settings(data_dir=recorded_run.data_dir, tee_type=TEST_ONLY_TEE_TYPE)
+    with DirectSource(recorded_run) as source:
+        before = source.latest_run_id(), RecordedRun.load(source, RUN_ID).last_step
+
+    with pytest.raises(RecorderError) as refused:
+        resume_recorded(other, RUN_ID, quiet=True)
+
+    assert str(refused.value) == (
+        f"cannot resume {RUN_ID!r}: its genesis names the TEE back-end 'software', this host is "
+        f"set to {TEST_ONLY_TEE_TYPE!r}; resume it with VERITRAIN_TEE_TYPE=software"
+    )
+    with DirectSource(recorded_run) as source:
+        assert (source.latest_run_id(), RecordedRun.load(source, RUN_ID).last_step) == before

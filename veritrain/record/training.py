@@ -92,6 +92,15 @@ def resume_recorded(
         raise RecorderError(f"cannot resume {run_id!r}: {exc}") from None
     with source, tempfile.TemporaryDirectory(prefix="veritrain-resume-") as folder:
         run = RecordedRun.load(source, run_id)
+        recorded_tee = run.genesis.tee.type
+        if recorded_tee != settings.tee_type:
+            # Every step's quotes must come from the attester its genesis names (verify, check
+            # 5): a resumed run that attested with another would record steps that fail it.
+            raise RecorderError(
+                f"cannot resume {run_id!r}: its genesis names the TEE back-end "
+                f"{recorded_tee!r}, this host is set to {settings.tee_type!r}; "
+                f"resume it with VERITRAIN_TEE_TYPE={recorded_tee}"
+            )
         config = run.config
         policy = run.genesis.verification_policy
         last = run.last_step
