@@ -24,10 +24,13 @@ from trainer.presets import run_preset
 STEPS = 4
 
 
-def overlapped_config() -> TrainConfig:
+def overlapped_config(sync_rounds: int = 0) -> TrainConfig:
+    """The tiny preset's DiLoCoX, its warm-up set to ``sync_rounds`` (the preset has one; the
+    plain one-step delay, from round 0, is what the other presets run)."""
     config = with_overrides(
         run_preset("tiny"), method="dilocox", outer_steps=STEPS, inner_steps=4, run_id="overlap"
     )
+    config = replace(config, outer=replace(config.outer, sync_rounds=sync_rounds))
     assert config.outer.overlapped
     return config
 
@@ -49,6 +52,11 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def uninterrupted(data_dir: Path) -> MemoryRecording:
     return run(overlapped_config(), data_dir)
+
+
+@pytest.fixture(scope="module")
+def warmed_up(data_dir: Path) -> MemoryRecording:
+    return run(overlapped_config(sync_rounds=1), data_dir)
 
 
 def assert_same_state(actual: CheckpointFiles, expected: CheckpointFiles) -> None:
@@ -103,6 +111,33 @@ def test_reexecuting_the_last_step_which_also_applies_its_own_round_reproduces_i
     assert [a.round for a in again.record.applied] == [last - 1, last]
     assert_same_state(again.files, uninterrupted.state(last))
     assert again.record.contribution_digests == uninterrupted.records[last].contribution_digests
+
+
+def test_a_warm_up_round_is_applied_in_its_own_step_and_the_delay_starts_after_it(
+    warmed_up: MemoryRecording, data_dir: Path
+) -> None:
+    assert run_preset("tiny").outer.sync_rounds == 1  # what `bench comm` measures
+    records = warmed_up.records
+    assert [[a.round for a in r.applied] for r in records] == [[0], [], [1], [2, 3]]
+    own = {(c.cluster, c.stage): c.digest for c in records[0].contribution_digests}
+    assert {(c.cluster, c.stage): c.digest for c in records[0].applied[0].contribution_digests} == (
+        own
+    )
+    pending = [
+        warmed_up.state(t).json[TRAINER_STATE]["cursor"]["pending_round"] for t in range(STEPS)
+    ]
+    assert pending == [None, 1, 2, None]
+    # Re-executing the warm-up step and the first delayed one gives the recorded bits, and a run
+    # resumed after the warm-up continues as the uninterrupted one.
+    for step in (0, 1, 2):
+        before = warmed_up.state(step - 1) if step else None
+        again = reexecute_outer_step(
+            overlapped_config(sync_rounds=1), before, step, data_dir=data_dir
+        )
+        assert_same_state(again.files, warmed_up.state(step))
+    resumed = run(overlapped_config(sync_rounds=1), data_dir, resume=warmed_up.state(0))
+    for step in (1, 2, 3):
+        assert_same_state(resumed.state(step), warmed_up.state(step))
 
 
 def test_adaptive_inner_steps_stay_in_bounds_and_agree_on_every_rank(data_dir: Path) -> None:

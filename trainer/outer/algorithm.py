@@ -412,7 +412,7 @@ class OuterLoop:
         #    yet when error feedback lives in the local parameters. After the final exchange of
         #    an overlapped run (nothing pending) the local parameters become θ.
         reference = self._next_reference(mean, own)
-        final = self.overlapped and not self._pending
+        final = self.overlapped and not self._pending and not self.config.synchronous(round)
         for target, ref, e in zip(local, reference, self._residual(), strict=True):
             target.copy_(ref if e is None or final else ref - e)
         self._reference = reference if self.overlapped else None

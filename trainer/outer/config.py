@@ -101,6 +101,11 @@ class OuterConfig:
     fresh one (Kale et al. 2025, "Eager updates"); ``"anchored"`` (default) from ``"own"``'s
     look-ahead minus half of the cluster's current offset from θ, which keeps the clusters from
     drifting apart."""
+    sync_rounds: int = 0
+    """Warm-up of the overlap: the first ``sync_rounds`` rounds are applied before the next round
+    computes (blocking), so the clusters start round ``sync_rounds`` from a common θ instead of
+    each from its own end point; the one-step delay starts after them (0: from round 0, as runs
+    recorded before this field). Ignored when not ``overlapped``."""
 
     exchange: ExchangeName = "all-gather"
     """How the clusters combine a round's payloads (docs/outer-algorithm.md §7).
@@ -257,6 +262,7 @@ class OuterConfig:
         )
         _require(self, "anomaly_probe_batches", self.anomaly_probe_batches >= 1, ">= 1")
         _require(self, "anomaly_own_batches", self.anomaly_own_batches >= 1, ">= 1")
+        _require(self, "sync_rounds", self.sync_rounds >= 0, ">= 0")
         _require(self, "min_inner_steps", self.min_inner_steps >= 1, ">= 1")
         _require(
             self,
@@ -280,6 +286,12 @@ class OuterConfig:
         if self.outer_momentum is not None:
             return self.outer_momentum
         return 0.8 if self.overlapped else 0.9
+
+    def synchronous(self, round: int) -> bool:
+        """True when round ``round``'s exchange is applied before the next round computes:
+        every round of a blocking run, the warm-up rounds (``sync_rounds``) of an overlapped
+        one."""
+        return not self.overlapped or round < self.sync_rounds
 
     @property
     def compressed(self) -> bool:
@@ -324,6 +336,8 @@ class OuterConfig:
             del data["anomaly_rule"]  # as runs before rule versions recorded it
         if self.exchange == RECORDED_WITHOUT_EXCHANGE:
             del data["exchange"]  # as runs before the choice recorded it
+        if self.sync_rounds == 0:
+            del data["sync_rounds"]  # as runs before the warm-up recorded it
         return data
 
 

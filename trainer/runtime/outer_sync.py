@@ -137,7 +137,9 @@ class OuterSync:
         )
         if self.outer.overlapped:
             self.pending = launched
-            if step == self.last_step:  # nothing computes after the last round: finish it now
+            # Nothing computes after the last round, and the warm-up rounds (``sync_rounds``) are
+            # applied before the next one computes: finish those now.
+            if step == self.last_step or self._warm_up(step):
                 due.append(launched)
                 self.pending = None
         else:
@@ -190,6 +192,10 @@ class OuterSync:
 
     def _terms(self, signals: RoundSignals) -> ExchangeTerms:
         return ExchangeTerms(signals=signals, fetch=self.fetch, owner_reduce=self.owner_reduce)
+
+    def _warm_up(self, round: int) -> bool:
+        """True for a warm-up round of an overlapped run (``OuterConfig.sync_rounds``)."""
+        return isinstance(self.outer, OuterLoop) and self.outer.config.synchronous(round)
 
     @property
     def owner_reduce(self) -> bool:

@@ -141,6 +141,16 @@ LEVERS: list[tuple[str, str, Callable[[OuterConfig], OuterConfig]]] = [
         lambda c: replace(c, outer_lr=0.7, outer_momentum=0.5),
     ),
     (
+        "lr0.7-m0.5-warm-up",
+        "... and round 0 applied before round 1 computes (sync_rounds 1: the tiny preset now)",
+        lambda c: replace(c, outer_lr=0.7, outer_momentum=0.5, sync_rounds=1),
+    ),
+    (
+        "lr0.7-m0.5-warm-up2",
+        "... rounds 0 and 1 synchronous (sync_rounds 2)",
+        lambda c: replace(c, outer_lr=0.7, outer_momentum=0.5, sync_rounds=2),
+    ),
+    (
         "blocking",
         "no one-step-delay overlap (lr 0.5 / 0.8 kept)",
         lambda c: replace(c, overlap=False, outer_lr=c.lr, outer_momentum=c.momentum),

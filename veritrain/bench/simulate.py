@@ -181,7 +181,7 @@ def simulate(
             result.bytes_per_cluster += allgather_bytes_per_outer_step(
                 payload_bytes=payloads[0].numel(), n_clusters=config.n_clusters
             )
-            if algos[0].overlapped:
+            if not config.outer.synchronous(t):
                 if in_flight is not None:
                     _apply_all(algos, t - 1, in_flight, locals_, signals, result)
                 in_flight = payloads

@@ -381,3 +381,96 @@ def test_coordinates_preserve_inner_products_of_the_projections(named_params, tw
         # And expanding is a projection: projecting again changes nothing.
         again = codec.expand(0, codec.project(0, ea))[i]
         torch.testing.assert_close(again, ea[i], rtol=1e-4, atol=1e-9)
+
+
+def warm_up_run(algos, locals_, named_params, rounds, sync_rounds):
+    """The runtime's call order with a warm-up: rounds below ``sync_rounds`` are applied before
+    the next round computes, the rest one round late, the last at the end."""
+    in_flight = None
+    for t in range(rounds):
+        train_locals(locals_, named_params, t)
+        gathered = [
+            a.contribution(t, local).payload for a, local in zip(algos, locals_, strict=True)
+        ]
+        due = [(t - 1, in_flight)] if in_flight is not None else []
+        in_flight = None
+        if t < sync_rounds or t == rounds - 1:
+            due.append((t, gathered))
+        else:
+            in_flight = gathered
+        for round, payloads in due:
+            for a, local in zip(algos, locals_, strict=True):
+                a.apply(round, Gathered(payloads), local, SIGNALS)
+
+
+def test_warm_up_rounds_start_every_cluster_from_the_same_theta(named_params):
+    """``sync_rounds=1``: round 0 is applied before round 1 computes, so both clusters start
+    round 1 at θ₁ (without it each continues from where its round 0 ended)."""
+    config = OuterConfig(kind="dilocox", compression=False, sync_rounds=1, **PLAIN_SGD)
+    algos = build_clusters(config, named_params, n_clusters=2)
+    locals_ = start_locals(named_params, 2)
+    train_locals(locals_, named_params, 0)
+    gathered = [a.contribution(0, local).payload for a, local in zip(algos, locals_, strict=True)]
+    for a, local in zip(algos, locals_, strict=True):
+        a.apply(0, Gathered(gathered), local, SIGNALS)
+    theta = algos[0].global_parameters()
+    for local in locals_:
+        assert all(torch.equal(p, g) for p, g in zip(local, theta, strict=True))
+    # Round 1 is overlapped again: contributed now, applied after round 2 computes.
+    train_locals(locals_, named_params, 1)
+    for a, local in zip(algos, locals_, strict=True):
+        a.contribution(1, local)
+    train_locals(locals_, named_params, 2)
+    for a, local in zip(algos, locals_, strict=True):
+        a.contribution(2, local)  # apply(1) is not due yet: no CallOrderError
+    assert all(torch.equal(g, t) for g, t in zip(algos[0].global_parameters(), theta, strict=True))
+
+
+def _warm_up_against_blocking(named_params, **settings):
+    runs = []
+    for overlap in (True, False):
+        config = compressed(overlap=overlap, sync_rounds=4, **PLAIN_SGD, **settings)
+        algos = build_clusters(config, named_params, n_clusters=2)
+        locals_ = start_locals(named_params, 2)
+        if overlap:
+            warm_up_run(algos, locals_, named_params, 4, config.sync_rounds)
+        else:
+            for t in range(4):
+                train_locals(locals_, named_params, t)
+                blocking_round(algos, locals_, t)
+        runs.append((algos, locals_))
+    return runs
+
+
+def test_an_overlapped_run_synchronous_throughout_is_a_blocking_run(named_params):
+    """``sync_rounds`` >= T turns the overlap off round by round: uncompressed, θ and every
+    cluster's local parameters end bit for bit where a blocking run's do."""
+    (warm, warm_locals), (block, block_locals) = _warm_up_against_blocking(
+        named_params, compression=False
+    )
+    for g, h in zip(warm[0].global_parameters(), block[0].global_parameters(), strict=True):
+        assert torch.equal(g, h)
+    for a, b in zip(warm_locals, block_locals, strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("bits", [2, 4])
+def test_warm_up_rounds_keep_the_residual_in_the_local_parameters(named_params, bits):
+    """Compressed, after every synchronous round each cluster resumes at θ minus what it could
+    not send yet (local error feedback), as in a blocking run -- never at θ itself."""
+    (warm, warm_locals), _ = _warm_up_against_blocking(named_params, bits=bits)
+    theta = warm[0].global_parameters()
+    for a, local in zip(warm, warm_locals, strict=True):
+        residual = a.codec.residual()
+        assert max(float(e.abs().max()) for e in residual) > 0
+        for p, g, e in zip(local, theta, residual, strict=True):
+            torch.testing.assert_close(p, g - e, rtol=0, atol=1e-6)
+
+
+def test_sync_rounds_is_recorded_only_when_set():
+    """An old genesis names no ``sync_rounds`` and reads back as itself; a warm-up is recorded."""
+    assert "sync_rounds" not in OuterConfig(kind="dilocox").to_dict()
+    recorded = OuterConfig(kind="dilocox", sync_rounds=1).to_dict()
+    assert recorded["sync_rounds"] == 1
+    assert OuterConfig(**recorded) == OuterConfig(kind="dilocox", sync_rounds=1)
+    assert OuterConfig(**recorded) != OuterConfig(kind="dilocox")
