@@ -8,13 +8,14 @@ the matrix and the copy follows it (``sync_tied_copy``, after every apply and re
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from trainer.checkpoint_layout import CheckpointFiles, exchange_file, exchange_tensors
-from trainer.config import TrainConfig
+from trainer.config import PoisonForTesting, TrainConfig
 from trainer.data.reader import BatchReader
 from trainer.model import TIED_HEAD, build_stage
 from trainer.outer import build_outer_algorithm
@@ -25,6 +26,7 @@ from trainer.runtime.commitments import StageCommitments
 from trainer.runtime.inner import InnerOptimizer
 from trainer.runtime.pipeline import PipelineRunner
 from trainer.runtime.pipeline_judge import PipelineJudge
+from trainer.runtime.poison import poison_local
 from trainer.runtime.role import ProcessRole
 from trainer.runtime.state import StageState, restore_stage, share_owner, stage_files
 from trainer.runtime.topology import ProcessGroups, Topology
@@ -119,6 +121,16 @@ class LocalStage:
         # From this replica's stage 0 (global rank 0 of the cluster's world only in replica 0).
         source = dist.get_global_rank(self.groups.embedding, 0)
         broadcast_tensors([self.module.tied_weight()], source=source, group=self.groups.embedding)
+
+    def poison(
+        self, round_start: Sequence[torch.Tensor], poison: PoisonForTesting, *, seed: int
+    ) -> None:
+        """Rewrite this stage's local parameters as ``poison`` says (trainer/runtime/poison.py).
+        The last stage's copy of a tied embedding then follows the matrix, as after an apply or
+        a restore: a step that applies nothing (a warm-up run's first delayed step) trains the
+        next round from the poisoned parameters, and a re-execution restores them synced."""
+        poison_local(self.outer_params, round_start, poison, seed=seed)
+        self.sync_tied_copy()
 
     def note_round_data(self, step: int, *, first_inner_step: int, inner_steps: int) -> None:
         """Tell the outer algorithm what the round trains on, for its contribution scores

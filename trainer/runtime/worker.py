@@ -55,7 +55,6 @@ from trainer.runtime.launch import init_cluster_world, torchrun_rank
 from trainer.runtime.local_stage import LocalStage
 from trainer.runtime.membership import RoundQuorum
 from trainer.runtime.outer_sync import OuterSync, StepExchange
-from trainer.runtime.poison import poison_local
 from trainer.runtime.process_setup import Connections, check_same_data
 from trainer.runtime.progress import ConsoleProgress, Progress, SilentProgress
 from trainer.runtime.publishing import ContributionPublisher
@@ -265,18 +264,12 @@ class _Process:
         stage.note_round_data(step, first_inner_step=before.inner_steps_done, inner_steps=H)
         if self.sync is not None:
             hidden = forgery is not None and forgery.hidden_from_commitments
-            # After a poisoning the last stage's copy of a tied embedding follows the matrix, as
-            # after an apply or a restore: a step that applies nothing (a warm-up run's first
-            # delayed step) trains the next round from the poisoned parameters, and a
-            # re-execution restores them with the copy synced.
             if poisoned and poison is not None and not hidden:
-                poison_local(stage.outer_params, round_start, poison, seed=self.config.seed)
-                stage.sync_tied_copy()
+                stage.poison(round_start, poison, seed=self.config.seed)
             if stage.commitments is not None:
                 stage.commitments.contributed()
             if poisoned and poison is not None and hidden:  # forgery.py: ``payload_scale``
-                poison_local(stage.outer_params, round_start, poison, seed=self.config.seed)
-                stage.sync_tied_copy()
+                stage.poison(round_start, poison, seed=self.config.seed)
             exchanged = self.sync.step(step, numbers, exchange=role.exchanges)
             if exchanged.listened is not None and exchanged.quorum is not None:
                 if self.replicas is not None:
