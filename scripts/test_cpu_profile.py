@@ -104,8 +104,7 @@ def sample(run: subprocess.Popen[bytes]) -> list[tuple[float, int, float, Proces
             pid = int(entry)
             process = known.get(pid)
             if process is None or process.start != start:  # new, or a reused pid
-                process = Process(parent, name, start)
-                process.name = f"{name}: {_command(pid)}"
+                process = Process(parent, f"{name}: {_command(pid)}", start)
                 # What ran before the profile started is not the tests'.
                 process.ticks = ticks if first else 0
                 known[pid] = process
