@@ -19,9 +19,7 @@ import torch
 from records.genesis import DeterministicFlags, HardwareClass
 from trainer.config import TrainConfig
 from trainer.execution import Execution
-
-CUBLAS_DETERMINISTIC_WORKSPACE = ":4096:8"
-"""What trainer/runtime/determinism.py sets ``CUBLAS_WORKSPACE_CONFIG`` to when it is unset."""
+from trainer.runtime.determinism import CUBLAS_DETERMINISTIC_WORKSPACE
 
 
 def training_hardware(device: str, *, torch_version: str | None = None) -> HardwareClass:

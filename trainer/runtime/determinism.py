@@ -23,6 +23,9 @@ import torch
 
 from trainer.errors import ConfigError
 
+CUBLAS_DETERMINISTIC_WORKSPACE = ":4096:8"
+"""``CUBLAS_WORKSPACE_CONFIG`` for deterministic cuBLAS GEMMs (CUDA docs, "Reproducibility")."""
+
 
 def uses_cuda(requested: str) -> bool:
     """Whether processes asked for ``requested`` (``TrainConfig.device``) train on CUDA."""
@@ -68,7 +71,7 @@ def pick_device(requested: str, local_rank: int) -> torch.device:
 def make_deterministic(seed: int, rank: int, device: torch.device, *, threads: int = 1) -> None:
     """Apply the settings of the module docstring to this process."""
     if device.type == "cuda":
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC_WORKSPACE)
         torch.cuda.set_device(device)
         torch.backends.cudnn.benchmark = False
     else:

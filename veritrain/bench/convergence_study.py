@@ -86,12 +86,26 @@ class ConvergenceStudyConfig:
     """Runs trained at once, one process each."""
     plot: Path | None = None
     data_dir: Path | None = None
+    device: str = "cpu"
+    """``cpu`` or ``cuda``: where every run trains (simulate.py)."""
+    arms: tuple[str, ...] = ()
+    """Train only these arms (AllReduce, the reference, always); empty: every arm."""
 
     def __post_init__(self) -> None:
         if not self.seeds:
             raise BenchError("expected at least one seed, got none")
         if self.jobs < 1:
             raise BenchError(f"expected --jobs >= 1, got {self.jobs}")
+        if self.device not in ("cpu", "cuda"):
+            raise BenchError(f"expected --device cpu or cuda, got {self.device!r}")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise BenchError("--device cuda asks for a GPU, but torch sees no CUDA device")
+        known = {"allreduce", "diloco", "dilocox", *(name for name, _, _ in LEVERS)}
+        unknown = sorted(set(self.arms) - known)
+        if unknown:
+            raise BenchError(
+                f"expected arms among {', '.join(sorted(known))}, got {', '.join(unknown)}"
+            )
 
     @property
     def schedule(self) -> StudySchedule:
@@ -102,8 +116,11 @@ class ConvergenceStudyConfig:
         )
 
 
-def study_arms(base: TrainConfig, *, levers: bool) -> list[Arm]:
-    """AllReduce, DiLoCo (the paper's settings) and DiLoCoX (the preset's), then the levers."""
+def study_arms(
+    base: TrainConfig, *, levers: bool, only: Sequence[str] = ()
+) -> list[Arm]:
+    """AllReduce, DiLoCo (the paper's settings) and DiLoCoX (the preset's), then the levers;
+    ``only``: these arms alone, with AllReduce (every gap is measured against it)."""
     dilocox = base.outer if base.outer.kind == "dilocox" else replace(base.outer, kind="dilocox")
     arms = [
         Arm(name="allreduce", method="allreduce", outer=None, lever="the baseline"),
@@ -115,12 +132,23 @@ def study_arms(base: TrainConfig, *, levers: bool) -> list[Arm]:
         ),
         Arm(name="dilocox", method="dilocox", outer=dilocox, lever="the preset's DiLoCoX"),
     ]
-    if levers:
+    if levers or only:
+        reference = lever_reference(base)
         arms += [
-            Arm(name=name, method="dilocox", outer=change(PREVIOUS_TINY), lever=text)
+            Arm(name=name, method="dilocox", outer=change(reference), lever=text)
             for name, text, change in LEVERS
         ]
+    if only:
+        arms = [arm for arm in arms if arm.name == "allreduce" or arm.name in only]
     return arms
+
+
+def lever_reference(base: TrainConfig) -> OuterConfig:
+    """What every lever changes: ``PREVIOUS_TINY`` at ``tiny`` (the study began there), the
+    preset's own DiLoCoX at every other preset."""
+    if base.preset == "tiny":
+        return PREVIOUS_TINY
+    return base.outer if base.outer.kind == "dilocox" else replace(base.outer, kind="dilocox")
 
 
 PREVIOUS_TINY = OuterConfig(kind="dilocox", bits=2, dense_bits=8)
@@ -221,7 +249,7 @@ def run_convergence_study(
     )
     data_dir = config.data_dir or default_data_dir()
     prepare_data(base.data, data_dir)
-    arms = study_arms(base, levers=config.levers)
+    arms = study_arms(base, levers=config.levers, only=config.arms)
     jobs = [(arm, seed) for arm in arms for seed in config.seeds]
     say(
         f"{len(arms)} arms x {len(config.seeds)} seeds at {config.preset}: "
@@ -229,7 +257,7 @@ def run_convergence_study(
     )
     started = time.monotonic()
     results: dict[tuple[str, int], SimulationResult] = {}
-    tasks = [(base, arm, seed, data_dir) for arm, seed in jobs]
+    tasks = [(base, arm, seed, data_dir, config.device) for arm, seed in jobs]
     if config.jobs == 1:
         for task in tasks:
             results[(task[1].name, task[2])] = _train(task)
@@ -241,6 +269,7 @@ def run_convergence_study(
                 results[(task[1].name, task[2])] = result
                 _say_run(say, task[1].name, task[2], result)
     data = _assemble(base, arms, config.seeds, results, schedule)
+    data["device"] = config.device
     data["seconds"] = time.monotonic() - started
     if config.plot is not None:
         plot_gaps(data, config.plot)
@@ -248,8 +277,8 @@ def run_convergence_study(
     return ConvergenceStudyResult(data)
 
 
-def _train(task: tuple[TrainConfig, Arm, int, Path]) -> SimulationResult:
-    base, arm, seed, data_dir = task
+def _train(task: tuple[TrainConfig, Arm, int, Path, str]) -> SimulationResult:
+    base, arm, seed, data_dir, device = task
     torch.set_num_threads(1)  # what bitwise reproduction on CPU is stated for
     config = replace(base, seed=seed)
     prepared = prepare_data(config.data, data_dir)
@@ -266,6 +295,7 @@ def _train(task: tuple[TrainConfig, Arm, int, Path]) -> SimulationResult:
         inner=config.inner,
         seed=seed,
         eval_points=config.outer_steps,
+        device=device,
     )
     return simulate(
         simulation,

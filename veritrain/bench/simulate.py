@@ -25,6 +25,7 @@ recommended (``torch.set_num_threads(1)``), rank-ordered sums inside the outer a
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +38,8 @@ from trainer.errors import ConfigError
 from trainer.model import CausalLM, ModelConfig, language_model_loss
 from trainer.outer import Gathered, OuterConfig, OuterLoop, RoundSignals, build_outer_algorithm
 from trainer.outer.accounting import allgather_bytes_per_outer_step, allreduce_bytes_per_outer_step
-from trainer.runtime.inner import clip_to_norm, inner_adamw, learning_rate, sum_of_squares
+from trainer.runtime.determinism import CUBLAS_DETERMINISTIC_WORKSPACE
+from trainer.runtime.inner import clip_to_norm, inner_adamw, learning_rate, square_sum
 
 Method = Literal["allreduce", "diloco", "dilocox"]
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -70,6 +72,9 @@ class SimulationConfig:
     order and basis seed."""
     eval_points: int = 10
     """Held-out evaluations spread over the run (the last is always at the end)."""
+    device: str = "cpu"
+    """Where the models train (``cpu`` or ``cuda``): a GPU only makes a larger preset's study
+    affordable; runs are repeatable on one device, not equal across devices."""
 
     def __post_init__(self) -> None:
         if self.method not in ("allreduce", "diloco", "dilocox"):
@@ -117,13 +122,17 @@ def simulate(
     progress: Callable[[str], None] | None = None,
 ) -> SimulationResult:
     """Run one simulated training job and measure held-out loss and bytes sent."""
+    device = torch.device(config.device)
+    if device.type == "cuda":  # cuBLAS refuses deterministic GEMMs without a fixed workspace
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC_WORKSPACE)
     torch.use_deterministic_algorithms(True)
     started = time.perf_counter()
     torch.manual_seed(config.seed)
-    reference = CausalLM(config.model, seed=config.seed)
+    reference = CausalLM(config.model, seed=config.seed).to(device)
     parameters = sum(p.numel() for p in reference.parameters())
     replicas = 1 if config.method == "allreduce" else config.n_clusters
-    models = [_clone(reference) for _ in range(replicas)]
+    models = [_clone(reference, device) for _ in range(replicas)]
+    eval_on_device = [(x.to(device), y.to(device)) for x, y in eval_batches]
     optimizers = [inner_adamw(m.parameters(), config.inner) for m in models]
     rounds = config.total_steps // config.inner_steps
     eval_rounds = {
@@ -158,7 +167,7 @@ def simulate(
         for _ in range(config.inner_steps):
             lr = learning_rate(config.inner, step, config.total_steps)
             if config.method == "allreduce":
-                union = [batches(c, step) for c in range(config.n_clusters)]
+                union = [_to(batches(c, step), device) for c in range(config.n_clusters)]
                 inputs = torch.cat([b[0] for b in union])
                 targets = torch.cat([b[1] for b in union])
                 losses.append(
@@ -166,7 +175,8 @@ def simulate(
                 )
             else:
                 for c, (model, opt) in enumerate(zip(models, optimizers, strict=True)):
-                    losses.append(_inner_step(model, opt, batches(c, step), lr, config.inner))
+                    batch = _to(batches(c, step), device)
+                    losses.append(_inner_step(model, opt, batch, lr, config.inner))
             step += 1
         mean_loss = sum(losses) / len(losses)
         if not math.isfinite(mean_loss):
@@ -197,7 +207,7 @@ def simulate(
             weights = (
                 algos[0].global_parameters() if algos else [p.data for p in models[0].parameters()]
             )
-            loss = evaluate(config.model, weights, eval_batches)
+            loss = evaluate(config.model, weights, eval_on_device, device=device)
             result.curve.append((step, loss))
             if progress:
                 progress(f"step {step:5d}  train {mean_loss:.4f}  eval {loss:.4f}")
@@ -211,10 +221,15 @@ def simulate(
 
 
 def evaluate(
-    model_config: ModelConfig, weights: Sequence[torch.Tensor], eval_batches: Sequence[Batch]
+    model_config: ModelConfig,
+    weights: Sequence[torch.Tensor],
+    eval_batches: Sequence[Batch],
+    *,
+    device: torch.device | None = None,
 ) -> float:
-    """Mean held-out loss of a model holding ``weights`` (in ``parameters()`` order)."""
-    model = CausalLM(model_config)
+    """Mean held-out loss of a model holding ``weights`` (in ``parameters()`` order), computed
+    on ``device`` (default: the CPU), where ``eval_batches`` must be."""
+    model = CausalLM(model_config).to(device or torch.device("cpu"))
     with torch.no_grad():
         for p, w in zip(model.parameters(), weights, strict=True):
             p.copy_(w)
@@ -239,10 +254,15 @@ def _apply_all(
     result.anomalies += len(updates[0].anomalies)
 
 
-def _clone(reference: CausalLM) -> CausalLM:
-    model = CausalLM(reference.config)
+def _clone(reference: CausalLM, device: torch.device) -> CausalLM:
+    model = CausalLM(reference.config).to(device)
     model.load_state_dict(reference.state_dict())
     return model
+
+
+def _to(batch: Batch, device: torch.device) -> Batch:
+    inputs, targets = batch
+    return inputs.to(device), targets.to(device)
 
 
 def _inner_step(
@@ -255,7 +275,9 @@ def _inner_step(
     optimizer.zero_grad(set_to_none=True)
     loss.backward()  # type: ignore[no-untyped-call]
     grads = [p.grad for p in model.parameters() if p.grad is not None]
-    clip_to_norm(grads, math.sqrt(sum_of_squares(grads)), config.grad_clip)
+    # Summed where the gradients are and read back: on the CPU the additions of sum_of_squares.
+    norm = math.sqrt(float(square_sum(grads, inputs.device)))
+    clip_to_norm(grads, norm, config.grad_clip)
     for group in optimizer.param_groups:
         group["lr"] = lr
     optimizer.step()

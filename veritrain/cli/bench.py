@@ -138,6 +138,15 @@ def convergence(
     plot: Annotated[
         Path | None, typer.Option(help="Write the loss-gap-per-outer-step PNG here.")
     ] = None,
+    device: Annotated[
+        str, typer.Option(help="cpu or cuda: where the runs train (a GPU for larger presets).")
+    ] = "cpu",
+    arm: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Train only this arm (repeat; a method or a lever name); AllReduce always."
+        ),
+    ] = None,
 ) -> None:
     """Loss gap to AllReduce per outer step for DiLoCo and DiLoCoX, compute only (no link)."""
     from veritrain.bench.convergence_study import (
@@ -154,6 +163,8 @@ def convergence(
         levers=levers,
         jobs=jobs,
         plot=plot,
+        device=device,
+        arms=tuple(arm or ()),
     )
     _print(run_convergence_study(config, say=_say), json_output)
 
