@@ -34,10 +34,12 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(BIN)/veritrain demo
 
-# Lint and type-check first (cheap), compile the tree's bytecode (the tests start a few hundred
-# Python processes that import it; where PYTHONDONTWRITEBYTECODE is set, as on CI's machines, each
-# would compile it again: ~0.5 s of CPU apiece), then start the services, run the tests, and stop the
-# services even when tests fail. The tests run in two phases:
+# Lint first (cheap); compile the tree's bytecode (the tests start a few hundred Python processes
+# that import it; where PYTHONDONTWRITEBYTECODE is set, as on CI's machines, each would compile it
+# again: ~0.5 s of CPU apiece); type-check beside the tests (mypy uses one core, ~50 s from a fresh
+# clone, which the services' start and the tests' first minute overlap; its verdict is printed and
+# counted at the end); start the services, run the tests, and stop the services even when tests
+# fail. The tests run in two phases:
 #   1. in TEST_WORKERS parallel processes (pytest-xdist); 4 keep both cores busy to the end
 #      (scripts/test_cpu_profile.py: the run is CPU-bound). A file's tests stay on one worker
 #      (--dist loadfile), so a module's recorded run is trained once.
@@ -50,10 +52,12 @@ TEST_WORKERS ?= 4
 SERIAL_TESTS = $(shell grep -rl --include='test_*.py' 'pytest.mark.serial' tests)
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy
 	$(BIN)/python -m compileall -q -j 0 $(SOURCES) > /dev/null
-	scripts/services.sh start $(VENV)
-	. .ci-state/env && export CI=$${CI:-true} && status=0; \
+	@echo "mypy runs beside the tests (it uses one core); its verdict comes at the end"
+	typed=$$(mktemp); $(BIN)/mypy > $$typed 2>&1 & mypy=$$!; status=0; \
+	scripts/services.sh start $(VENV) || status=$$?; \
+	if [ $$status -eq 0 ]; then \
+	  . .ci-state/env && export CI=$${CI:-true}; \
 	  if [ "$(TEST_WORKERS)" = 0 ]; then \
 	    $(BIN)/python -m pytest $(PYTEST_ARGS) || status=$$?; \
 	  else \
@@ -65,7 +69,11 @@ test: $(STAMP)
 	    done; \
 	    if [ $$parallel -eq 5 ] && [ $$serial -eq 5 ]; then status=5; fi; \
 	  fi; \
-	  scripts/services.sh stop $(VENV); exit $$status
+	fi; \
+	scripts/services.sh stop $(VENV); \
+	echo "== mypy"; wait $$mypy; typing=$$?; cat $$typed; \
+	if [ $$typing -ne 0 ] && { [ $$status -eq 0 ] || [ $$status -eq 5 ]; }; then status=1; fi; \
+	rm -f $$typed; exit $$status
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
