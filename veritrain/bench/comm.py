@@ -107,8 +107,10 @@ class CommBenchConfig:
     dense_bits: int | None = None
     """DiLoCoX's bits per element of the tensors sent whole (8, 16); None: the preset's."""
     exchange: Literal["all-gather", "owner-reduce"] | None = None
-    """How DiLoCoX combines the payloads (``OuterConfig.exchange``); None: the preset's.
-    ``owner-reduce`` turns the contribution scores off, as it must."""
+    """How DiLoCoX combines the payloads (``OuterConfig.exchange``); None: the preset's, by
+    default ``"auto"`` -- the all-gather at 2 clusters, the owner-reduce from 3 (the result's
+    ``exchange`` says which ran). ``owner-reduce`` turns the contribution scores off, as it
+    must."""
     plots: Path | None = None
     workdir: Path | None = None
     data_dir: Path | None = None
@@ -150,7 +152,7 @@ class CommBenchResult:
         dirty = f" (modified: {', '.join(modified)})" if modified else ""
         out = [
             f"comm: {d['clusters']} clusters x {d['stages']} "
-            f"stages, {d['parameters']:,} parameters, "
+            f"stages, {d['parameters']:,} parameters, DiLoCoX {d['exchange']}, "
             f"commit {d['commit']}{dirty}",
             f"link: {d['link_mbit']:.3g} Mbit/s ({d['shaping']}{measured})",
         ]
@@ -200,14 +202,13 @@ def run_comm_bench(
     if config.dense_bits is not None:
         base = replace(base, outer=replace(base.outer, dense_bits=config.dense_bits))  # type: ignore[arg-type]
     if config.exchange is not None:
+        scores = base.outer.anomaly_scores
+        if config.exchange == "owner-reduce" and scores:
+            scores = False  # no cluster holds a whole contribution to score
         base = replace(
-            base,
-            outer=replace(
-                base.outer,
-                exchange=config.exchange,
-                anomaly_scores=base.outer.anomaly_scores and config.exchange == "all-gather",
-            ),
+            base, outer=replace(base.outer, exchange=config.exchange, anomaly_scores=scores)
         )
+    dilocox = method_config(base, "dilocox").outer
     data_dir = config.data_dir or default_data_dir()
     prepare_data(base.data, data_dir)
     parameters = base.model.parameter_count()
@@ -240,7 +241,7 @@ def run_comm_bench(
             link_runs=link_runs,
             parameters=parameters,
             clusters=base.clusters,
-            owner_reduce=method_config(base, "dilocox").outer.owner_reduce,
+            owner_reduce=dilocox.owner_reduce,
             link=LinkReport(
                 shaping=shaping,
                 link_mbit=rate,
@@ -260,7 +261,8 @@ def run_comm_bench(
                     "link_diloco_outer_steps": schedule.link_diloco_outer_steps,
                     "link_allreduce_inner_steps": schedule.link_allreduce_inner_steps,
                 },
-                "dilocox_outer_config": method_config(base, "dilocox").outer.to_dict(),
+                "exchange": dilocox.exchange_in_use,
+                "dilocox_outer_config": dilocox.to_dict(),
                 **_code_state(),
                 "seconds": time.monotonic() - started,
             }
