@@ -187,27 +187,7 @@ def run_comm_bench(
     config: CommBenchConfig, *, say: Callable[[str], None] = lambda _: None
 ) -> CommBenchResult:
     schedule = config.schedule
-    preset = run_preset(config.preset)
-    base = replace(
-        preset,
-        clusters=config.clusters,
-        outer_steps=schedule.outer_steps,
-        inner_steps=schedule.inner_steps,
-        seed=config.seed,
-    )
-    if config.rank is not None:
-        base = replace(base, outer=base.outer.with_rank(config.rank))
-    if config.bits is not None:
-        base = replace(base, outer=replace(base.outer, bits=config.bits))  # type: ignore[arg-type]  # OuterConfig checks it
-    if config.dense_bits is not None:
-        base = replace(base, outer=replace(base.outer, dense_bits=config.dense_bits))  # type: ignore[arg-type]
-    if config.exchange is not None:
-        scores = base.outer.anomaly_scores
-        if config.exchange == "owner-reduce" and scores:
-            scores = False  # no cluster holds a whole contribution to score
-        base = replace(
-            base, outer=replace(base.outer, exchange=config.exchange, anomaly_scores=scores)
-        )
+    base = bench_base(config)
     dilocox = method_config(base, "dilocox").outer
     data_dir = config.data_dir or default_data_dir()
     prepare_data(base.data, data_dir)
@@ -270,6 +250,35 @@ def run_comm_bench(
         if config.plots is not None:
             data["plots"] = [str(p) for p in _plots(data, config.plots)]
     return CommBenchResult(data)
+
+
+def bench_base(config: CommBenchConfig) -> TrainConfig:
+    """The run every method trains: the preset at the bench's clusters, schedule and seed, with
+    the DiLoCoX options that were given. Without ``--exchange`` the preset's ``"auto"`` resolves
+    from the clusters (the all-gather at 2, the owner-reduce from 3)."""
+    schedule = config.schedule
+    preset = run_preset(config.preset)
+    base = replace(
+        preset,
+        clusters=config.clusters,
+        outer_steps=schedule.outer_steps,
+        inner_steps=schedule.inner_steps,
+        seed=config.seed,
+    )
+    if config.rank is not None:
+        base = replace(base, outer=base.outer.with_rank(config.rank))
+    if config.bits is not None:
+        base = replace(base, outer=replace(base.outer, bits=config.bits))  # type: ignore[arg-type]  # OuterConfig checks it
+    if config.dense_bits is not None:
+        base = replace(base, outer=replace(base.outer, dense_bits=config.dense_bits))  # type: ignore[arg-type]
+    if config.exchange is not None:
+        scores = base.outer.anomaly_scores
+        if config.exchange == "owner-reduce" and scores:
+            scores = False  # no cluster holds a whole contribution to score
+        base = replace(
+            base, outer=replace(base.outer, exchange=config.exchange, anomaly_scores=scores)
+        )
+    return base
 
 
 def _link_derivation(
