@@ -19,7 +19,7 @@ import rfc8785
 from trainer.data.config import DataConfig
 from trainer.errors import ConfigError
 from trainer.model import ModelConfig, stage_layout
-from trainer.outer.config import RECORDED_WITHOUT_RULE, OuterConfig
+from trainer.outer.config import RECORDED_WITHOUT_EXCHANGE, RECORDED_WITHOUT_RULE, OuterConfig
 
 Method = Literal["allreduce", "diloco", "dilocox"]
 METHODS: tuple[Method, ...] = ("allreduce", "diloco", "dilocox")
@@ -119,7 +119,9 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     inner: InnerConfig = field(default_factory=InnerConfig)
     outer: OuterConfig = field(default_factory=OuterConfig)
-    """Outer algorithm settings; ``outer.kind`` must equal ``method`` unless method is allreduce."""
+    """Outer algorithm settings; ``outer.kind`` must equal ``method`` unless method is allreduce.
+    Bound to this run's ``clusters`` and ``data_parallel`` on construction
+    (``OuterConfig.for_run``), which ``outer.exchange="auto"`` resolves from."""
     clusters: int = 2
     """C: outer replicas (DiLoCo workers)."""
     stages: int = 2
@@ -186,6 +188,10 @@ class TrainConfig:
         _check(self, "device", self.device in ("auto", "cpu", "cuda"), "'auto', 'cpu' or 'cuda'")
         _check(self, "precision", self.precision in PRECISIONS, "'fp32', 'bf16' or 'fp64'")
         _check(self, "threads", self.threads >= 1, ">= 1")
+        # The outer settings resolve from this run's topology (``exchange="auto"``): bind them
+        # here, so that every reader of ``config.outer`` sees the exchange the run uses.
+        bound = self.outer.for_run(clusters=self.clusters, data_parallel=self.data_parallel)
+        object.__setattr__(self, "outer", bound)
         stage_layout(self.model.num_hidden_layers, self.stages)  # raises when S exceeds the depth
         if self.micro_batch_size % self.data_parallel:
             raise ConfigError(
@@ -274,6 +280,10 @@ class TrainConfig:
             values["outer"] = replace(
                 values.get("outer", OuterConfig()), anomaly_rule=RECORDED_WITHOUT_RULE
             )
+        if "exchange" not in outer:  # written before the choice, or an all-gather
+            values["outer"] = replace(
+                values.get("outer", OuterConfig()), exchange=RECORDED_WITHOUT_EXCHANGE
+            )
         method = values.get("method", "diloco")
         if method in ("diloco", "dilocox") and "kind" not in dict(data.get("outer") or {}):
             values["outer"] = replace(values.get("outer", OuterConfig()), kind=method)
@@ -310,8 +320,9 @@ def load_config_file(path: Path) -> TrainConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"expected an object at the top of {path}, got {type(data).__name__}")
     outer = data.setdefault("outer", {})
-    if isinstance(outer, dict):  # a new run: the current rules unless the file names others
+    if isinstance(outer, dict):  # a new run: the current defaults unless the file names others
         outer.setdefault("anomaly_rule", OuterConfig().anomaly_rule)
+        outer.setdefault("exchange", OuterConfig().exchange)
     return TrainConfig.from_dict(data)
 
 

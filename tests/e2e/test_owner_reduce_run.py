@@ -1,9 +1,10 @@
-"""A recorded DiLoCoX run whose payloads are combined by owners (``exchange="owner-reduce"``,
-3 clusters x 2 stages, the real multi-process trainer over torchft into a real ledger and
-store), one cluster poisoned: no cluster received another's whole payload, yet the verdicts
-from the owners' statistics exclude the poisoned cluster, ``veritrain verify`` recomputes every
-verdict and the weights from the signed payloads bit for bit, and ``veritrain reproduce``
-re-executes a step and a cluster's contribution bitwise."""
+"""A recorded DiLoCoX run whose payloads are combined by owners (3 clusters x 2 stages: the
+default ``exchange="auto"`` resolves to ``"owner-reduce"``, and the genesis records that; the
+real multi-process trainer over torchft into a real ledger and store), one cluster poisoned: no
+cluster received another's whole payload, yet the verdicts from the owners' statistics exclude
+the poisoned cluster, ``veritrain verify`` recomputes every verdict and the weights from the
+signed payloads bit for bit, and ``veritrain reproduce`` re-executes a step and a cluster's
+contribution bitwise."""
 
 from __future__ import annotations
 
@@ -37,9 +38,9 @@ def owner_run(tmp_path_factory: pytest.TempPathFactory) -> Settings:
         outer_steps=3,
         inner_steps=4,
     )
+    assert base.outer.exchange == "auto"  # the default, not a setting of this test
     config = replace(
         base,
-        outer=replace(base.outer, exchange="owner-reduce", anomaly_scores=False),
         poison_for_testing=PoisonForTesting(
             cluster=POISONED, step=STEP, kind="scale", factor=100.0
         ),
@@ -51,7 +52,8 @@ def owner_run(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 def _steps(settings: Settings) -> list[OuterStep]:
     with DirectSource(settings) as source:
         run = RecordedRun.load(source, RUN_ID)
-        assert run.genesis.hyperparameters["outer"]["exchange"] == "owner-reduce"
+        outer = run.genesis.hyperparameters["outer"]
+        assert (outer["exchange"], outer["anomaly_scores"]) == ("owner-reduce", False)
         return [step for _, step in run.outer_steps]
 
 

@@ -183,7 +183,7 @@ class OuterLoop:
             statistics = self.judge.combine(examination.statistics)
             finite = [m.norm is not None for m in statistics.measures()]
             scores = None
-            if self.config.anomaly_scores:
+            if self.config.contribution_scores:
                 scores = self.judge.score(examination, statistics, finite)
             verdicts = self.rule_on(examination, statistics, scores)
         return self.commit(examination, verdicts, local, signals)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from trainer.errors import ConfigError
 
@@ -22,9 +22,15 @@ DelayProxy = Literal["none", "own", "eager", "anchored"]
 ErrorFeedback = Literal["local", "buffer", "none"]
 VerdictRuleName = Literal["veritrain.verdict/v1", "veritrain.verdict/v2"]
 ExchangeName = Literal["all-gather", "owner-reduce"]
+ExchangeSetting = Literal["auto", "all-gather", "owner-reduce"]
 RECORDED_WITHOUT_EXCHANGE: ExchangeName = "all-gather"
 """How a configuration that names no ``exchange`` combined its payloads: it was written before
-there was a choice (``to_dict`` leaves it unnamed, so an old genesis reads back as itself)."""
+there was a choice, or it all-gathered (``to_dict`` leaves the all-gather unnamed, so an old
+genesis reads back as itself; ``TrainConfig.from_dict`` reads an absent name so)."""
+OWNER_REDUCE_FROM_CLUSTERS = 3
+"""The fewest clusters at which ``exchange="auto"`` combines by owners: at C = 2 both exchanges
+send one payload per cluster per round and the owner-reduce only adds the mean's
+re-quantisation (docs/benchmarks.md, "Four clusters, owner-reduce")."""
 VERDICT_RULES: tuple[VerdictRuleName, ...] = ("veritrain.verdict/v1", "veritrain.verdict/v2")
 RECORDED_WITHOUT_RULE: VerdictRuleName = "veritrain.verdict/v1"
 """The rules a configuration that names none was judged by: it was written before the rules had
@@ -107,18 +113,23 @@ class OuterConfig:
     each from its own end point; the one-step delay starts after them (0: from round 0, as runs
     recorded before this field). Ignored when not ``overlapped``."""
 
-    exchange: ExchangeName = "all-gather"
-    """How the clusters combine a round's payloads (docs/outer-algorithm.md §7).
-    ``"all-gather"``: every cluster receives every payload, ``(C−1)`` payloads per cluster per
-    round. ``"owner-reduce"`` (DiLoCoX only): each contributing cluster owns a share of the
-    payload's tensors, receives every cluster's bytes of its share, averages them in cluster order
-    and re-encodes the mean with the codec; the mean shares are then all-gathered -- about
-    ``2(C−1)/C`` payloads per cluster per round, which does not grow with C (ignored by plain
-    DiLoCo and with ``compression`` off, which all-gather). The mean is
-    quantised once more (not error-fed), and no cluster holds another's whole contribution, so
-    verdicts use the statistics alone (``anomaly_scores`` must be off); every payload is still
-    signed whole and kept, and ``veritrain verify`` recomputes the mean from them
-    (trainer/outer/owner_reduce.py)."""
+    exchange: ExchangeSetting = "auto"
+    """How the clusters combine a round's payloads (docs/outer-algorithm.md §7); read the one in
+    use from ``exchange_in_use``. ``"all-gather"``: every cluster receives every payload,
+    ``(C−1)`` payloads per cluster per round. ``"owner-reduce"`` (DiLoCoX only): each
+    contributing cluster owns a share of the payload's tensors, receives every cluster's bytes
+    of its share, averages them in cluster order and re-encodes the mean with the codec; the
+    mean shares are then all-gathered -- about ``2(C−1)/C`` payloads per cluster per round,
+    which does not grow with C (ignored by plain DiLoCo and with ``compression`` off, which
+    all-gather). The mean is quantised once more (not error-fed), and no cluster holds another's
+    whole contribution, so verdicts use the statistics alone (no contribution scores); every
+    payload is still signed whole and kept, and ``veritrain verify`` recomputes the mean from
+    them (trainer/outer/owner_reduce.py). ``"auto"`` (default): the owner-reduce for compressed
+    DiLoCoX with ``OWNER_REDUCE_FROM_CLUSTERS`` (3) or more clusters, one replica per stage and
+    ``anomaly_scores`` not set to True; the all-gather otherwise -- at C = 2 both send one
+    payload and the owner-reduce would only add its re-quantisation. Resolved from the run's
+    topology, which ``TrainConfig`` binds (``for_run``; unbound, ``"auto"`` all-gathers), and
+    recorded resolved in the genesis, never as ``"auto"``."""
 
     # --- verdicts on contributions (both kinds; trainer/outer/verdict.py) -----------------
     anomaly_checks: bool = True
@@ -151,10 +162,13 @@ class OuterConfig:
     anomaly_history: int = 8
     """Rounds of accepted norms and cosines that make the references (and of payloads a new one
     must not repeat)."""
-    anomaly_scores: bool = True
+    anomaly_scores: bool | None = None
     """Score every contribution by what it does to the loss when applied alone to the global
     parameters (trainer/outer/contribution_score.py); needs the runtime's model, so an outer
-    algorithm built without one judges on the statistics alone."""
+    algorithm built without one judges on the statistics alone. None (default): wherever the
+    exchange allows it -- on with the all-gather, off with the owner-reduce, where no cluster
+    holds a whole contribution; True also keeps ``exchange="auto"`` on the all-gather. Read the
+    value in use from ``contribution_scores`` (the genesis records it)."""
     anomaly_held_out_ratio: float = 0.5
     """A contribution whose held-out loss gain is below this share of the other clusters'
     median gain is flagged ..."""
@@ -233,15 +247,16 @@ class OuterConfig:
         _require(
             self,
             "exchange",
-            self.exchange in ("all-gather", "owner-reduce"),
-            "'all-gather' or 'owner-reduce'",
+            self.exchange in ("auto", "all-gather", "owner-reduce"),
+            "'auto', 'all-gather' or 'owner-reduce'",
         )
         if self.owner_reduce:
             _require(
                 self,
                 "anomaly_scores",
-                not self.anomaly_scores,
-                "False with exchange 'owner-reduce' (no cluster holds a whole contribution)",
+                self.anomaly_scores is not True,
+                "False or None with exchange 'owner-reduce' "
+                "(no cluster holds a whole contribution)",
             )
         _require(self, "anomaly_norm_ratio", self.anomaly_norm_ratio > 1.0, "> 1")
         _require(
@@ -298,11 +313,46 @@ class OuterConfig:
         """True when pseudo-gradients go through low-rank compression."""
         return self.kind == "dilocox" and self.compression
 
+    _run: ClassVar[tuple[int, int] | None] = None
+    # The run's (clusters, data_parallel) that ``exchange="auto"`` and ``anomaly_scores=None``
+    # resolve from, bound on an instance by ``for_run`` (TrainConfig does it). Not a field: it
+    # is the run's topology, recorded by TrainConfig, and ``dataclasses.replace`` leaves a copy
+    # unbound until a TrainConfig binds it to its own cluster count again.
+
+    def for_run(self, *, clusters: int, data_parallel: int = 1) -> OuterConfig:
+        """This configuration bound to a run of ``clusters`` clusters of ``data_parallel``
+        replicas per stage: ``exchange_in_use``, ``owner_reduce`` and ``contribution_scores``
+        resolve ``"auto"`` / None from them. The fields keep the settings, so that
+        ``dataclasses.replace(run, clusters=...)`` resolves again for the new count."""
+        bound = replace(self)
+        object.__setattr__(bound, "_run", (clusters, data_parallel))
+        return bound
+
+    @property
+    def exchange_in_use(self) -> ExchangeName:
+        """The exchange the run uses: ``exchange``, with ``"auto"`` resolved (its docstring)."""
+        if self.exchange != "auto":
+            return self.exchange
+        if self._run is None or not self.compressed or self.anomaly_scores is True:
+            return "all-gather"
+        clusters, data_parallel = self._run
+        if clusters >= OWNER_REDUCE_FROM_CLUSTERS and data_parallel == 1:
+            return "owner-reduce"
+        return "all-gather"
+
     @property
     def owner_reduce(self) -> bool:
-        """True when the clusters combine their payloads by owners (``exchange``; compressed
-        DiLoCoX only: plain DiLoCo always all-gathers)."""
-        return self.compressed and self.exchange == "owner-reduce"
+        """True when the clusters combine their payloads by owners (``exchange_in_use``;
+        compressed DiLoCoX only: plain DiLoCo always all-gathers)."""
+        return self.compressed and self.exchange_in_use == "owner-reduce"
+
+    @property
+    def contribution_scores(self) -> bool:
+        """True when every contribution is scored (``anomaly_scores``, None resolved: on unless
+        the payloads are combined by owners)."""
+        if self.anomaly_scores is not None:
+            return self.anomaly_scores
+        return not self.owner_reduce
 
     @property
     def overlapped(self) -> bool:
@@ -325,16 +375,28 @@ class OuterConfig:
         return hash(tuple(sorted(self._algorithm().items())))
 
     def _algorithm(self) -> dict[str, Any]:
-        return {**self.to_dict(), "anomaly_rule": self.anomaly_rule, "exchange": self.exchange}
+        return {
+            **self.to_dict(),
+            "anomaly_rule": self.anomaly_rule,
+            "exchange": self.exchange_in_use,
+        }
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form for the run's genesis entry, with the outer lr and momentum that are
-        actually used written out (``OuterConfig(**d)`` gives the same algorithm back; except
-        that v1 verdict rules are left unnamed, which ``TrainConfig.from_dict`` reads as v1)."""
-        data = {**asdict(self), "outer_lr": self.lr, "outer_momentum": self.momentum}
+        """JSON-able form for the run's genesis entry, with the outer lr and momentum, the
+        exchange and the contribution scores that are actually used written out (never
+        ``"auto"`` or None: ``OuterConfig(**d)`` gives the same algorithm back; except that v1
+        verdict rules and the all-gather are left unnamed, which ``TrainConfig.from_dict`` reads
+        as v1 and the all-gather)."""
+        data = {
+            **asdict(self),
+            "outer_lr": self.lr,
+            "outer_momentum": self.momentum,
+            "exchange": self.exchange_in_use,
+            "anomaly_scores": self.contribution_scores,
+        }
         if self.anomaly_rule == RECORDED_WITHOUT_RULE:
             del data["anomaly_rule"]  # as runs before rule versions recorded it
-        if self.exchange == RECORDED_WITHOUT_EXCHANGE:
+        if data["exchange"] == RECORDED_WITHOUT_EXCHANGE:
             del data["exchange"]  # as runs before the choice recorded it
         if self.sync_rounds == 0:
             del data["sync_rounds"]  # as runs before the warm-up recorded it

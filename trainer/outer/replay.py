@@ -158,7 +158,7 @@ def _replay_round(
         statistics = ContributionStatistics.combine([e.statistics for e in examinations])
         finite = [m.norm is not None for m in statistics.measures()]
         scores: list[ContributionScore | None] | None = None
-        if config.outer.anomaly_scores:
+        if config.outer.contribution_scores:
             names = [n for e in examinations for n in e.names]
             probe = FullModelProbe(
                 config.model,

@@ -244,7 +244,9 @@ def _eval_batches(config: TrainConfig) -> int:
     """Held-out batches the step reads: its evaluation, and the verdicts' probe."""
     outer = config.outer
     probe = (
-        outer.anomaly_probe_batches if config.method != "allreduce" and outer.anomaly_scores else 0
+        outer.anomaly_probe_batches
+        if config.method != "allreduce" and outer.contribution_scores
+        else 0
     )
     return max(config.eval_batches, probe)
 

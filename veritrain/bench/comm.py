@@ -107,8 +107,10 @@ class CommBenchConfig:
     dense_bits: int | None = None
     """DiLoCoX's bits per element of the tensors sent whole (8, 16); None: the preset's."""
     exchange: Literal["all-gather", "owner-reduce"] | None = None
-    """How DiLoCoX combines the payloads (``OuterConfig.exchange``); None: the preset's.
-    ``owner-reduce`` turns the contribution scores off, as it must."""
+    """How DiLoCoX combines the payloads (``OuterConfig.exchange``); None: the preset's, by
+    default ``"auto"`` -- the all-gather at 2 clusters, the owner-reduce from 3 (the result's
+    ``exchange`` says which ran). ``owner-reduce`` turns the contribution scores off, as it
+    must."""
     plots: Path | None = None
     workdir: Path | None = None
     data_dir: Path | None = None
@@ -150,7 +152,7 @@ class CommBenchResult:
         dirty = f" (modified: {', '.join(modified)})" if modified else ""
         out = [
             f"comm: {d['clusters']} clusters x {d['stages']} "
-            f"stages, {d['parameters']:,} parameters, "
+            f"stages, {d['parameters']:,} parameters, DiLoCoX {d['exchange']}, "
             f"commit {d['commit']}{dirty}",
             f"link: {d['link_mbit']:.3g} Mbit/s ({d['shaping']}{measured})",
         ]
@@ -185,29 +187,8 @@ def run_comm_bench(
     config: CommBenchConfig, *, say: Callable[[str], None] = lambda _: None
 ) -> CommBenchResult:
     schedule = config.schedule
-    preset = run_preset(config.preset)
-    base = replace(
-        preset,
-        clusters=config.clusters,
-        outer_steps=schedule.outer_steps,
-        inner_steps=schedule.inner_steps,
-        seed=config.seed,
-    )
-    if config.rank is not None:
-        base = replace(base, outer=base.outer.with_rank(config.rank))
-    if config.bits is not None:
-        base = replace(base, outer=replace(base.outer, bits=config.bits))  # type: ignore[arg-type]  # OuterConfig checks it
-    if config.dense_bits is not None:
-        base = replace(base, outer=replace(base.outer, dense_bits=config.dense_bits))  # type: ignore[arg-type]
-    if config.exchange is not None:
-        base = replace(
-            base,
-            outer=replace(
-                base.outer,
-                exchange=config.exchange,
-                anomaly_scores=base.outer.anomaly_scores and config.exchange == "all-gather",
-            ),
-        )
+    base = bench_base(config)
+    dilocox = method_config(base, "dilocox").outer
     data_dir = config.data_dir or default_data_dir()
     prepare_data(base.data, data_dir)
     parameters = base.model.parameter_count()
@@ -240,7 +221,7 @@ def run_comm_bench(
             link_runs=link_runs,
             parameters=parameters,
             clusters=base.clusters,
-            owner_reduce=method_config(base, "dilocox").outer.owner_reduce,
+            owner_reduce=dilocox.owner_reduce,
             link=LinkReport(
                 shaping=shaping,
                 link_mbit=rate,
@@ -260,7 +241,8 @@ def run_comm_bench(
                     "link_diloco_outer_steps": schedule.link_diloco_outer_steps,
                     "link_allreduce_inner_steps": schedule.link_allreduce_inner_steps,
                 },
-                "dilocox_outer_config": method_config(base, "dilocox").outer.to_dict(),
+                "exchange": dilocox.exchange_in_use,
+                "dilocox_outer_config": dilocox.to_dict(),
                 **_code_state(),
                 "seconds": time.monotonic() - started,
             }
@@ -268,6 +250,35 @@ def run_comm_bench(
         if config.plots is not None:
             data["plots"] = [str(p) for p in _plots(data, config.plots)]
     return CommBenchResult(data)
+
+
+def bench_base(config: CommBenchConfig) -> TrainConfig:
+    """The run every method trains: the preset at the bench's clusters, schedule and seed, with
+    the DiLoCoX options that were given. Without ``--exchange`` the preset's ``"auto"`` resolves
+    from the clusters (the all-gather at 2, the owner-reduce from 3)."""
+    schedule = config.schedule
+    preset = run_preset(config.preset)
+    base = replace(
+        preset,
+        clusters=config.clusters,
+        outer_steps=schedule.outer_steps,
+        inner_steps=schedule.inner_steps,
+        seed=config.seed,
+    )
+    if config.rank is not None:
+        base = replace(base, outer=base.outer.with_rank(config.rank))
+    if config.bits is not None:
+        base = replace(base, outer=replace(base.outer, bits=config.bits))  # type: ignore[arg-type]  # OuterConfig checks it
+    if config.dense_bits is not None:
+        base = replace(base, outer=replace(base.outer, dense_bits=config.dense_bits))  # type: ignore[arg-type]
+    if config.exchange is not None:
+        scores = base.outer.anomaly_scores
+        if config.exchange == "owner-reduce" and scores:
+            scores = False  # no cluster holds a whole contribution to score
+        base = replace(
+            base, outer=replace(base.outer, exchange=config.exchange, anomaly_scores=scores)
+        )
+    return base
 
 
 def _link_derivation(

@@ -79,7 +79,8 @@ def comm(
         str | None,
         typer.Option(
             help="How DiLoCoX combines payloads: all-gather, or owner-reduce (bytes per cluster "
-            "that do not grow with the clusters; contribution scores off). Default: the preset's."
+            "that do not grow with the clusters; contribution scores off). Default: the preset's "
+            "(auto: all-gather at 2 clusters, owner-reduce from 3)."
         ),
     ] = None,
     workdir: Workdir = None,

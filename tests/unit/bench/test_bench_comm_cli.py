@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Literal
 
 import pytest
 
 from trainer.config import with_overrides
 from trainer.presets import run_preset
-from veritrain.bench.comm import QUICK, link_time_limit, plan_link_runs
+from veritrain.bench.comm import (
+    QUICK,
+    CommBenchConfig,
+    bench_base,
+    link_time_limit,
+    plan_link_runs,
+)
+from veritrain.bench.convergence import method_config
 
 
 @pytest.mark.parametrize(
@@ -42,3 +50,24 @@ def test_the_link_runs_get_the_time_their_bytes_need_on_the_link() -> None:
     assert limit > QUICK.timeout_s + 2 * allreduce_alone  # ~13 min of AllReduce, twice over
     # a fast link leaves the schedule's own limit (nearly) as it was
     assert link_time_limit(runs, parameters, 1e6, QUICK.timeout_s) < QUICK.timeout_s + 5
+
+
+@pytest.mark.parametrize(
+    ("clusters", "exchange", "measured"),
+    [
+        (2, None, "all-gather"),
+        (4, None, "owner-reduce"),  # the default from 3 clusters: no --exchange needed
+        (4, "all-gather", "all-gather"),
+        (2, "owner-reduce", "owner-reduce"),
+    ],
+)
+def test_dilocox_runs_the_exchange_the_cluster_count_or_the_option_names(
+    clusters: int, exchange: Literal["all-gather", "owner-reduce"] | None, measured: str
+) -> None:
+    config = CommBenchConfig(quick=True, clusters=clusters, exchange=exchange)
+
+    dilocox = method_config(bench_base(config), "dilocox").outer
+
+    assert dilocox.exchange_in_use == measured
+    # Scores wherever the exchange can compute them, and never with the owner-reduce.
+    assert dilocox.contribution_scores is (measured == "all-gather")

@@ -187,7 +187,9 @@ def _replay_rules(
                 )
                 for v in applied.verdicts
             ]
-            scores = [v.score for v in applied.verdicts] if config.outer.anomaly_scores else None
+            scores = (
+                [v.score for v in applied.verdicts] if config.outer.contribution_scores else None
+            )
             expected = decide(rule, measures, scores, history, clusters=clusters)
             for want, got in zip(expected, applied.verdicts, strict=True):
                 if (want.flags, want.reason, want.excluded) != (

@@ -44,8 +44,10 @@ def test_owner_shares_cover_every_segment_once_and_balance_the_bytes() -> None:
 
 
 def test_the_configuration_refuses_what_owners_cannot_do() -> None:
-    with pytest.raises(ConfigError, match="anomaly_scores must be False"):
-        OuterConfig(kind="dilocox", exchange="owner-reduce")
+    with pytest.raises(ConfigError, match="anomaly_scores must be False or None"):
+        OuterConfig(kind="dilocox", exchange="owner-reduce", anomaly_scores=True)
+    # Scores left to the default are off where no cluster holds a whole contribution.
+    assert not OuterConfig(kind="dilocox", exchange="owner-reduce").contribution_scores
     # Plain DiLoCo all-gathers whatever it is told (a preset's DiLoCoX setting, ignored).
     assert not OuterConfig(kind="diloco", exchange="owner-reduce").owner_reduce
     # An all-gather configuration is written as before, so an old genesis reads back as itself.
