@@ -116,9 +116,7 @@ class ConvergenceStudyConfig:
         )
 
 
-def study_arms(
-    base: TrainConfig, *, levers: bool, only: Sequence[str] = ()
-) -> list[Arm]:
+def study_arms(base: TrainConfig, *, levers: bool, only: Sequence[str] = ()) -> list[Arm]:
     """AllReduce, DiLoCo (the paper's settings) and DiLoCoX (the preset's), then the levers;
     ``only``: these arms alone, with AllReduce (every gap is measured against it)."""
     dilocox = base.outer if base.outer.kind == "dilocox" else replace(base.outer, kind="dilocox")
