@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attestation.attester import Attester, AttesterSetup
 from attestation.canonical import canonical_digest, canonical_json
@@ -39,8 +40,12 @@ from records.commitments import InnerCommitments
 from records.genesis import ClusterKeys, HardwareClass
 from records.outer_step import QuoteRef, StageContribution
 from storage import ObjectStore
-from trainer.recorder import AttestationRequest, ClusterEvidence, ContributionDigest
 from veritrain.errors import RecorderError
+
+if TYPE_CHECKING:
+    # trainer.recorder imports torch (~3 s of CPU): `veritrain cluster-keys` reads a key folder
+    # and needs none of it.
+    from trainer.recorder import AttestationRequest, ClusterEvidence, ContributionDigest
 
 SPEAKER_STAGE = 0
 """The pipeline stage whose process quotes for its cluster and enrols its keys."""
@@ -181,6 +186,8 @@ class ClusterSigner:
         quote = self._quote(request) if self._attester is not None else None
         if contribution is None and quote is None:
             return None
+        from trainer.recorder import ClusterEvidence
+
         return ClusterEvidence(
             cluster=self._cluster, stage=self._stage, contribution=contribution, quote=quote
         )

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e.auditor_cli import run_as_auditor
+from e2e.auditor_cli import run_as_auditor_in_process
 from e2e.forger import Forger, Payloads
 
 from attestation.contribution import Contribution, sign_contribution
@@ -108,7 +108,7 @@ def test_verify_lists_each_clusters_keys_and_fails_on_a_pinned_key_it_does_not_e
     url = serve_app(recorded_run)
     # 1. Cluster 1's operator reads its own folder: its keys and their fingerprint.
     folder = recorded_run.data_dir / "cluster-keys" / "cluster-1"
-    held = run_as_auditor(["cluster-keys", run_id, "--key-dir", str(folder)], tmp_path)
+    held = run_as_auditor_in_process(["cluster-keys", run_id, "--key-dir", str(folder)], tmp_path)
     assert held.returncode == 0, held.stderr
     printed = dict(line.split(maxsplit=1) for line in held.stdout.splitlines())
     assert printed["contribution"] == genesis.keys.clusters[1].contribution
@@ -116,7 +116,7 @@ def test_verify_lists_each_clusters_keys_and_fails_on_a_pinned_key_it_does_not_e
     # 2. verify --json lists every cluster's enrolled keys with the same fingerprint, and says
     #    which keys an auditor pinned.
     pinned = f"1={printed['contribution']}"
-    honest = run_as_auditor(
+    honest = run_as_auditor_in_process(
         ["verify", run_id, "--api", url, "--json", "--cluster-key", pinned], tmp_path
     )
     assert honest.returncode == 0, honest.stdout + honest.stderr
@@ -138,7 +138,7 @@ def test_verify_lists_each_clusters_keys_and_fails_on_a_pinned_key_it_does_not_e
     # 3. An auditor who learned another key from cluster 1's operator: the genesis enrols
     #    keys that are not the cluster's own, and verify says so, naming the cluster.
     other = SigningKey.generate(f"{recorded_run.origin}/runs/{run_id}/cluster-1/contribution")
-    lied = run_as_auditor(
+    lied = run_as_auditor_in_process(
         ["verify", run_id, "--api", url, "--cluster-key", f"1={other.public.vkey}"], tmp_path
     )
     assert lied.returncode == 1
@@ -147,5 +147,7 @@ def test_verify_lists_each_clusters_keys_and_fails_on_a_pinned_key_it_does_not_e
         f"{genesis.keys.clusters[1].contribution}, not the pinned {other.public.vkey}: keys not "
         "the cluster's own were enrolled for it"
     ) in lied.stdout
-    bad = run_as_auditor(["verify", run_id, "--api", url, "--cluster-key", "one=x"], tmp_path)
+    bad = run_as_auditor_in_process(
+        ["verify", run_id, "--api", url, "--cluster-key", "one=x"], tmp_path
+    )
     assert bad.returncode == 2 and "expected J=VKEY" in bad.stderr

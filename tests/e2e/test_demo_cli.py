@@ -1,5 +1,7 @@
-"""The README's promise, through the real CLI: `veritrain demo --no-serve`, then `veritrain
-verify` and `veritrain reproduce` in the same directory with no flags."""
+"""The README's promise, through the real CLI: `veritrain demo --no-serve` (the installed script,
+in a subprocess, from an empty directory), then `veritrain verify` and `veritrain reproduce` in
+the same directory with no flags (the same entry point, run in the test's process:
+unit/veritrain_in_process.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from unit.veritrain_in_process import run_veritrain
 
 
 def _run(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
@@ -26,6 +29,13 @@ def _run(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.Completed
     )
 
 
+def _run_in_process(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """:func:`_run`'s command and environment, in this process."""
+    return run_veritrain(
+        args, cwd=cwd, env={"VERITRAIN_WITNESS_DIR": str(cwd / "witness"), "COLUMNS": "200"}
+    )
+
+
 @pytest.mark.slow
 def test_demo_then_verify_and_reproduce_in_the_same_directory(tmp_path: Path) -> None:
     demo = _run(["demo", "--no-serve"], tmp_path)
@@ -35,21 +45,21 @@ def test_demo_then_verify_and_reproduce_in_the_same_directory(tmp_path: Path) ->
     run_id = re.search(r"run (demo-\d{8}-\d{6})", demo.stdout)
     assert run_id is not None
 
-    verify = _run(["verify"], tmp_path)
+    verify = _run_in_process(["verify"], tmp_path)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert f"VERIFIED: run '{run_id.group(1)}'" in verify.stdout
 
-    reproduce = _run(["reproduce", run_id.group(1), "--step", "2"], tmp_path)
+    reproduce = _run_in_process(["reproduce", run_id.group(1), "--step", "2"], tmp_path)
     assert reproduce.returncode == 0, reproduce.stdout + reproduce.stderr
     assert "(bitwise comparison)" in reproduce.stdout
     assert reproduce.stdout.rstrip().endswith("MATCH") and "MISMATCH" not in reproduce.stdout
 
-    runs = _run(["runs"], tmp_path)
+    runs = _run_in_process(["runs"], tmp_path)
     assert run_id.group(1) in runs.stdout and "finished" in runs.stdout
 
 
 def test_verify_without_a_ledger_says_what_to_do(tmp_path: Path) -> None:
-    result = _run(["verify"], tmp_path, timeout=120)
+    result = _run_in_process(["verify"], tmp_path)
     assert result.returncode != 0
     assert (
         result.stderr.startswith("veritrain: error: there is no ledger")

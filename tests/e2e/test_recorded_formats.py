@@ -9,14 +9,12 @@ rules its genesis names (or, before genesis named them, by the rules its schema 
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from e2e.forger import Forger, Payloads
+from unit.veritrain_in_process import run_veritrain
 
 from ledger.db import upgrade
 from records.versions import GENESIS
@@ -42,16 +40,10 @@ def test_a_run_recorded_by_an_earlier_version_verifies(run_id: str, tmp_path: Pa
     for path in data.rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)
     upgrade(f"sqlite:///{data / 'ledger.db'}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VERITRAIN_")}
-    env |= {"VERITRAIN_DATA_DIR": str(data), "COLUMNS": "200"}
-
-    result = subprocess.run(
-        [sys.executable, "-m", "veritrain", "verify", run_id, "--no-memory"],
+    result = run_veritrain(
+        ["verify", run_id, "--no-memory"],
         cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        env={"VERITRAIN_DATA_DIR": str(data), "COLUMNS": "200"},
     )
 
     assert result.returncode == 0, result.stdout + result.stderr

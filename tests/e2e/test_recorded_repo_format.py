@@ -5,13 +5,11 @@ recorded config.json, generation_config.json and tokenizer_config.json by what f
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from unit.veritrain_in_process import run_veritrain
 
 from ledger.db import upgrade
 
@@ -26,16 +24,10 @@ def test_a_step_recorded_in_repo_format_1_reproduces(tmp_path: Path) -> None:
     for path in data.rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)
     upgrade(f"sqlite:///{data / 'ledger.db'}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VERITRAIN_")}
-    env |= {"VERITRAIN_DATA_DIR": str(data), "COLUMNS": "200"}
-
-    result = subprocess.run(
-        [sys.executable, "-m", "veritrain", "reproduce", "v1-0313592", "--step", "1"],
+    result = run_veritrain(
+        ["reproduce", "v1-0313592", "--step", "1"],
         cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        env={"VERITRAIN_DATA_DIR": str(data), "COLUMNS": "200"},
     )
 
     assert result.returncode == 0, result.stdout + result.stderr

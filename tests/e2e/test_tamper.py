@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from e2e.tampering import (
 )
 
 from veritrain.audit.verify import Report, verify_run
-from veritrain.audit.verify.seen_heads import SeenHeads
+from veritrain.audit.verify.seen_heads import SeenHeads, Sighting
 from veritrain.settings import Settings
 from veritrain.sources import DirectSource
 
@@ -57,6 +58,19 @@ CASES: dict[str, tuple[Callable[[Settings], None], set[int]]] = {
 }
 
 
+@pytest.fixture(scope="module")
+def honest_sighting(recorded_run: Settings, tmp_path_factory: pytest.TempPathFactory) -> Sighting:
+    """What a verifier remembers of the untouched run (its origin, key, size and root), once:
+    every case's copy of the run is byte for byte the same log."""
+    seen = SeenHeads(tmp_path_factory.mktemp("witness"))
+    report = verify(recorded_run, seen.directory)
+    assert report.ok, report.render()
+    with DirectSource(recorded_run) as source:
+        sighting = seen.last_seen(report.run_id, source.description)
+    assert sighting is not None
+    return sighting
+
+
 def test_the_untouched_run_verifies(fresh_run: Settings, tmp_path: Path) -> None:
     report = verify(fresh_run, tmp_path / "witness")
     assert report.ok, report.render()
@@ -65,11 +79,12 @@ def test_the_untouched_run_verifies(fresh_run: Settings, tmp_path: Path) -> None
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_tampering_fails_verification_naming_the_step(
-    case: str, fresh_run: Settings, tmp_path: Path
+    case: str, fresh_run: Settings, honest_sighting: Sighting, tmp_path: Path
 ) -> None:
     tamper, groups = CASES[case]
     witness = tmp_path / "witness"
-    assert verify(fresh_run, witness).ok  # this verifier has seen the honest run
+    with DirectSource(fresh_run) as source:  # this verifier has seen the honest run, here
+        SeenHeads(witness).remember(replace(honest_sighting, source=source.description))
     tamper(fresh_run)
     report = verify(fresh_run, witness)
     text = report.render()

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e.auditor_cli import run_as_auditor
+from e2e.auditor_cli import run_as_auditor_in_process
 from e2e.lying_proxy import lying_proxy
 from e2e.recorded_runs import RUN_ID
 
@@ -63,7 +63,7 @@ def test_a_lying_server_is_a_failed_check_in_the_json_report_not_a_traceback(
     tmp_path: Path,
 ) -> None:
     with lying_proxy(serve_app(recorded_run), lie) as url:
-        result = run_as_auditor(["verify", RUN_ID, "--api", url, "--json"], tmp_path)
+        result = run_as_auditor_in_process(["verify", RUN_ID, "--api", url, "--json"], tmp_path)
 
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
@@ -78,7 +78,7 @@ def test_metrics_lies_name_the_step_they_concern(
 ) -> None:
     with lying_proxy(serve_app(recorded_run), null_and_infinite_metrics) as url:
         report = json.loads(
-            run_as_auditor(["verify", RUN_ID, "--api", url, "--json"], tmp_path).stdout
+            run_as_auditor_in_process(["verify", RUN_ID, "--api", url, "--json"], tmp_path).stdout
         )
 
     failures = next(c for c in report["checks"] if c["number"] == 9)["failures"]

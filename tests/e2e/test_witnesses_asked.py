@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from e2e.auditor_cli import run_as_auditor
+from e2e.auditor_cli import run_as_auditor_in_process
 from e2e.recorded_runs import RUN_ID
 from unit.ledger.witness_helpers import SmallLog, serve_in_thread, small_log
 
@@ -165,7 +165,7 @@ def test_a_rollback_to_a_cosigned_head_fails_for_a_first_time_verifier(
     assert check_1(through_api) == failures
 
     # And on the command line, with a quorum of 2.
-    result = run_as_auditor(
+    result = run_as_auditor_in_process(
         [
             "verify",
             RUN_ID,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from pathlib import Path
 from typing import Literal
 
 import pytest
+from unit.veritrain_in_process import run_veritrain
 
 from trainer.config import with_overrides
 from trainer.presets import run_preset
@@ -28,15 +28,9 @@ from veritrain.bench.convergence import method_config
     ],
 )
 def test_a_width_the_codec_does_not_send_is_refused_by_name(
-    option: list[str], message: str
+    option: list[str], message: str, tmp_path: Path
 ) -> None:
-    completed = subprocess.run(
-        [sys.executable, "-m", "veritrain", "bench", "comm", "--quick", *option],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    completed = run_veritrain(["bench", "comm", "--quick", *option], cwd=tmp_path)
     assert completed.returncode == 2
     assert f"veritrain: error: {message}" in completed.stderr
 

@@ -1,17 +1,17 @@
 """The ledger's commands as a user runs them: `veritrain note verify`, `veritrain db upgrade`,
-`veritrain runs` (the real console entry point, in a subprocess)."""
+`veritrain runs` (the real console entry point, run in the test's process with its own argv,
+working folder, environment and streams: unit/veritrain_in_process.py)."""
 
 from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from unit.ledger.ledger_helpers import StepClock
+from unit.veritrain_in_process import run_veritrain
 
 from ledger.db import create_engine, head_revisions, upgrade
 from ledger.keyring import InMemoryLogKeys
@@ -20,16 +20,8 @@ from ledger.service import Ledger
 
 
 def veritrain(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VERITRAIN_")}
-    env["VERITRAIN_DATA_DIR"] = str(cwd / "data")
-    return subprocess.run(
-        [sys.executable, "-m", "veritrain", *args],
-        cwd=cwd,
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    return run_veritrain(
+        list(args), cwd=cwd, env={"VERITRAIN_DATA_DIR": str(cwd / "data")}, stdin=stdin
     )
 
 

@@ -1,28 +1,20 @@
-"""`veritrain witness keygen|serve|push` as a user runs them (the real entry point, in a
-subprocess): what they print, and one clear line when something is wrong."""
+"""`veritrain witness keygen|serve|push` as a user runs them (the real entry point, run in the
+test's process with its own argv, working folder, environment and streams:
+unit/veritrain_in_process.py): what they print, and one clear line when something is wrong."""
 
 from __future__ import annotations
 
 import base64
-import os
 import subprocess
-import sys
 from pathlib import Path
+
+from unit.veritrain_in_process import run_veritrain
 
 from attestation.keys import COSIGNATURE_V1_ALGORITHM, SigningKey
 
 
 def veritrain(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("VERITRAIN_")}
-    clean.update(VERITRAIN_DATA_DIR=str(cwd / "data"), **env)
-    return subprocess.run(
-        [sys.executable, "-m", "veritrain", *args],
-        cwd=cwd,
-        env=clean,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_veritrain(list(args), cwd=cwd, env={"VERITRAIN_DATA_DIR": str(cwd / "data"), **env})
 
 
 def test_keygen_prints_only_the_witness_vkey_and_never_overwrites(tmp_path: Path) -> None:
