@@ -1,20 +1,39 @@
 """Real recorded runs for end-to-end tests: the tiny preset trained by the real multi-process
-trainer into a real ledger and object store, exactly as ``veritrain demo`` does (fewer steps)."""
+trainer into a real ledger and object store, as ``veritrain demo`` does -- with fewer steps, and
+evaluation and contribution scores on fewer batches (:func:`small_run_config`)."""
 
 from __future__ import annotations
 
 import shutil
 import sqlite3
 from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 
-from trainer.config import with_overrides
+import pytest
+from built_once import built_once
+
+from trainer.config import TrainConfig, with_overrides
 from trainer.presets import run_preset
 from veritrain.record.training import train_recorded
 from veritrain.settings import Settings, load_settings
 
 RUN_ID = "e2e-run"
 OUTER_STEPS = 4
+INNER_STEPS = 8
+
+
+def small_run_config(run_id: str = RUN_ID, outer_steps: int = OUTER_STEPS) -> TrainConfig:
+    """The tiny preset, 2 clusters x 2 stages, H = 8, with its per-outer-step extras sized for
+    tests: the held-out loss on 1 batch (the preset: 4) and each contribution's own-data score
+    on 1 batch (the preset: 2). In its 4 training processes those forward passes then take
+    3.0 instead of 4.9 of ~25 CPU-seconds (cProfile, 2 cores), and every re-execution and
+    verification of a step is lighter too; the tests read these numbers, recompute them and
+    tamper with them, never judge their size."""
+    config = with_overrides(
+        run_preset("tiny"), run_id=run_id, outer_steps=outer_steps, inner_steps=INNER_STEPS
+    )
+    return replace(config, eval_batches=1, outer=replace(config.outer, anomaly_own_batches=1))
 
 
 def record_small_run(
@@ -37,11 +56,19 @@ def record_small_run(
         (data_dir / "corpus").parent.mkdir(parents=True, exist_ok=True)
         if not (data_dir / "corpus").exists():
             shutil.copytree(corpus_dir, data_dir / "corpus")
-    config = with_overrides(
-        run_preset("tiny"), run_id=run_id, outer_steps=outer_steps, inner_steps=8
-    )
-    train_recorded(settings, config, quiet=True)
+    train_recorded(settings, small_run_config(run_id, outer_steps), quiet=True)
     return settings
+
+
+SHARED_RUN = "recorded-run"
+"""The name ``built_once`` shares the session's run under (tests/e2e/conftest.py's
+``recorded_run`` fixture builds it the same way)."""
+
+
+def shared_recorded_run(factory: pytest.TempPathFactory) -> Settings:
+    """The session's recorded run (:func:`record_small_run` with its defaults, built once for
+    every worker): read it, or copy it with :func:`copy_run` to alter it."""
+    return built_once(factory, SHARED_RUN, lambda root: record_small_run(root / "veritrain-data"))
 
 
 def copy_run(settings: Settings, target: Path) -> Settings:

@@ -1,6 +1,7 @@
 """Kill-and-resume (issue #5): a run SIGKILLed after an outer step's objects were uploaded but
 before its entry was appended resumes with `veritrain train --resume RUN_ID`, and the finished
-run verifies with no gap and no duplicate -- and equals an uninterrupted run bit for bit.
+run verifies with no gap and no duplicate -- and equals an uninterrupted run bit for bit (the
+session's shared recorded run, ``e2e.recorded_runs``: the same configuration and run id).
 
 The worst moment is reached the way it happens in production, with no hook in the product:
 the database becomes unavailable to writers (here the test holds SQLite's write lock), the
@@ -9,6 +10,7 @@ while it waits."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -18,6 +20,9 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+from e2e.recorded_runs import OUTER_STEPS, RUN_ID, shared_recorded_run, small_run_config
+
 from ledger.db import create_engine
 from ledger.errors import RunNotFoundError, SchemaMissingError
 from ledger.service import Ledger
@@ -26,18 +31,14 @@ from veritrain.audit.verify.seen_heads import SeenHeads
 from veritrain.settings import load_settings
 from veritrain.sources import DirectSource
 
-ARGS = [
-    "train",
-    "--preset",
-    "tiny",
-    "--outer-steps",
-    "4",
-    "--inner-steps",
-    "8",
-    "--run-id",
-    "crash",
-    "--quiet",
-]
+
+def _train_args(folder: Path) -> list[str]:
+    """``veritrain train`` of the shared run's configuration (written to a file in ``folder``)."""
+    config_file = folder / "config.json"
+    config_file.write_text(json.dumps(small_run_config().to_dict()))
+    return ["train", "--config", str(config_file), "--quiet"]
+
+
 KILLED_AT = 2
 
 
@@ -55,19 +56,19 @@ def _steps(data_dir: Path) -> list[int]:
     """The outer steps recorded so far (none while the run is still creating its ledger)."""
     engine = create_engine(f"sqlite:///{data_dir / 'ledger.db'}")
     try:
-        return [e.step for e in Ledger(engine).entries("crash", 0, 1000) if e.kind == "outer_step"]
+        return [e.step for e in Ledger(engine).entries(RUN_ID, 0, 1000) if e.kind == "outer_step"]
     except (SchemaMissingError, RunNotFoundError):
         return []
     finally:
         engine.dispose()
 
 
-def _manifest_roots(data_dir: Path) -> list[str]:
-    engine = create_engine(f"sqlite:///{data_dir / 'ledger.db'}")
+def _manifest_roots(database_url: str) -> list[str]:
+    engine = create_engine(database_url)
     try:
         return [
             e.payload["checkpoint"]["manifest_root"]
-            for e in Ledger(engine).entries("crash", 0, 1000)
+            for e in Ledger(engine).entries(RUN_ID, 0, 1000)
             if e.kind == "outer_step"
         ]
     finally:
@@ -78,10 +79,12 @@ def _objects(data_dir: Path) -> int:
     return sum(1 for _ in (data_dir / "objects" / "sha256").glob("*"))
 
 
-def test_a_run_killed_mid_upload_resumes_with_no_gap_and_no_duplicate(tmp_path: Path) -> None:
-    crashed, reference = tmp_path / "crashed", tmp_path / "reference"
+def test_a_run_killed_mid_upload_resumes_with_no_gap_and_no_duplicate(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    crashed = tmp_path / "crashed"
     process = subprocess.Popen(
-        [_veritrain(), *ARGS],
+        [_veritrain(), *_train_args(tmp_path)],
         env=_env(crashed),
         start_new_session=True,
         stdout=subprocess.PIPE,
@@ -112,28 +115,26 @@ def test_a_run_killed_mid_upload_resumes_with_no_gap_and_no_duplicate(tmp_path: 
     assert _steps(crashed) == [0, 1], "the killed step must not be recorded"
 
     resumed = subprocess.run(
-        [_veritrain(), "train", "--resume", "crash", "--quiet"],
+        [_veritrain(), "train", "--resume", RUN_ID, "--quiet"],
         env=_env(crashed),
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert _steps(crashed) == [0, 1, 2, 3]
+    assert _steps(crashed) == list(range(OUTER_STEPS))
 
     source = DirectSource(load_settings(data_dir=crashed))
     try:
-        report = verify_run(source, "crash", seen_heads=SeenHeads(tmp_path / "witness"))
+        report = verify_run(source, RUN_ID, seen_heads=SeenHeads(tmp_path / "witness"))
     finally:
         source.close()
     assert report.ok, report.render()
     assert report.summary["finished"] is True
 
-    uninterrupted = subprocess.run(
-        [_veritrain(), *ARGS], env=_env(reference), capture_output=True, text=True, timeout=600
-    )
-    assert uninterrupted.returncode == 0, uninterrupted.stderr
-    assert _manifest_roots(crashed) == _manifest_roots(reference)
+    uninterrupted = shared_recorded_run(tmp_path_factory)
+    crashed_roots = _manifest_roots(f"sqlite:///{crashed / 'ledger.db'}")
+    assert crashed_roots == _manifest_roots(uninterrupted.database_url)
 
 
 def test_resuming_an_unknown_run_says_so(tmp_path: Path) -> None:

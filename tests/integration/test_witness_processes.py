@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from e2e.recorded_runs import record_small_run
+from e2e.recorded_runs import OUTER_STEPS, RUN_ID, copy_run, shared_recorded_run
 from unit.ledger.witness_helpers import add_checkpoint_body, free_port
 
 from ledger.cosignature import cosignatures_in, cosigner_key
@@ -28,8 +28,6 @@ from veritrain.audit.verify.witness_quorum import check_quorum
 from veritrain.settings import Settings
 from veritrain.witnesses.endpoints import WitnessEndpoint
 from veritrain.witnesses.push import push_tree_head
-
-RUN_ID = "witnessed-run"
 
 
 def veritrain(
@@ -107,9 +105,10 @@ class WitnessProcess:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    return record_small_run(
-        tmp_path_factory.mktemp("witnessed") / "data", run_id=RUN_ID, outer_steps=2
-    )
+    """A copy of the session's shared recorded run (the witnesses' cosignatures are stored in
+    its ledger): no run of its own to train."""
+    shared = shared_recorded_run(tmp_path_factory)
+    return copy_run(shared, tmp_path_factory.mktemp("witnessed") / "data")
 
 
 @pytest.fixture
@@ -159,7 +158,7 @@ def test_two_witness_processes_cosign_a_recorded_run_across_a_restart(
     recorded: Settings, ledger: Ledger, witnesses: list[WitnessProcess], tmp_path: Path
 ) -> None:
     size = ledger.get_run(RUN_ID).size
-    assert size == 5  # genesis, data manifest, two outer steps, run.final
+    assert size == 3 + OUTER_STEPS  # genesis, data manifest, the outer steps, run.final
     endpoints = [w.endpoint for w in witnesses]
     # 1. Mid-run: both cosign the head of size 3.
     mid = push_tree_head(ledger, RUN_ID, endpoints, size=3)
