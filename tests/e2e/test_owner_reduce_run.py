@@ -1,5 +1,5 @@
-"""A recorded DiLoCoX run whose payloads are combined by owners (3 clusters x 2 stages: the
-default ``exchange="auto"`` resolves to ``"owner-reduce"``, and the genesis records that; the
+"""A recorded DiLoCoX run whose payloads are combined by owners (3 clusters x 2 stages:
+``exchange="auto"`` resolves to ``"owner-reduce"``, and the genesis records that; the
 real multi-process trainer over torchft into a real ledger and store), one cluster poisoned: no
 cluster received another's whole payload, yet the verdicts from the owners' statistics exclude
 the poisoned cluster, ``veritrain verify`` recomputes every verdict and the weights from the
@@ -38,9 +38,9 @@ def owner_run(tmp_path_factory: pytest.TempPathFactory) -> Settings:
         outer_steps=3,
         inner_steps=4,
     )
-    assert base.outer.exchange == "auto"  # the default, not a setting of this test
     config = replace(
         base,
+        outer=replace(base.outer, exchange="auto"),  # as `bench comm` runs it
         poison_for_testing=PoisonForTesting(
             cluster=POISONED, step=STEP, kind="scale", factor=100.0
         ),

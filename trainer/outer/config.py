@@ -113,7 +113,7 @@ class OuterConfig:
     each from its own end point; the one-step delay starts after them (0: from round 0, as runs
     recorded before this field). Ignored when not ``overlapped``."""
 
-    exchange: ExchangeSetting = "auto"
+    exchange: ExchangeSetting = "all-gather"
     """How the clusters combine a round's payloads (docs/outer-algorithm.md §7); read the one in
     use from ``exchange_in_use``. ``"all-gather"``: every cluster receives every payload,
     ``(C−1)`` payloads per cluster per round. ``"owner-reduce"`` (DiLoCoX only): each
@@ -124,12 +124,16 @@ class OuterConfig:
     all-gather). The mean is quantised once more (not error-fed), and no cluster holds another's
     whole contribution, so verdicts use the statistics alone (no contribution scores); every
     payload is still signed whole and kept, and ``veritrain verify`` recomputes the mean from
-    them (trainer/outer/owner_reduce.py). ``"auto"`` (default): the owner-reduce for compressed
-    DiLoCoX with ``OWNER_REDUCE_FROM_CLUSTERS`` (3) or more clusters, one replica per stage and
+    them (trainer/outer/owner_reduce.py). ``"auto"``: the owner-reduce for compressed DiLoCoX
+    with ``OWNER_REDUCE_FROM_CLUSTERS`` (3) or more clusters, one replica per stage and
     ``anomaly_scores`` not set to True; the all-gather otherwise -- at C = 2 both send one
     payload and the owner-reduce would only add its re-quantisation. Resolved from the run's
     topology, which ``TrainConfig`` binds (``for_run``; unbound, ``"auto"`` all-gathers), and
-    recorded resolved in the genesis, never as ``"auto"``."""
+    recorded resolved in the genesis, never as ``"auto"``. The all-gather is the default: a
+    cluster that restarts cannot rejoin an owner-reduce run yet (it listens to a round whose
+    phases 2 and 3 the contributors run when they apply it, after the quorum has moved on, so
+    it falls a round behind at every try: docs/outer-algorithm.md §7); ``bench comm`` asks
+    for ``"auto"``."""
 
     # --- verdicts on contributions (both kinds; trainer/outer/verdict.py) -----------------
     anomaly_checks: bool = True

@@ -107,10 +107,10 @@ class CommBenchConfig:
     dense_bits: int | None = None
     """DiLoCoX's bits per element of the tensors sent whole (8, 16); None: the preset's."""
     exchange: Literal["all-gather", "owner-reduce"] | None = None
-    """How DiLoCoX combines the payloads (``OuterConfig.exchange``); None: the preset's, by
-    default ``"auto"`` -- the all-gather at 2 clusters, the owner-reduce from 3 (the result's
-    ``exchange`` says which ran). ``owner-reduce`` turns the contribution scores off, as it
-    must."""
+    """How DiLoCoX combines the payloads (``OuterConfig.exchange``); None: ``"auto"`` -- the
+    all-gather at 2 clusters, the owner-reduce from 3, whose bytes per cluster do not grow with
+    C (the result's ``exchange`` says which ran). ``owner-reduce`` turns the contribution
+    scores off, as it must."""
     plots: Path | None = None
     workdir: Path | None = None
     data_dir: Path | None = None
@@ -254,8 +254,9 @@ def run_comm_bench(
 
 def bench_base(config: CommBenchConfig) -> TrainConfig:
     """The run every method trains: the preset at the bench's clusters, schedule and seed, with
-    the DiLoCoX options that were given. Without ``--exchange`` the preset's ``"auto"`` resolves
-    from the clusters (the all-gather at 2, the owner-reduce from 3)."""
+    the DiLoCoX options that were given. Without ``--exchange`` the bench asks for ``"auto"``,
+    which resolves from the clusters (the all-gather at 2, the owner-reduce from 3); the
+    trainer's default is the all-gather at any C (``OuterConfig.exchange``)."""
     schedule = config.schedule
     preset = run_preset(config.preset)
     base = replace(
@@ -271,14 +272,11 @@ def bench_base(config: CommBenchConfig) -> TrainConfig:
         base = replace(base, outer=replace(base.outer, bits=config.bits))  # type: ignore[arg-type]  # OuterConfig checks it
     if config.dense_bits is not None:
         base = replace(base, outer=replace(base.outer, dense_bits=config.dense_bits))  # type: ignore[arg-type]
-    if config.exchange is not None:
-        scores = base.outer.anomaly_scores
-        if config.exchange == "owner-reduce" and scores:
-            scores = False  # no cluster holds a whole contribution to score
-        base = replace(
-            base, outer=replace(base.outer, exchange=config.exchange, anomaly_scores=scores)
-        )
-    return base
+    scores = base.outer.anomaly_scores
+    if config.exchange == "owner-reduce" and scores:
+        scores = False  # no cluster holds a whole contribution to score
+    exchange = config.exchange or "auto"
+    return replace(base, outer=replace(base.outer, exchange=exchange, anomaly_scores=scores))
 
 
 def _link_derivation(

@@ -79,8 +79,8 @@ def comm(
         str | None,
         typer.Option(
             help="How DiLoCoX combines payloads: all-gather, or owner-reduce (bytes per cluster "
-            "that do not grow with the clusters; contribution scores off). Default: the preset's "
-            "(auto: all-gather at 2 clusters, owner-reduce from 3)."
+            "that do not grow with the clusters; contribution scores off). Default: auto, the "
+            "all-gather at 2 clusters and the owner-reduce from 3."
         ),
     ] = None,
     workdir: Workdir = None,

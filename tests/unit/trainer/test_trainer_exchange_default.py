@@ -1,7 +1,7 @@
-"""The default exchange follows the cluster count (``OuterConfig.exchange = "auto"``): compressed
-DiLoCoX all-gathers at 2 clusters and combines by owners from 3, the genesis records the
-exchange that ran (never "auto"), and a genesis that names none still reads as the all-gather
-it was."""
+"""``OuterConfig.exchange = "auto"`` follows the cluster count: compressed DiLoCoX all-gathers at
+2 clusters and combines by owners from 3, the genesis records the exchange that ran (never
+"auto"), and a genesis that names none still reads as the all-gather it was. The default is the
+all-gather at any count (a restarted cluster cannot rejoin an owner-reduce run yet)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,23 @@ from trainer.presets import run_preset
 
 
 def dilocox(clusters: int) -> TrainConfig:
-    return with_overrides(run_preset("tiny"), method="dilocox", clusters=clusters)
+    """Compressed DiLoCoX at ``clusters`` clusters with ``exchange="auto"``."""
+    run = with_overrides(run_preset("tiny"), method="dilocox", clusters=clusters)
+    return replace(run, outer=replace(run.outer, exchange="auto"))
+
+
+@pytest.mark.parametrize("clusters", [2, 3, 4, 8])
+def test_the_default_exchange_is_the_all_gather_at_any_cluster_count(clusters: int) -> None:
+    config = with_overrides(run_preset("tiny"), method="dilocox", clusters=clusters)
+
+    assert config.outer.exchange_in_use == "all-gather" and config.outer.contribution_scores
+    assert "exchange" not in config.to_dict()["outer"]  # written as before the choice existed
 
 
 @pytest.mark.parametrize(
     ("clusters", "exchange"), [(2, "all-gather"), (3, "owner-reduce"), (4, "owner-reduce")]
 )
-def test_the_default_exchange_resolves_from_the_cluster_count(clusters: int, exchange: str) -> None:
+def test_auto_resolves_from_the_cluster_count(clusters: int, exchange: str) -> None:
     config = dilocox(clusters)
 
     assert config.outer.exchange == "auto"
@@ -84,13 +94,14 @@ def test_the_all_gather_stays_where_the_owner_reduce_cannot_run() -> None:
     assert "exchange" not in gather.to_dict()["outer"]
 
 
-def test_a_config_file_without_an_exchange_is_a_new_run_and_gets_the_default(
-    tmp_path: Path,
-) -> None:
+def test_a_config_file_names_auto_or_gets_the_default(tmp_path: Path) -> None:
     path = tmp_path / "run.json"
     written = dilocox(4).to_dict()
-    del written["outer"]["exchange"]
     del written["outer"]["anomaly_scores"]
+    written["outer"]["exchange"] = "auto"
     path.write_text(json.dumps(written))
-
     assert load_config_file(path).outer.exchange_in_use == "owner-reduce"
+
+    del written["outer"]["exchange"]
+    path.write_text(json.dumps(written))
+    assert load_config_file(path).outer.exchange_in_use == "all-gather"
