@@ -14,6 +14,7 @@ recorded twice.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,8 @@ from ledger.db import create_engine
 from ledger.errors import RunNotFoundError, SchemaMissingError
 from ledger.service import Ledger
 from records import OuterStep
+from trainer.config import with_overrides
+from trainer.presets import run_preset
 from veritrain.audit.reproduce import reproduce_step
 from veritrain.bench.netns import emulated_link, netns_unavailable
 from veritrain.settings import load_settings
@@ -74,6 +77,24 @@ def hosts() -> Iterator[Hosts]:
         from veritrain.bench.server import free_port
 
         yield Hosts(prefixes=((), (), ()), lighthouse_host="127.0.0.1", port=free_port())
+
+
+def _run_config(folder: Path) -> Path:
+    """The coordinator's run: tiny DiLoCoX, 3 clusters, ``STEPS`` x ``INNER_STEPS``, held-out
+    evaluation and each contribution's own-data score on one batch (the test compares
+    membership and bits, not loss levels; verify --deep recomputes the scores all the same)."""
+    config = with_overrides(
+        run_preset("tiny"),
+        method="dilocox",
+        clusters=3,
+        outer_steps=STEPS,
+        inner_steps=INNER_STEPS,
+        run_id=RUN,
+    )
+    config = replace(config, eval_batches=1, outer=replace(config.outer, anomaly_own_batches=1))
+    path = folder / "run.json"
+    path.write_text(json.dumps(config.to_dict()))
+    return path
 
 
 def _veritrain() -> str:
@@ -166,22 +187,7 @@ def test_a_cluster_killed_mid_run_leaves_rejoins_and_the_run_verifies_and_reprod
             )
 
             def cluster(j: int, name: str) -> subprocess.Popen[bytes]:
-                extra = (
-                    [
-                        "--preset",
-                        "tiny",
-                        "--method",
-                        "dilocox",
-                        "--clusters",
-                        "3",
-                        "--outer-steps",
-                        str(STEPS),
-                        "--inner-steps",
-                        str(INNER_STEPS),
-                    ]
-                    if j == 0
-                    else []
-                )
+                extra = ["--config", str(_run_config(tmp_path))] if j == 0 else []
                 return start(
                     name,
                     where.prefixes[j],
