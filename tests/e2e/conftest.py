@@ -26,8 +26,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from built_once import built_once
-from e2e.recorded_runs import copy_run, record_small_run
+from e2e.recorded_runs import copy_run, shared_recorded_run
 from unit.web.web_fixture_run import ServedRun, record_demo_run_once
 
 from veritrain.settings import Settings
@@ -37,9 +36,7 @@ from web.settings import AppSettings, WebSettings
 
 @pytest.fixture(scope="session")
 def recorded_run(tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    return built_once(
-        tmp_path_factory, "recorded-run", lambda root: record_small_run(root / "veritrain-data")
-    )
+    return shared_recorded_run(tmp_path_factory)
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ evaluation and contribution scores on fewer batches (:func:`small_run_config`)."
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 from contextlib import closing
@@ -23,17 +24,30 @@ OUTER_STEPS = 4
 INNER_STEPS = 8
 
 
-def small_run_config(run_id: str = RUN_ID, outer_steps: int = OUTER_STEPS) -> TrainConfig:
-    """The tiny preset, 2 clusters x 2 stages, H = 8, with its per-outer-step extras sized for
-    tests: the held-out loss on 1 batch (the preset: 4) and each contribution's own-data score
-    on 1 batch (the preset: 2). In its 4 training processes those forward passes then take
+def with_light_extras(config: TrainConfig) -> TrainConfig:
+    """``config`` with its per-outer-step extras sized for tests: the held-out loss on 1 batch
+    (the tiny preset: 4) and each contribution's own-data score on 1 batch (the preset: 2). In
+    the 4 training processes of :func:`small_run_config`'s run those forward passes then take
     3.0 instead of 4.9 of ~25 CPU-seconds (cProfile, 2 cores), and every re-execution and
     verification of a step is lighter too; the tests read these numbers, recompute them and
     tamper with them, never judge their size."""
-    config = with_overrides(
-        run_preset("tiny"), run_id=run_id, outer_steps=outer_steps, inner_steps=INNER_STEPS
-    )
     return replace(config, eval_batches=1, outer=replace(config.outer, anomaly_own_batches=1))
+
+
+def small_run_config(run_id: str = RUN_ID, outer_steps: int = OUTER_STEPS) -> TrainConfig:
+    """The tiny preset, 2 clusters x 2 stages, H = 8, :func:`with_light_extras`."""
+    return with_light_extras(
+        with_overrides(
+            run_preset("tiny"), run_id=run_id, outer_steps=outer_steps, inner_steps=INNER_STEPS
+        )
+    )
+
+
+def config_file(config: TrainConfig, folder: Path) -> Path:
+    """``config`` written as the JSON file ``veritrain train --config`` reads, in ``folder``."""
+    path = folder / f"{config.run_id}.json"
+    path.write_text(json.dumps(config.to_dict()))
+    return path
 
 
 def record_small_run(
@@ -62,7 +76,7 @@ def record_small_run(
 
 SHARED_RUN = "recorded-run"
 """The name ``built_once`` shares the session's run under (tests/e2e/conftest.py's
-``recorded_run`` fixture builds it the same way)."""
+``recorded_run`` fixture is this run)."""
 
 
 def shared_recorded_run(factory: pytest.TempPathFactory) -> Settings:

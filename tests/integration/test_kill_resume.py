@@ -10,7 +10,6 @@ while it waits."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -21,7 +20,13 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e.recorded_runs import OUTER_STEPS, RUN_ID, shared_recorded_run, small_run_config
+from e2e.recorded_runs import (
+    OUTER_STEPS,
+    RUN_ID,
+    config_file,
+    shared_recorded_run,
+    small_run_config,
+)
 
 from ledger.db import create_engine
 from ledger.errors import RunNotFoundError, SchemaMissingError
@@ -34,9 +39,7 @@ from veritrain.sources import DirectSource
 
 def _train_args(folder: Path) -> list[str]:
     """``veritrain train`` of the shared run's configuration (written to a file in ``folder``)."""
-    config_file = folder / "config.json"
-    config_file.write_text(json.dumps(small_run_config().to_dict()))
-    return ["train", "--config", str(config_file), "--quiet"]
+    return ["train", "--config", str(config_file(small_run_config(), folder)), "--quiet"]
 
 
 KILLED_AT = 2

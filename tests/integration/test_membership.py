@@ -14,7 +14,6 @@ recorded twice.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -22,10 +21,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from e2e.recorded_runs import config_file, with_light_extras
 from sqlalchemy.exc import OperationalError
 
 from ledger.db import create_engine
@@ -80,9 +80,9 @@ def hosts() -> Iterator[Hosts]:
 
 
 def _run_config(folder: Path) -> Path:
-    """The coordinator's run: tiny DiLoCoX, 3 clusters, ``STEPS`` x ``INNER_STEPS``, held-out
-    evaluation and each contribution's own-data score on one batch (the test compares
-    membership and bits, not loss levels; verify --deep recomputes the scores all the same)."""
+    """The coordinator's run: tiny DiLoCoX, 3 clusters, ``STEPS`` x ``INNER_STEPS``, with the
+    e2e runs' light extras (the test compares membership and bits, not loss levels; verify
+    --deep recomputes the scores all the same)."""
     config = with_overrides(
         run_preset("tiny"),
         method="dilocox",
@@ -91,10 +91,7 @@ def _run_config(folder: Path) -> Path:
         inner_steps=INNER_STEPS,
         run_id=RUN,
     )
-    config = replace(config, eval_batches=1, outer=replace(config.outer, anomaly_own_batches=1))
-    path = folder / "run.json"
-    path.write_text(json.dumps(config.to_dict()))
-    return path
+    return config_file(with_light_extras(config), folder)
 
 
 def _veritrain() -> str:

@@ -6,7 +6,6 @@ One reference run is trained once for the module; every other run is compared wi
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import shutil
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from e2e.recorded_runs import config_file
 
 from trainer.api import reexecute_outer_step, train
 from trainer.checkpoint_layout import TRAINER_STATE, CheckpointFiles
@@ -50,9 +50,7 @@ def reference_config() -> TrainConfig:
 
 def cli_args(folder: Path) -> list[str]:
     """The reference configuration as `veritrain train` options (a file in ``folder``)."""
-    config_file = folder / "itest.json"
-    config_file.write_text(json.dumps(reference_config().to_dict()))
-    return ["--config", str(config_file)]
+    return ["--config", str(config_file(reference_config(), folder))]
 
 
 @pytest.fixture(scope="module")
