@@ -119,7 +119,7 @@ class ConvergenceStudyConfig:
 def study_arms(base: TrainConfig, *, levers: bool, only: Sequence[str] = ()) -> list[Arm]:
     """AllReduce, DiLoCo (the paper's settings) and DiLoCoX (the preset's), then the levers;
     ``only``: these arms alone, with AllReduce (every gap is measured against it)."""
-    dilocox = base.outer if base.outer.kind == "dilocox" else replace(base.outer, kind="dilocox")
+    dilocox = _preset_dilocox(base)
     arms = [
         Arm(name="allreduce", method="allreduce", outer=None, lever="the baseline"),
         Arm(
@@ -144,8 +144,11 @@ def study_arms(base: TrainConfig, *, levers: bool, only: Sequence[str] = ()) -> 
 def lever_reference(base: TrainConfig) -> OuterConfig:
     """What every lever changes: ``PREVIOUS_TINY`` at ``tiny`` (the study began there), the
     preset's own DiLoCoX at every other preset."""
-    if base.preset == "tiny":
-        return PREVIOUS_TINY
+    return PREVIOUS_TINY if base.preset == "tiny" else _preset_dilocox(base)
+
+
+def _preset_dilocox(base: TrainConfig) -> OuterConfig:
+    """The preset's outer configuration as DiLoCoX (a DiLoCo preset's, compressed)."""
     return base.outer if base.outer.kind == "dilocox" else replace(base.outer, kind="dilocox")
 
 
