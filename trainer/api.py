@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import multiprocessing
 import os
 import tempfile
 import time
@@ -29,7 +28,7 @@ from trainer.data.tokenizer import Tokenizer
 from trainer.errors import CheckpointError, ConfigError, DataError, WorkerError
 from trainer.execution import Execution
 from trainer.hf_repo import TokenizerExport
-from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
+from trainer.memory_recorder import InMemoryRecorder, MemoryRecording, shared_sink
 from trainer.recorder import OuterStepReport, RecorderFactory, RunSummary
 from trainer.runtime.channel import ChannelAddress, RunChannel
 from trainer.runtime.determinism import check_devices
@@ -358,8 +357,7 @@ def reexecute_outer_step(
         if mode == "reexecute" and len(present) > 1
         else None
     )
-    with multiprocessing.get_context("spawn").Manager() as manager:
-        sink = manager.list()
+    with shared_sink() as sink:
         _launch(
             config,
             prepared,
@@ -374,7 +372,7 @@ def reexecute_outer_step(
             payloads=payloads,
             forgery=forgery,
         )
-        recording = MemoryRecording(list(sink))
+        recording = MemoryRecording(sink.items())
     records = recording.records
     if len(records) != 1:
         raise CheckpointError(

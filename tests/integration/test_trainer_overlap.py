@@ -8,7 +8,6 @@ the same bits.
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import torch
 from trainer.api import reexecute_outer_step, train
 from trainer.checkpoint_layout import TRAINER_STATE, CheckpointFiles
 from trainer.config import TrainConfig, with_overrides
-from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
+from trainer.memory_recorder import InMemoryRecorder, MemoryRecording, shared_sink
 from trainer.presets import run_preset
 
 STEPS = 4
@@ -45,10 +44,9 @@ def overlapped_config(sync_rounds: int = 0) -> TrainConfig:
 def run(
     config: TrainConfig, data_dir: Path, resume: CheckpointFiles | None = None
 ) -> MemoryRecording:
-    with multiprocessing.get_context("spawn").Manager() as manager:
-        sink = manager.list()
+    with shared_sink() as sink:
         train(config, InMemoryRecorder.factory(sink), resume, data_dir=data_dir, quiet=True)
-        return MemoryRecording(list(sink))
+        return MemoryRecording(sink.items())
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ stage boundaries, the all-reduce).
 from __future__ import annotations
 
 import math
-import multiprocessing
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from trainer.checkpoint_layout import CheckpointFiles, inner_file, model_file
 from trainer.config import TrainConfig, with_overrides
 from trainer.data.build import prepare_data
 from trainer.data.reader import BatchReader
-from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
+from trainer.memory_recorder import InMemoryRecorder, MemoryRecording, shared_sink
 from trainer.model import TIED_EMBEDDING, TIED_HEAD, CausalLM, language_model_loss
 from trainer.presets import run_preset
 from trainer.runtime.inner import learning_rate
@@ -33,10 +32,9 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(config: TrainConfig, data_dir: Path) -> MemoryRecording:
-    with multiprocessing.get_context("spawn").Manager() as manager:
-        sink = manager.list()
+    with shared_sink() as sink:
         train(config, InMemoryRecorder.factory(sink), data_dir=data_dir, quiet=True)
-        return MemoryRecording(list(sink))
+        return MemoryRecording(sink.items())
 
 
 def single_process_reference(config: TrainConfig, data_dir: Path) -> dict[str, torch.Tensor]:

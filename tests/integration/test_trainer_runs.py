@@ -6,7 +6,6 @@ One reference run is trained once for the module; every other run is compared wi
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import shutil
 import signal
@@ -27,7 +26,7 @@ from trainer.checkpoint_layout import TRAINER_STATE, CheckpointFiles
 from trainer.config import PoisonForTesting, TrainConfig, with_overrides
 from trainer.generate import greedy_generate, model_from_state
 from trainer.hf_repo import GENERATION_CONFIG, HF_CONFIG, load_pretrained
-from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
+from trainer.memory_recorder import InMemoryRecorder, MemoryRecording, shared_sink
 from trainer.presets import run_preset
 from trainer.runtime.lighthouse import Lighthouse, LighthouseSettings
 from veritrain.record.local_recorder import (
@@ -252,10 +251,9 @@ def test_a_poisoned_cluster_is_flagged_in_the_step_it_is_poisoned(workspace: Pat
         with_overrides(run_preset("tiny"), outer_steps=3, inner_steps=4, run_id="poison"),
         poison_for_testing=PoisonForTesting(cluster=1, step=2, kind="scale", factor=100.0),
     )
-    with multiprocessing.get_context("spawn").Manager() as manager:
-        sink = manager.list()
+    with shared_sink() as sink:
         train(config, InMemoryRecorder.factory(sink), data_dir=workspace / "corpus", quiet=True)
-        records = MemoryRecording(list(sink)).records
+        records = MemoryRecording(sink.items()).records
 
     def norm_flags(step: int) -> list[tuple[int, bool]]:
         (applied,) = records[step].applied

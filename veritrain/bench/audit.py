@@ -39,7 +39,6 @@ way (``stage_score``) against ``CROSS_PRECISION_DISTANCE_BOUND``.
 from __future__ import annotations
 
 import math
-import multiprocessing
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -56,7 +55,7 @@ from trainer.checkpoint_layout import CheckpointFiles, inner_file
 from trainer.config import TrainConfig, with_overrides
 from trainer.data.build import PreparedData, prepare_data
 from trainer.execution import Execution
-from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
+from trainer.memory_recorder import InMemoryRecorder, MemoryRecording, shared_sink
 from trainer.presets import run_preset
 from trainer.runtime.forgery import Forgery
 from veritrain.audit.distance import (
@@ -399,10 +398,9 @@ def run_audit_bench(
 
 
 def _train(config: TrainConfig, data: PreparedData) -> MemoryRecording:
-    with multiprocessing.get_context("spawn").Manager() as manager:
-        sink = manager.list()
+    with shared_sink() as sink:
         train(config, InMemoryRecorder.factory(sink), data=data, quiet=True)
-        return MemoryRecording(list(sink))
+        return MemoryRecording(sink.items())
 
 
 def _stale_state(

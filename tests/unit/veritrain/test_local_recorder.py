@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
+import pickle
 from pathlib import Path
 
 import torch
@@ -18,7 +20,7 @@ from trainer.checkpoint_layout import (
     load_checkpoint_directory,
 )
 from trainer.data.shards import DirectoryShardSource
-from trainer.memory_recorder import InMemoryRecorder, MemoryRecording
+from trainer.memory_recorder import InMemoryRecorder, MemoryRecording, shared_sink
 from trainer.model import model_summary
 from trainer.presets import run_preset
 from trainer.recorder import (
@@ -155,6 +157,35 @@ def test_memory_recorder_returns_what_each_process_saved() -> None:
         torch.zeros(2, 3),
     )
     assert [r.step for r in recording.records] == [2]
+
+
+def _save_stage_state(sink: object, stage: int, step: int) -> None:
+    process = ProcessInfo(rank=stage, world_size=2, cluster=0, stage=stage, clusters=1, stages=2)
+    InMemoryRecorder.factory(sink)(process).save_state(step, files_of_stage(stage), {})  # type: ignore[arg-type]
+
+
+def test_a_folder_sink_gathers_what_other_processes_saved_in_the_order_they_saved_it() -> None:
+    """Training processes append to one sink; what they saved reads back in append order, so a
+    resumed launch's later save of the same step replaces the first one (last wins)."""
+    # fork: a forkserver started here would serve the later training launches of this pytest
+    # worker without their preloaded modules.
+    context = multiprocessing.get_context("fork")
+    with shared_sink() as sink:
+        for stage in (0, 1):
+            child = context.Process(target=_save_stage_state, args=(sink, stage, 2))
+            child.start()
+            child.join()
+            assert child.exitcode == 0
+        InMemoryRecorder(sink, PROCESS).record_outer_step(record(2, {"a": "first"}))
+        InMemoryRecorder(sink, PROCESS).record_outer_step(record(2, {"a": "resumed"}))
+        items = sink.items()
+        assert not list(sink.folder.glob(".*"))  # every append is renamed into place whole
+        recording = MemoryRecording(items)
+        assert set(recording.state(2).tensors) == set(files_of_stage(0)) | set(files_of_stage(1))
+        assert [r.files for r in recording.records] == [{"a": "resumed"}]
+        assert [item[0] for item in items] == ["state", "state", "record", "record"]
+        assert pickle.loads(pickle.dumps(sink)).folder == sink.folder
+    assert not sink.folder.exists()  # removed with everything in it
 
 
 def test_checkpoint_files_pack_and_unpack_exactly() -> None:
