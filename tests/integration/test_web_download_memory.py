@@ -4,12 +4,13 @@ while the server's resident memory grows by less than an eighth of the object.
 
 From the local store (Starlette FileResponse): 1 GiB under 128 MiB, the size and bound the web
 issue's "Done when" names. Proxied from S3 (streamed by the app): 256 MiB under 32 MiB, the same
-eighth. The proxy's own growth is about 5 MiB and does not grow with the object (docs/web.md),
-so the bound leaves 27 MiB, about 10 % of the object, for anything held beyond that -- more
-sensitive than 1 GiB under 128 MiB (123 MiB, 12 %). A proxy that read the object (or the rest
-of it, on the resumed request) into memory before answering would grow by 180-256 MiB, five
-times the bound or more, and so would one that buffered what the client has not read yet. The
-smaller object spares the SeaweedFS server and the test the upload and the proxying of 1 GiB.
+eighth. The proxy's own growth is 5-7 MiB and does not grow with the object (6.4 MiB measured
+at 256 MiB, ~5 MiB at 1 GiB: docs/web.md), so the bound leaves about 26 MiB, 10 % of the
+object, for anything held beyond that -- more sensitive than 1 GiB under 128 MiB (123 MiB,
+12 %). A proxy that read the object (or the rest of it, on the resumed request) into memory
+before answering would grow by 180-256 MiB, five times the bound or more, and so would one
+that buffered what the client has not read yet. The smaller object spares the SeaweedFS
+server and the test the upload and the proxying of 1 GiB.
 
 The measuring client is ``web.download_check.download_with_resume``, which benchmarks can
 call the same way."""
