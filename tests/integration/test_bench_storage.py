@@ -36,10 +36,12 @@ def test_tiny_storage_bench_with_s3(tmp_path: Path, s3_server: S3Server) -> None
         ), name
         assert set(entry["peak_growth_mib"]) == {"1", "4"}
     assert bench_buckets(s3_server) == buckets_before  # its scratch bucket is gone
-    # The store really holds the payload, named by its SHA-256 (besides the probe's warm-up object).
-    payload = (tmp_path / "payload-4MiB.bin").read_bytes()
-    stored = tmp_path / "store-4MiB" / "sha256" / hashlib.sha256(payload).hexdigest()
-    assert stored.read_bytes() == payload
+    # The store (one for both sizes, served by one API server) really holds each payload, named
+    # by its SHA-256 (besides the probe's warm-up object).
+    for size in (1, 4):
+        payload = (tmp_path / f"payload-{size}MiB.bin").read_bytes()
+        stored = tmp_path / "store" / "sha256" / hashlib.sha256(payload).hexdigest()
+        assert stored.read_bytes() == payload
 
 
 def test_cli_json_without_s3(tmp_path: Path) -> None:

@@ -188,10 +188,11 @@ def run_storage_bench(
 
 def _store_and_hash(
     workdir: Path, sources: Mapping[int, Path]
-) -> tuple[Comparison, dict[int, tuple[Path, str]]]:
+) -> tuple[Comparison, tuple[Path, dict[int, str]]]:
     ours: dict[int, Measurement] = {}
     baseline: dict[int, Measurement] = {}
-    stored: dict[int, tuple[Path, str]] = {}
+    stored: dict[int, str] = {}
+    store = workdir / "store"  # one store: each size is a different object, never a no-op put
     for size, source in sources.items():
         copy = workdir / "copy.bin"
         hashed, copied = (
@@ -204,30 +205,29 @@ def _store_and_hash(
             peak_kib=max(hashed.peak_kib, copied.peak_kib),
             baseline_kib=0,
         )
-        store = (
-            workdir / f"store-{size // MiB}MiB"
-        )  # a fresh store: a second put of the same bytes is a no-op
         ours[size] = probe("store-put", f"file://{store}", str(source))
-        stored[size] = (store, _digest_of(source))
-    return Comparison(name="store_and_hash", ours=ours, baseline=baseline), stored
+        stored[size] = _digest_of(source)
+    return Comparison(name="store_and_hash", ours=ours, baseline=baseline), (store, stored)
 
 
-def _api_download(workdir: Path, stored: Mapping[int, tuple[Path, str]]) -> Comparison:
+def _api_download(workdir: Path, stored: tuple[Path, Mapping[int, str]]) -> Comparison:
+    """One server for both sizes (each client probe warms it up with a HEAD first)."""
     ours: dict[int, Measurement] = {}
     baseline: dict[int, Measurement] = {}
     out = workdir / "download.bin"
-    for size, (store, digest) in stored.items():
-        database = f"sqlite:///{workdir / f'api-{size}.db'}"
-        upgrade(database)
-        env = {
-            "VERITRAIN_DATABASE_URL": database,
-            "VERITRAIN_STORE_URL": f"file://{store}",
-            "VERITRAIN_DATA_DIR": str(workdir),
-        }
-        with served(env, log=workdir / "serve.log") as base:
+    store, digests = stored
+    database = f"sqlite:///{workdir / 'api.db'}"
+    upgrade(database)
+    env = {
+        "VERITRAIN_DATABASE_URL": database,
+        "VERITRAIN_STORE_URL": f"file://{store}",
+        "VERITRAIN_DATA_DIR": str(workdir),
+    }
+    with served(env, log=workdir / "serve.log") as base:
+        for size, digest in digests.items():
             ours[size] = probe("http-get", f"{base}/api/v1/objects/{digest}", str(out))
-        baseline[size] = probe("copy-file", str(store / "sha256" / digest), str(out))
-        out.unlink()
+            baseline[size] = probe("copy-file", str(store / "sha256" / digest), str(out))
+            out.unlink()
     return Comparison(name="api_download", ours=ours, baseline=baseline)
 
 

@@ -32,7 +32,8 @@ def _log_key(origin: str) -> SigningKey:
     return SigningKey(name=origin, seed=b"\x07" * 32)
 
 
-def _append_in_bursts(url: str) -> None:
+def _append_in_bursts(url: str, start: Any) -> None:
+    start.wait(timeout=120)  # every reader has read once (and nobody spins while we import)
     for burst in range(BURSTS):
         engine = create_engine(url)
         try:
@@ -44,9 +45,10 @@ def _append_in_bursts(url: str) -> None:
             engine.dispose()  # the last connection closing checkpoints and removes the WAL
 
 
-def _read_until_done(url: str, done: Any, results: Any) -> None:
+def _read_until_done(url: str, done: Any, results: Any, start: Any) -> None:
     sizes: list[int] = []
     errors: list[str] = []
+    waited = False
     while True:
         finished = done.is_set()
         engine = create_engine(url)
@@ -64,6 +66,9 @@ def _read_until_done(url: str, done: Any, results: Any) -> None:
             engine.dispose()
         if finished:
             break
+        if not waited:
+            start.wait(timeout=120)  # read once, then wait for the writer to be ready
+            waited = True
     results.put((sizes, errors))
 
 
@@ -124,14 +129,16 @@ def test_readers_never_fail_while_a_run_appends(migrated_template: Path, tmp_pat
 
     spawn = multiprocessing.get_context("spawn")
     done, results = spawn.Event(), spawn.Queue()
+    # The writer's first append waits until every reader has read once; the readers wait there
+    # too, so that none of them spins while the others and the writer start (imports).
+    start = spawn.Barrier(READERS + 1)
     readers = [
-        spawn.Process(target=_read_until_done, args=(url, done, results)) for _ in range(READERS)
+        spawn.Process(target=_read_until_done, args=(url, done, results, start))
+        for _ in range(READERS)
     ]
-    for reader in readers:
-        reader.start()
-    time.sleep(1.0)  # the readers are importing and reading before the first append
-    writer = spawn.Process(target=_append_in_bursts, args=(url,))
-    writer.start()
+    writer = spawn.Process(target=_append_in_bursts, args=(url, start))
+    for process in [*readers, writer]:
+        process.start()
     writer.join(timeout=240)
     done.set()
     outcomes = [results.get(timeout=120) for _ in readers]
