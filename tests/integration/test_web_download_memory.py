@@ -18,7 +18,6 @@ call the same way."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from unit.storage.payloads import GiB, deterministic_chunks, local_or_s3_store, 
 
 from ledger.db import upgrade
 from storage import open_store
+from veritrain.bench.server import free_port
 from web.download_check import download_with_resume
 
 MiB = 1 << 20
@@ -47,12 +47,6 @@ server's peak memory growth."""
 )
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield from local_or_s3_store(request, tmp_path)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 from unit.web.web_fixture_run import record_demo_run
+
+from veritrain.bench.server import free_port
 
 VERITRAIN = Path(sys.executable).with_name("veritrain")
 
@@ -25,9 +26,7 @@ def test_veritrain_serve_prints_its_url_serves_the_run_and_stops_on_ctrl_c(
     run = record_demo_run(
         f"sqlite:///{tmp_path / 'ledger.db'}", f"file://{tmp_path / 'objects'}", steps=1
     )
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     env = dict(
         os.environ,
         VERITRAIN_DATABASE_URL=run.database_url,

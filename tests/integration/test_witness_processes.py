@@ -18,13 +18,14 @@ from pathlib import Path
 import httpx
 import pytest
 from e2e.recorded_runs import OUTER_STEPS, RUN_ID, copy_run, shared_recorded_run
-from unit.ledger.witness_helpers import add_checkpoint_body, free_port
+from unit.ledger.witness_helpers import add_checkpoint_body
 
 from ledger.cosignature import cosignatures_in, cosigner_key
 from ledger.db import create_engine, upgrade
 from ledger.keyring import InMemoryLogKeys
 from ledger.service import Ledger
 from veritrain.audit.verify.witness_quorum import check_quorum
+from veritrain.bench.server import free_port
 from veritrain.settings import Settings
 from veritrain.witnesses.endpoints import WitnessEndpoint
 from veritrain.witnesses.push import push_tree_head

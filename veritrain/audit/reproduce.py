@@ -233,6 +233,14 @@ def reproduce_step(
                 _compare_finiteness(comparison, recorded, result)
                 after = download_model(counting, recorded.checkpoint, work / "after")
                 _compare_parameters(comparison, before, after, result.files, choice)
+                _compare_files(
+                    comparison,
+                    counting,
+                    recorded,
+                    result.files,
+                    format_1=genesis.version == 1,
+                    documents_only=True,
+                )
                 _check_generations(comparison, counting, config, recorded, data.tokenizer(), after)
     comparison.download = _download_report(counting, run, previous, manifest)
     if execution is not None and execution.differences(config):
@@ -392,10 +400,16 @@ def _compare_files(
     files: CheckpointFiles,
     *,
     format_1: bool,
+    documents_only: bool = False,
 ) -> None:
     """The re-executed step's files against the recorded manifest, digest by digest.
     ``format_1``: the run's genesis is v1, so its revisions may be model-repo format 1 (written
-    before genesis v2 and format 2 came out together); a later run's may not."""
+    before genesis v2 and format 2 came out together); a later run's may not.
+    ``documents_only`` (under tolerance): the model-repo documents alone -- config, generation
+    config, tokenizer files, into which no floating-point result enters -- and not the tensors
+    or the trainer state (losses), which the tolerance judges instead."""
+    if documents_only:
+        files = CheckpointFiles({}, {n: d for n, d in files.json.items() if n != TRAINER_STATE})
     manifest = read_checkpoint_manifest(source, recorded.checkpoint)
     expected = manifest.digests
     saved = {c for n in expected if (c := _cluster_of(n)) is not None}
@@ -421,7 +435,8 @@ def _compare_files(
             if format_1
             else {}
         )
-        for name in sorted(set(expected) | set(digests)):
+        judged = set(digests) if documents_only else set(expected) | set(digests)
+        for name in sorted(judged):
             if name == TRAINER_STATE and name in digests and digests[name] != expected.get(name):
                 _compare_trainer_state(comparison, source, expected[name], Path(folder) / name)
             elif digests.get(name) == expected.get(name):

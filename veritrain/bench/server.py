@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -24,12 +25,41 @@ from veritrain.errors import BenchError
 START_TIMEOUT_S = 60.0
 
 
+EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
+"""Linux's range for ports the OS hands out (outgoing connections, ``bind(0)``)."""
+_LOWEST = 10_000
+_random = random.SystemRandom()
+
+
 def free_port() -> int:
-    """A TCP port nothing listens on right now (the OS picks it)."""
+    """A TCP port nothing listens on right now, for a server started in another process.
+
+    Chosen at random below the OS's ephemeral range (Linux: 32768-60999 by default) and
+    checked free: a port the OS picks with ``bind(0)`` comes from that range, where any
+    outgoing connection of any process -- a test beside this one, a database client -- may
+    take it between this check and the server's bind ("address already in use"). Where the
+    range leaves no room below it, the OS picks."""
+    try:
+        low = int(EPHEMERAL_PORTS.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    for _ in range(64 if low - _LOWEST >= 1_000 else 0):
+        port = _random.randrange(_LOWEST, low)
+        if _bindable(port):
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        chosen: int = sock.getsockname()[1]
+        return chosen
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 @contextlib.contextmanager

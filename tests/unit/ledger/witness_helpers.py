@@ -8,7 +8,6 @@ A uniquely named module: import it as ``from unit.ledger.witness_helpers import 
 from __future__ import annotations
 
 import base64
-import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -95,10 +94,3 @@ def serve_in_thread(app: ASGIApp) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=30)
         sock.close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port

@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
-from unit.ledger.witness_helpers import SmallLog, free_port, serve_in_thread, small_log
+from unit.ledger.witness_helpers import SmallLog, serve_in_thread, small_log
 
 from attestation.keys import COSIGNATURE_V1_ALGORITHM, SigningKey
 from ledger.cosignature import cosignatures_in
 from ledger.db import create_engine, upgrade
 from ledger.models import Cosignature
 from ledger.witness import TrustedLogs
+from veritrain.bench.server import free_port
 from veritrain.settings import SettingsError, load_settings
 from veritrain.witnesses.endpoints import WitnessEndpoint
 from veritrain.witnesses.push import BackgroundPusher, PushPolicy, push_latest, push_tree_head
