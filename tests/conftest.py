@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,10 @@ def _is_xdist(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--only-serial") and _is_xdist(config):
         raise pytest.UsageError("--only-serial runs tests one at a time: leave out -n")
+    if _is_xdist(config):
+        # xdist hands out files with the most tests first by default; here a file's cost is
+        # its processes, not its test count: keep the order of pytest_collection_modifyitems.
+        config.option.loadscopereorder = False
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -108,6 +112,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
         if "e2e" in parts:
             item.add_marker(pytest.mark.e2e)
+    if _is_xdist(config):
+        items.sort(key=_costliest_first(items))
     # Serial tests run alone: never in a parallel run, and only they with --only-serial.
     only_serial = config.getoption("--only-serial")
     if only_serial or _is_xdist(config):
@@ -119,6 +125,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if left_out:
             config.hook.pytest_deselected(items=left_out)
             items[:] = keep
+
+
+def _costliest_first(items: list[pytest.Item]) -> Callable[[pytest.Item], int]:
+    """The order parallel workers take files in: the longest first, so that no worker is left
+    alone at the end with a long file while the others stand idle (longest processing time
+    first). Files with a ``slow`` test, then integration, then e2e, then the unit tests, which
+    are many and short and fill the gaps; within each, collection order (a stable sort, so a
+    file's tests stay together)."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+
+    def rank(item: pytest.Item) -> int:
+        if item.path in slow_files:
+            return 0
+        parts = item.path.parts
+        return 1 if "integration" in parts else 2 if "e2e" in parts else 3
+
+    return rank
 
 
 @pytest.fixture(scope="session")

@@ -45,12 +45,26 @@ class DemoResult:
 
 
 def run_demo(
-    settings: Settings, *, console: Console | None = None, reproduce_step_number: int = 2
+    settings: Settings,
+    *,
+    console: Console | None = None,
+    reproduce_step_number: int = 2,
+    outer_steps: int | None = None,
+    inner_steps: int | None = None,
 ) -> DemoResult:
+    """``outer_steps`` / ``inner_steps`` (T and H): the preset's (6 x 20) where not given; a
+    shorter run shows the same steps in less time."""
     console = console or Console()
     started = time.monotonic()
     run_id = "demo-" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    config = with_overrides(run_preset(DEMO_PRESET), run_id=run_id, method=DEMO_METHOD)
+    preset = run_preset(DEMO_PRESET)
+    config = with_overrides(
+        preset,
+        run_id=run_id,
+        method=DEMO_METHOD,
+        outer_steps=outer_steps or preset.outer_steps,
+        inner_steps=inner_steps or preset.inner_steps,
+    )
     console.rule(f"[bold]veritrain demo[/] — run {run_id}")
     console.print(
         f"ledger {settings.database_url}\nobjects {settings.store_url}\n"

@@ -44,14 +44,17 @@ STEPS = 12
 INNER_STEPS = 40
 """Long enough rounds that a cluster restarted right after it was killed (starting Python, torch
 and its processes takes a while on 2 cores) rejoins a few steps before the run ends."""
-HEARTBEAT_TIMEOUT = 2.0
+HEARTBEAT_TIMEOUT = 3.0
+"""Far above the heartbeat periods (torchft's 100 ms, the run channel's 250 ms), so that clusters
+starved of CPU by the tests beside this one still beat in time; the dead one is dropped after
+it."""
 TIMEOUT = 600.0
 """A guard against hanging, not a speed check."""
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial]
-"""Serial: the lighthouse drops a cluster whose heartbeat is 2 s late, and the restarted cluster
-must rejoin before the run ends; tests in parallel beside it starve it of CPU and make both
-happen at the wrong time (tests/conftest.py)."""
+pytestmark = pytest.mark.slow
+"""Not serial: it runs beside the other tests (on 2 cores with three test files beside it the
+restarted cluster rejoined at step 8 of 12, alone at step 6), and takes ~2 minutes of wall
+time but less than a minute of CPU: alone it would keep the machine idle."""
 
 
 @dataclass(frozen=True)

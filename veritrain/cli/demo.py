@@ -1,5 +1,6 @@
-"""`veritrain demo [--workdir DIR] [--no-serve] [--port P]`: train a small run on the
-embedded defaults, verify it, re-execute a step, then serve its audit page."""
+"""`veritrain demo [--workdir DIR] [--no-serve] [--port P] [--outer-steps T] [--inner-steps H]`:
+train a small run on the embedded defaults, verify it, re-execute a step, then serve its audit
+page."""
 
 from __future__ import annotations
 
@@ -22,6 +23,14 @@ def demo(
     ] = False,
     host: Annotated[str, typer.Option(help="Address to serve the audit page on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to serve the audit page on.")] = 8000,
+    outer_steps: Annotated[
+        int | None,
+        typer.Option(min=2, help="Outer steps T to train (default: the tiny preset's 6)."),
+    ] = None,
+    inner_steps: Annotated[
+        int | None,
+        typer.Option(min=1, help="Local steps H per outer step (default: the tiny preset's 20)."),
+    ] = None,
 ) -> None:
     """Train, record, verify and reproduce a tiny DiLoCoX-style run, then serve its page."""
     from veritrain.demo import run_demo
@@ -30,7 +39,7 @@ def demo(
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
         os.chdir(workdir)
-    result = run_demo(load_settings())
+    result = run_demo(load_settings(), outer_steps=outer_steps, inner_steps=inner_steps)
     if not result.ok:
         raise typer.Exit(code=1)
     if not no_serve:
