@@ -40,10 +40,12 @@ from veritrain.settings import load_settings
 from veritrain.sources import DirectSource
 
 RUN = "comes-and-goes"
-STEPS = 12
-INNER_STEPS = 40
-"""Long enough rounds that a cluster restarted right after it was killed (starting Python, torch
-and its processes takes a while on 2 cores) rejoins a few steps before the run ends."""
+STEPS = 16
+INNER_STEPS = 10
+"""Enough rounds that a cluster restarted right after it was killed (starting Python, torch and
+its processes takes a while on 2 cores) rejoins several steps before the run ends (step 9 of
+16, alone on 2 cores), and short ones: the inner steps are most of this test's CPU (12 rounds
+of H = 40 took 222 CPU-s, 16 of H = 10 take ~160)."""
 HEARTBEAT_TIMEOUT = 3.0
 """Far above the heartbeat periods (torchft's 100 ms, the run channel's 250 ms), so that clusters
 starved of CPU by the tests beside this one still beat in time; the dead one is dropped after
@@ -52,9 +54,9 @@ TIMEOUT = 600.0
 """A guard against hanging, not a speed check."""
 
 pytestmark = pytest.mark.slow
-"""Not serial: it runs beside the other tests (on 2 cores with three test files beside it the
-restarted cluster rejoined at step 8 of 12, alone at step 6), and takes ~2 minutes of wall
-time but less than a minute of CPU: alone it would keep the machine idle."""
+"""Not serial: it runs beside the other tests (on 2 cores with three heavy test files beside it,
+12 rounds of H = 40 then, the restarted cluster rejoined at step 8 of 12; alone at step 6).
+Alone, its processes leave part of the 2 cores idle."""
 
 
 @dataclass(frozen=True)
