@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from unit.veritrain_in_process import run_veritrain
 
 from veritrain.policy import CROSS_PRECISION_DISTANCE_BOUND, PARAMETER_DISTANCE_BOUND
 
@@ -23,11 +21,8 @@ def _number(value: float | str) -> float:
 
 
 def test_cli_json_separates_legitimate_from_forged_executions(tmp_path: Path) -> None:
-    completed = subprocess.run(
+    completed = run_veritrain(
         [
-            sys.executable,
-            "-m",
-            "veritrain",
             "bench",
             "audit",
             "--json",
@@ -36,11 +31,7 @@ def test_cli_json_separates_legitimate_from_forged_executions(tmp_path: Path) ->
             "--workdir",
             str(tmp_path),
         ],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ),
-        timeout=900,
-        check=False,
+        cwd=tmp_path,
     )
     assert completed.returncode == 0, completed.stderr
     data = json.loads(completed.stdout)

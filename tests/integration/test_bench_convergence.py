@@ -4,22 +4,18 @@ for DiLoCo and DiLoCoX trained on the same windows, and the plot docs/benchmarks
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from unit.veritrain_in_process import run_veritrain
 
 pytestmark = pytest.mark.integration
 
 
 def test_quick_study_reports_each_methods_gap_per_outer_step_and_draws_it(tmp_path: Path):
     plot = tmp_path / "gap.png"
-    completed = subprocess.run(
+    completed = run_veritrain(
         [
-            sys.executable,
-            "-m",
-            "veritrain",
             "bench",
             "convergence",
             "--quick",
@@ -33,10 +29,7 @@ def test_quick_study_reports_each_methods_gap_per_outer_step_and_draws_it(tmp_pa
             "--plot",
             str(plot),
         ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+        cwd=tmp_path,
     )
     assert completed.returncode == 0, completed.stderr
     data = json.loads(completed.stdout)

@@ -6,12 +6,10 @@ JSON), so the three builds run once, not twice."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from unit.veritrain_in_process import run_veritrain
 
 from veritrain.bench.data import MB, BuildMeasurement, DataBenchResult
 from veritrain.bench.synthetic_corpus import SyntheticCorpus
@@ -20,11 +18,8 @@ pytestmark = pytest.mark.integration
 
 
 def test_cli_json_reports_throughput_and_memory_of_every_build(tmp_path: Path) -> None:
-    completed = subprocess.run(
+    completed = run_veritrain(
         [
-            sys.executable,
-            "-m",
-            "veritrain",
             "bench",
             "data",
             "--json",
@@ -35,11 +30,7 @@ def test_cli_json_reports_throughput_and_memory_of_every_build(tmp_path: Path) -
             "--workdir",
             str(tmp_path),
         ],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ),
-        timeout=300,
-        check=False,
+        cwd=tmp_path,
     )
     assert completed.returncode == 0, completed.stderr
     data = json.loads(completed.stdout)

@@ -5,12 +5,10 @@ own process. Not a timed test: the targets live in the bench's own output."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from unit.veritrain_in_process import run_veritrain
 
 from veritrain.bench.ledger import LedgerBenchConfig, run_ledger_bench
 
@@ -48,16 +46,9 @@ def test_tiny_ledger_bench_on_sqlite_and_postgres(tmp_path: Path, postgres_url: 
 
 
 def test_cli_json_without_postgres(tmp_path: Path) -> None:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("VERITRAIN_TEST_POSTGRES", "VERITRAIN_BENCH"))
-    }
-    completed = subprocess.run(
+    # In the test's process, with no VERITRAIN_* variable: no PostgreSQL is named.
+    completed = run_veritrain(
         [
-            sys.executable,
-            "-m",
-            "veritrain",
             "bench",
             "ledger",
             "--json",
@@ -70,11 +61,7 @@ def test_cli_json_without_postgres(tmp_path: Path) -> None:
             "--workdir",
             str(tmp_path),
         ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
+        cwd=tmp_path,
     )
     assert completed.returncode == 0, completed.stderr
     data = json.loads(completed.stdout)

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from real_servers import S3Server
+from unit.veritrain_in_process import run_veritrain
 
 from veritrain.bench.storage import MiB, StorageBenchConfig, run_storage_bench
 
@@ -45,11 +43,8 @@ def test_tiny_storage_bench_with_s3(tmp_path: Path, s3_server: S3Server) -> None
 
 
 def test_cli_json_without_s3(tmp_path: Path) -> None:
-    completed = subprocess.run(
+    completed = run_veritrain(
         [
-            sys.executable,
-            "-m",
-            "veritrain",
             "bench",
             "storage",
             "--json",
@@ -59,11 +54,7 @@ def test_cli_json_without_s3(tmp_path: Path) -> None:
             "--workdir",
             str(tmp_path),
         ],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ),
-        timeout=300,
-        check=False,
+        cwd=tmp_path,
     )
     assert completed.returncode == 0, completed.stderr
     data = json.loads(completed.stdout)

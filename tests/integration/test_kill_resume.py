@@ -27,6 +27,7 @@ from e2e.recorded_runs import (
     shared_recorded_run,
     small_run_config,
 )
+from unit.veritrain_in_process import run_veritrain
 
 from ledger.db import create_engine
 from ledger.errors import RunNotFoundError, SchemaMissingError
@@ -141,12 +142,9 @@ def test_a_run_killed_mid_upload_resumes_with_no_gap_and_no_duplicate(
 
 
 def test_resuming_an_unknown_run_says_so(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [_veritrain(), "train", "--resume", "nope"],
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=120,
+    result = run_veritrain(
+        ["train", "--resume", "nope"], cwd=tmp_path, env={"VERITRAIN_DATA_DIR": str(tmp_path)}
     )
     assert result.returncode != 0
-    assert "no ledger" in result.stderr or "nope" in result.stderr
+    assert "cannot resume 'nope'" in result.stderr and "no ledger" in result.stderr
+    assert "Traceback" not in result.stderr
