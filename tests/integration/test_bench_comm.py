@@ -91,10 +91,11 @@ def test_tiny_comm_bench_reports_every_field(tmp_path: Path) -> None:
 
 def test_software_shaper_holds_inter_cluster_traffic_to_the_link_rate(tmp_path: Path) -> None:
     """Forced software shaping: a plain DiLoCo exchange (fp32, 0.88 MB per cluster) on a
-    4 Mbit/s link cannot complete in less than its bytes / rate."""
+    4 Mbit/s link cannot complete in less than its bytes / rate. One stage per cluster: the
+    exchange is the same whole model, from two processes instead of four."""
     base = run_preset("tiny")
     config = with_overrides(
-        base, method="diloco", outer_steps=1, inner_steps=2, run_id="software-link"
+        base, method="diloco", outer_steps=1, inner_steps=2, stages=1, run_id="software-link"
     )
     from trainer.data.build import prepare_data
 
