@@ -1,6 +1,6 @@
 """Auditing across hardware and localising disputes, on real recorded runs (docs/auditing.md):
 
-* a cluster that skipped inner step 7 of 20 is named by ``reproduce --bisect``, bitwise and
+* a cluster that skipped inner step 7 of 12 is named by ``reproduce --bisect``, bitwise and
   under the tolerance, with what the bisection cost;
 * ``reproduce --cluster J`` of an honest cluster matches, downloading less than half of a full
   fetch, and over the HTTP API fetches the token windows by Range;
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e.recorded_runs import with_light_extras
 
 from trainer.api import train
 from trainer.config import with_overrides
@@ -33,7 +34,7 @@ from web.settings import WebSettings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-H = 20
+H = 12
 SKIPPED = 7
 FORGER = 1
 
@@ -47,15 +48,19 @@ def _record(
     precision: str = "fp32",
     activation_checkpointing: bool = False,
 ) -> Settings:
-    """A 2-cluster, 1-stage DiLoCoX run of the tiny preset, two outer steps, into a real ledger."""
+    """A 2-cluster, 1-stage DiLoCoX run of the tiny preset, two outer steps, into a real ledger,
+    with the e2e runs' light extras (these tests judge bits, tolerances and downloads, not loss
+    levels)."""
     settings = load_settings(data_dir=data_dir)
-    config = with_overrides(
-        run_preset("tiny"),
-        run_id=run_id,
-        method="dilocox",
-        stages=1,
-        outer_steps=2,
-        inner_steps=inner_steps,
+    config = with_light_extras(
+        with_overrides(
+            run_preset("tiny"),
+            run_id=run_id,
+            method="dilocox",
+            stages=1,
+            outer_steps=2,
+            inner_steps=inner_steps,
+        )
     )
     config = replace(
         config,

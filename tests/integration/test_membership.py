@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 from e2e.recorded_runs import config_file, with_light_extras
 from sqlalchemy.exc import OperationalError
+from unit.veritrain_in_process import run_veritrain
 
 from ledger.db import create_engine
 from ledger.errors import RunNotFoundError, SchemaMissingError
@@ -275,25 +276,15 @@ def test_a_cluster_killed_mid_run_leaves_rejoins_and_the_run_verifies_and_reprod
     assert after_kill - killed_at < 60, "the survivors took too long to go on without cluster 2"
 
     # --deep: check 12 recomputes the verdicts of every step, the rounds of two clusters too
-    verified = subprocess.run(
-        [veritrain, "verify", RUN, "--no-witness", "--deep"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
+    # (the CLI's entry point, in this process: tests/unit/veritrain_in_process.py).
+    cli_env = {"VERITRAIN_DATA_DIR": str(data), "COLUMNS": "200"}
+    verified = run_veritrain(["verify", RUN, "--no-witness", "--deep"], cwd=tmp_path, env=cli_env)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     # Re-execute the steps where membership changed -- the first without cluster 2, the one it
     # rejoined in (through the CLI, as an auditor would) -- and the last. Every other step is a
     # plain three-cluster round like those tests/e2e re-executes; leaving them out keeps this
     # test inside the CI budget.
-    done = subprocess.run(
-        [veritrain, "reproduce", RUN, "--step", str(joined.step)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
+    done = run_veritrain(["reproduce", RUN, "--step", str(joined.step)], cwd=tmp_path, env=cli_env)
     assert done.returncode == 0 and done.stdout.rstrip().endswith("MATCH"), (
         f"step {joined.step}:\n{done.stdout}{done.stderr}"
     )
