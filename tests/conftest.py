@@ -5,8 +5,11 @@ are. When ``CI=true`` or ``VERITRAIN_REQUIRE_SERVICES=1`` a missing server is a 
 *failure*, never a skip, so CI cannot go green without running the integration tests.
 
 ``make test`` runs the tests in parallel (pytest-xdist, ``-n 4 --dist loadfile``): every test
-gets its own database and bucket (uuid names), every server binds a port the OS picks, and
-network namespaces are named after the process that makes them. A test that must not share
+gets its own database and bucket (uuid names), a server in a thread binds a port the OS picks
+and one in another process a port from ``veritrain.bench.server.free_port`` (below the
+ephemeral range, so no test's outgoing connection takes it first), network namespaces are
+named after the process that makes them, and the workers take the costliest files first
+(:func:`_costliest_first`). A test that must not share
 the machine with other tests (it asserts timing or a machine-wide state) is marked
 ``@pytest.mark.serial``: xdist workers leave it out, and ``make test`` runs those tests
 afterwards on their own with ``--only-serial``.

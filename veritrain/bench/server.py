@@ -45,7 +45,7 @@ def free_port() -> int:
         low = 0
     for _ in range(64 if low - _LOWEST >= 1_000 else 0):
         port = _random.randrange(_LOWEST, low)
-        if _bindable(port):
+        if port_is_free(port):
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -53,7 +53,8 @@ def free_port() -> int:
         return chosen
 
 
-def _bindable(port: int) -> bool:
+def port_is_free(port: int) -> bool:
+    """Whether a TCP server could bind ``port`` on 127.0.0.1 right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
             sock.bind(("127.0.0.1", port))

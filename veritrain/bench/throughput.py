@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ from typing import Any, Literal
 from trainer.config import TrainConfig
 from veritrain.bench.metrics_recorder import StepMetrics, read_steps
 from veritrain.bench.netns import NetnsLink
-from veritrain.bench.server import free_port
+from veritrain.bench.server import free_port, port_is_free
 from veritrain.bench.software_shaper import ENVIRONMENT as SOFTWARE_LINK
 from veritrain.errors import BenchError
 
@@ -89,7 +88,7 @@ class LinkSetup:
                 "lighthouse": NETNS_LIGHTHOUSE_PORT + 2 * index,
             }
         lighthouse = free_port()
-        while not _free(lighthouse + 1):
+        while not port_is_free(lighthouse + 1):
             lighthouse = free_port()
         return {"clusters": [free_port() for _ in range(clusters)], "lighthouse": lighthouse}
 
@@ -181,15 +180,6 @@ def _launch(
             if process.poll() is None:
                 process.kill()
                 process.wait()
-
-
-def _free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def _failure(rank: int, process: subprocess.Popen[bytes], log: Path) -> BenchError:
