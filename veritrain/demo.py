@@ -57,13 +57,12 @@ def run_demo(
     console = console or Console()
     started = time.monotonic()
     run_id = "demo-" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    preset = run_preset(DEMO_PRESET)
-    config = with_overrides(
-        preset,
+    config = with_overrides(  # None keeps the preset's
+        run_preset(DEMO_PRESET),
         run_id=run_id,
         method=DEMO_METHOD,
-        outer_steps=outer_steps or preset.outer_steps,
-        inner_steps=inner_steps or preset.inner_steps,
+        outer_steps=outer_steps,
+        inner_steps=inner_steps,
     )
     console.rule(f"[bold]veritrain demo[/] — run {run_id}")
     console.print(
