@@ -477,15 +477,17 @@ def _code_state() -> dict[str, Any]:
         completed = subprocess.run(
             ["git", *args], capture_output=True, text=True, check=False, cwd=here
         )
-        return completed.stdout.strip()
+        return completed.stdout
 
-    changed = [
-        line[3:]
-        for line in git(
-            "status", "--porcelain", "--", "../../trainer/outer", "../../trainer/presets.py"
-        ).splitlines()
-    ]
+    status = git("status", "--porcelain", "--", "../../trainer/outer", "../../trainer/presets.py")
     return {
-        "commit": git("rev-parse", "--short", "HEAD") or "unknown",
-        "trainer_outer_modified": changed,
+        "commit": git("rev-parse", "--short", "HEAD").strip() or "unknown",
+        "trainer_outer_modified": porcelain_paths(status),
     }
+
+
+def porcelain_paths(status: str) -> list[str]:
+    """The paths of ``git status --porcelain`` (v1) output: each line is two status columns, a
+    space and the path, and the first column is a space for a change not staged -- so the
+    output must not be stripped before it is split (a stripped first line lost a character)."""
+    return [line[3:] for line in status.splitlines() if line.strip()]
