@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from built_once import built_once
 
-from trainer.config import TrainConfig, with_overrides
+from trainer.config import InnerConfig, TrainConfig, with_overrides
 from trainer.presets import run_preset
 from veritrain.record.training import train_recorded
 from veritrain.settings import Settings, load_settings
@@ -32,6 +32,15 @@ def with_light_extras(config: TrainConfig) -> TrainConfig:
     verification of a step is lighter too; the tests read these numbers, recompute them and
     tamper with them, never judge their size."""
     return replace(config, eval_batches=1, outer=replace(config.outer, anomaly_own_batches=1))
+
+
+def with_short_warm_up(config: TrainConfig) -> TrainConfig:
+    """``config`` with the default inner schedule (a peak of 3e-3 after 10 steps) instead of the
+    tiny preset's 6e-3 after 120 (tuned for `bench comm --quick`'s 200 inner steps,
+    docs/benchmarks.md). A test run of 12-16 inner steps would end inside that warm-up, at a
+    seventh of the peak; tests that need such a run to learn -- its held-out loss falling by a
+    nat, a 100x update measurably hurting it -- train at the short schedule."""
+    return replace(config, inner=InnerConfig())
 
 
 def small_run_config(run_id: str = RUN_ID, outer_steps: int = OUTER_STEPS) -> TrainConfig:

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from e2e.forger import Forger, Payloads
-from e2e.recorded_runs import copy_run
+from e2e.recorded_runs import copy_run, with_short_warm_up
 
 from records import OuterStep
 from trainer.config import PoisonForTesting, with_overrides
@@ -34,7 +34,11 @@ POISONED, STEP = 2, 1
 def poisoned_run(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     settings = load_settings(data_dir=tmp_path_factory.mktemp("poisoned") / "veritrain-data")
     config = replace(
-        with_overrides(run_preset("tiny"), run_id=RUN_ID, clusters=3, outer_steps=3, inner_steps=4),
+        with_short_warm_up(
+            with_overrides(
+                run_preset("tiny"), run_id=RUN_ID, clusters=3, outer_steps=3, inner_steps=4
+            )
+        ),
         poison_for_testing=PoisonForTesting(
             cluster=POISONED, step=STEP, kind="scale", factor=100.0
         ),

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from e2e.recorded_runs import config_file, with_light_extras
+from e2e.recorded_runs import config_file, with_light_extras, with_short_warm_up
 
 from trainer.api import reexecute_outer_step, train
 from trainer.checkpoint_layout import TRAINER_STATE, CheckpointFiles
@@ -44,9 +44,11 @@ def reference_config() -> TrainConfig:
     loss on 1 batch and each contribution's own-data score on 1 (the preset: 4 and 2). At H = 4
     those forward passes cost about as much CPU as the inner steps, in each of the module's
     three training runs and two re-executions; no test here reads the score, and the held-out
-    loss still falls by more than a nat."""
-    return with_light_extras(
-        with_overrides(run_preset("tiny"), outer_steps=STEPS, inner_steps=4, run_id="itest")
+    loss still falls by more than a nat (at the short warm-up: 16 inner steps)."""
+    return with_short_warm_up(
+        with_light_extras(
+            with_overrides(run_preset("tiny"), outer_steps=STEPS, inner_steps=4, run_id="itest")
+        )
     )
 
 
@@ -251,7 +253,9 @@ def test_a_second_run_with_the_same_seed_under_torchrun_is_bitwise_identical(
 
 def test_a_poisoned_cluster_is_flagged_in_the_step_it_is_poisoned(workspace: Path) -> None:
     config = replace(
-        with_overrides(run_preset("tiny"), outer_steps=3, inner_steps=4, run_id="poison"),
+        with_short_warm_up(
+            with_overrides(run_preset("tiny"), outer_steps=3, inner_steps=4, run_id="poison")
+        ),
         poison_for_testing=PoisonForTesting(cluster=1, step=2, kind="scale", factor=100.0),
     )
     with shared_sink() as sink:
