@@ -64,7 +64,14 @@ class StudySchedule:
     outer_steps: int
     """T: rounds of every DiLoCo/DiLoCoX run (AllReduce takes T·H steps)."""
     inner_steps: int
-    """H."""
+    """H (with ``rounds``: their mean, rounded down)."""
+    rounds: tuple[int, ...] = ()
+    """H of each round when they differ (``--rounds``); empty: H every round."""
+
+    @property
+    def total_steps(self) -> int:
+        """Inner steps of every run: the token budget, and the inner schedule's length."""
+        return sum(self.rounds) if self.rounds else self.outer_steps * self.inner_steps
 
 
 QUICK = StudySchedule(outer_steps=8, inner_steps=25)
@@ -91,6 +98,14 @@ class ConvergenceStudyConfig:
     """``cpu`` or ``cuda``: where every run trains (simulate.py)."""
     arms: tuple[str, ...] = ()
     """Train only these arms (AllReduce, the reference, always); empty: every arm."""
+    inner_lr: float | None = None
+    """The inner AdamW's peak learning rate of every arm (default: the preset's)."""
+    warmup_steps: int | None = None
+    """Its linear warm-up in inner steps (default: the preset's)."""
+    rounds: tuple[int, ...] = ()
+    """H of each round, for rounds of unequal length (the simulator only: the trainer's H is one
+    number); T is their count. Every arm trains their sum, AllReduce evaluated at the same
+    inner steps. Empty: T rounds of H."""
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -99,6 +114,14 @@ class ConvergenceStudyConfig:
             raise BenchError(f"expected --jobs >= 1, got {self.jobs}")
         if self.device not in ("cpu", "cuda"):
             raise BenchError(f"expected --device cpu or cuda, got {self.device!r}")
+        if self.rounds and (self.outer_steps is not None or self.inner_steps is not None):
+            raise BenchError("expected --rounds or --outer-steps/--inner-steps, got both")
+        if self.rounds and min(self.rounds) < 1:
+            raise BenchError(f"expected every round >= 1 inner step, got {list(self.rounds)}")
+        if self.inner_lr is not None and not (math.isfinite(self.inner_lr) and self.inner_lr > 0):
+            raise BenchError(f"expected --inner-lr > 0, got {self.inner_lr}")
+        if self.warmup_steps is not None and self.warmup_steps < 0:
+            raise BenchError(f"expected --warmup-steps >= 0, got {self.warmup_steps}")
         if self.device == "cuda" and not torch.cuda.is_available():
             raise BenchError("--device cuda asks for a GPU, but torch sees no CUDA device")
         known = {"allreduce", "diloco", "dilocox", *(name for name, _, _ in LEVERS)}
@@ -110,6 +133,12 @@ class ConvergenceStudyConfig:
 
     @property
     def schedule(self) -> StudySchedule:
+        if self.rounds:
+            return StudySchedule(
+                outer_steps=len(self.rounds),
+                inner_steps=sum(self.rounds) // len(self.rounds),
+                rounds=self.rounds,
+            )
         base = QUICK if self.quick else FULL
         return StudySchedule(
             outer_steps=self.outer_steps or base.outer_steps,
@@ -244,10 +273,19 @@ def run_convergence_study(
     config: ConvergenceStudyConfig, *, say: Callable[[str], None] = lambda _: None
 ) -> ConvergenceStudyResult:
     schedule = config.schedule
+    preset = run_preset(config.preset)
+    inner = replace(
+        preset.inner,
+        lr=preset.inner.lr if config.inner_lr is None else config.inner_lr,
+        warmup_steps=(
+            preset.inner.warmup_steps if config.warmup_steps is None else config.warmup_steps
+        ),
+    )
     base = replace(
-        run_preset(config.preset),
+        preset,
         outer_steps=schedule.outer_steps,
         inner_steps=schedule.inner_steps,
+        inner=inner,
     )
     data_dir = config.data_dir or default_data_dir()
     prepare_data(base.data, data_dir)
@@ -255,11 +293,12 @@ def run_convergence_study(
     jobs = [(arm, seed) for arm in arms for seed in config.seeds]
     say(
         f"{len(arms)} arms x {len(config.seeds)} seeds at {config.preset}: "
-        f"T={schedule.outer_steps} x H={schedule.inner_steps}, {config.jobs} at a time"
+        f"{_schedule_words(schedule)}, inner lr {inner.lr:g} after {inner.warmup_steps} warm-up "
+        f"steps, {config.jobs} at a time"
     )
     started = time.monotonic()
     results: dict[tuple[str, int], SimulationResult] = {}
-    tasks = [(base, arm, seed, data_dir, config.device) for arm, seed in jobs]
+    tasks = [(base, arm, seed, data_dir, config.device, schedule) for arm, seed in jobs]
     if config.jobs == 1:
         for task in tasks:
             results[(task[1].name, task[2])] = _train(task)
@@ -279,8 +318,14 @@ def run_convergence_study(
     return ConvergenceStudyResult(data)
 
 
-def _train(task: tuple[TrainConfig, Arm, int, Path, str]) -> SimulationResult:
-    base, arm, seed, data_dir, device = task
+def _schedule_words(schedule: StudySchedule) -> str:
+    if schedule.rounds:
+        return f"T={schedule.outer_steps} rounds of H={','.join(map(str, schedule.rounds))}"
+    return f"T={schedule.outer_steps} x H={schedule.inner_steps}"
+
+
+def _train(task: tuple[TrainConfig, Arm, int, Path, str, StudySchedule]) -> SimulationResult:
+    base, arm, seed, data_dir, device, schedule = task
     torch.set_num_threads(1)  # what bitwise reproduction on CPU is stated for
     config = replace(base, seed=seed)
     prepared = prepare_data(config.data, data_dir)
@@ -293,7 +338,8 @@ def _train(task: tuple[TrainConfig, Arm, int, Path, str]) -> SimulationResult:
         outer=arm.outer or OuterConfig(),
         n_clusters=config.clusters,
         inner_steps=config.inner_steps,
-        total_steps=config.outer_steps * config.inner_steps,
+        total_steps=schedule.total_steps,
+        round_steps=schedule.rounds,
         inner=config.inner,
         seed=seed,
         eval_points=config.outer_steps,
@@ -359,10 +405,26 @@ def _assemble(
         "preset": base.preset,
         "clusters": base.clusters,
         "parameters": base.model.parameter_count(),
-        "schedule": {"outer_steps": schedule.outer_steps, "inner_steps": schedule.inner_steps},
+        "schedule": {
+            "outer_steps": schedule.outer_steps,
+            "inner_steps": schedule.inner_steps,
+            **({"rounds": list(schedule.rounds)} if schedule.rounds else {}),
+        },
+        "inner": {"lr": base.inner.lr, "warmup_steps": base.inner.warmup_steps},
         "seeds": list(seeds),
         "arms": rows,
     }
+
+
+def _words(data: dict[str, Any]) -> str:
+    schedule = data["schedule"]
+    return _schedule_words(
+        StudySchedule(
+            outer_steps=schedule["outer_steps"],
+            inner_steps=schedule["inner_steps"],
+            rounds=tuple(schedule.get("rounds", ())),
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -378,7 +440,8 @@ class ConvergenceStudyResult:
         shown = sorted({0, steps // 4, steps // 2, (3 * steps) // 4, steps - 1})
         out = [
             f"convergence: {d['preset']}, {d['parameters']:,} parameters, {d['clusters']} "
-            f"clusters, T={steps} x H={d['schedule']['inner_steps']}, seeds "
+            f"clusters, {_words(d)}, inner lr {d['inner']['lr']:g} after "
+            f"{d['inner']['warmup_steps']} warm-up steps, seeds "
             f"{', '.join(map(str, d['seeds']))}",
             "  loss gap to AllReduce at equal tokens (mean over seeds) after outer step t:",
             f"  {'arm':28} "
@@ -427,7 +490,12 @@ def plot_gaps(data: dict[str, Any], path: Path) -> None:
         default=0.0,
     )
     ax.set_ylim(-5.0, max(40.0, 10.0 * math.ceil(peak / 10.0)))
-    ax.set_xlabel(f"outer step (H = {data['schedule']['inner_steps']} inner steps each)")
+    rounds = data["schedule"].get("rounds")
+    ax.set_xlabel(
+        f"outer step (H = {','.join(map(str, rounds))} inner steps)"
+        if rounds
+        else f"outer step (H = {data['schedule']['inner_steps']} inner steps each)"
+    )
     ax.set_ylabel("held-out loss above AllReduce, same tokens (%)")
     ax.set_title(
         f"{data['preset']} ({data['parameters']:,} parameters), {data['clusters']} clusters, "

@@ -67,6 +67,9 @@ class SimulationConfig:
     learning rate's cosine reaches its floor here, as the trainer's does at T·H."""
     inner: InnerConfig = field(default_factory=InnerConfig)
     """The inner optimiser, exactly as ``TrainConfig.inner`` configures the trainer's."""
+    round_steps: tuple[int, ...] = ()
+    """H of each round, for rounds of unequal length (research: the trainer's H is one number or
+    adaptive); they must add up to ``total_steps``. Empty: ``inner_steps`` every round."""
     seed: int = 0
     """Model initialisation (``CausalLM(..., seed=seed)``, as the trainer's ``build_stage``), data
     order and basis seed."""
@@ -88,11 +91,23 @@ class SimulationConfig:
             )
         if self.n_clusters < 1 or self.inner_steps < 1:
             raise ConfigError("SimulationConfig.n_clusters and inner_steps must be >= 1")
-        if self.total_steps % self.inner_steps:
+        if self.round_steps:
+            if min(self.round_steps) < 1 or sum(self.round_steps) != self.total_steps:
+                raise ConfigError(
+                    "SimulationConfig.round_steps must be inner step counts >= 1 adding up to "
+                    f"total_steps ({self.total_steps}), got {list(self.round_steps)}"
+                )
+        elif self.total_steps % self.inner_steps:
             raise ConfigError(
                 f"SimulationConfig.total_steps ({self.total_steps}) must be a multiple of "
                 f"inner_steps ({self.inner_steps})"
             )
+
+    def rounds(self) -> tuple[int, ...]:
+        """H of every round of the run."""
+        if self.round_steps:
+            return self.round_steps
+        return (self.inner_steps,) * (self.total_steps // self.inner_steps)
 
 
 @dataclass(kw_only=True)
@@ -134,12 +149,16 @@ def simulate(
     models = [_clone(reference, device) for _ in range(replicas)]
     eval_on_device = [(x.to(device), y.to(device)) for x, y in eval_batches]
     optimizers = [inner_adamw(m.parameters(), config.inner) for m in models]
-    rounds = config.total_steps // config.inner_steps
+    schedule = config.rounds()
+    rounds = len(schedule)
     eval_rounds = {
         max(1, round(rounds * (k + 1) / config.eval_points)) - 1 for k in range(config.eval_points)
     }
-    allreduce_bytes = rounds * allreduce_bytes_per_outer_step(
-        parameters=parameters, n_clusters=config.n_clusters, inner_steps=config.inner_steps
+    allreduce_bytes = sum(
+        allreduce_bytes_per_outer_step(
+            parameters=parameters, n_clusters=config.n_clusters, inner_steps=H
+        )
+        for H in schedule
     )
     result = SimulationResult(
         final_eval_loss=math.nan,
@@ -162,9 +181,9 @@ def simulate(
             algos.append(algo)
     in_flight: list[torch.Tensor] | None = None
     step = 0
-    for t in range(rounds):
+    for t, H in enumerate(schedule):
         losses = []
-        for _ in range(config.inner_steps):
+        for _ in range(H):
             lr = learning_rate(config.inner, step, config.total_steps)
             if config.method == "allreduce":
                 union = [_to(batches(c, step), device) for c in range(config.n_clusters)]
@@ -201,7 +220,7 @@ def simulate(
                 _apply_all(algos, t, payloads, locals_, signals, result)
         else:
             result.bytes_per_cluster += allreduce_bytes_per_outer_step(
-                parameters=parameters, n_clusters=config.n_clusters, inner_steps=config.inner_steps
+                parameters=parameters, n_clusters=config.n_clusters, inner_steps=H
             )
         if t in eval_rounds:
             weights = (

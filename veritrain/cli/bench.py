@@ -148,6 +148,21 @@ def convergence(
             help="Train only this arm (repeat; a method or a lever name); AllReduce always."
         ),
     ] = None,
+    inner_lr: Annotated[
+        float | None,
+        typer.Option(help="Peak inner learning rate of every arm (default: the preset's)."),
+    ] = None,
+    warmup_steps: Annotated[
+        int | None,
+        typer.Option(min=0, help="Inner warm-up steps of every arm (default: the preset's)."),
+    ] = None,
+    rounds: Annotated[
+        str | None,
+        typer.Option(
+            help="H of each round, comma-separated (e.g. 100,15,15,15,15,15,15,10): rounds of "
+            "unequal length, simulated only; replaces --outer-steps and --inner-steps."
+        ),
+    ] = None,
 ) -> None:
     """Loss gap to AllReduce per outer step for DiLoCo and DiLoCoX, compute only (no link)."""
     from veritrain.bench.convergence_study import (
@@ -166,8 +181,22 @@ def convergence(
         plot=plot,
         device=device,
         arms=tuple(arm or ()),
+        inner_lr=inner_lr,
+        warmup_steps=warmup_steps,
+        rounds=_round_lengths(rounds),
     )
     _print(run_convergence_study(config, say=_say), json_output)
+
+
+def _round_lengths(text: str | None) -> tuple[int, ...]:
+    if text is None:
+        return ()
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected inner step counts separated by commas, got {text!r}", param_hint="--rounds"
+        ) from None
 
 
 @app.command("ledger")

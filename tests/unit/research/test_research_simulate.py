@@ -88,3 +88,25 @@ def test_the_simulated_inner_loop_is_the_trainers_configuration():
 def test_method_and_outer_kind_must_agree():
     with pytest.raises(ConfigError, match="must match method"):
         SimulationConfig(model=TINY, method="dilocox", outer=OuterConfig(kind="diloco"))
+
+
+def test_rounds_of_unequal_length_keep_the_tokens_and_move_the_synchronisation():
+    # Two rounds of 4 given one by one are the default schedule, to the bit.
+    assert run("diloco", round_steps=(4, 4)).curve == run("diloco").curve
+    # Rounds of 6 and 2: the same 8 inner steps and two payloads, so the same bytes (AllReduce's
+    # are per inner step, whatever the rounds); evaluated at the end of each round, and the first
+    # average now comes after step 6, which changes what is learned.
+    even, uneven = run("diloco"), run("diloco", round_steps=(6, 2))
+    assert [step for step, _ in uneven.curve] == [6, 8]
+    assert uneven.bytes_per_cluster == even.bytes_per_cluster
+    assert uneven.allreduce_bytes_per_cluster == even.allreduce_bytes_per_cluster
+    assert uneven.curve[-1][1] != even.curve[-1][1]
+    allreduce = run("allreduce", round_steps=(6, 2))
+    assert [step for step, _ in allreduce.curve] == [6, 8]
+    assert allreduce.curve[-1][1] == run("allreduce").curve[-1][1]  # no exchange to move
+
+
+@pytest.mark.parametrize("rounds", [(4, 3), (8, 0), (5, 4)])
+def test_rounds_must_be_positive_and_add_up_to_the_run(rounds: tuple[int, ...]):
+    with pytest.raises(ConfigError, match="round_steps must be inner step counts >= 1"):
+        SimulationConfig(model=TINY, method="allreduce", total_steps=8, round_steps=rounds)
