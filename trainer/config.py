@@ -134,6 +134,12 @@ class TrainConfig:
     """T: outer steps (rounds) of the run."""
     inner_steps: int = 20
     """H: inner steps per outer step (the first round's H when ``outer.adaptive_inner_steps``)."""
+    warmup_round: bool = False
+    """The first outer step spans the inner warm-up: it takes ``min(inner.warmup_steps, T·H/2)``
+    inner steps, and the other T − 1 share the rest of T·H, the earlier ones a step longer where
+    they do not divide evenly (``round_inner_steps``). The token budget and the learning-rate
+    schedule stay T·H; no payload is spent on the warm-up's small steps (docs/benchmarks.md,
+    "spend no round on the warm-up"). Recorded in the genesis when set."""
     micro_batches: int = 2
     """Micro-batches per inner step through the pipeline."""
     micro_batch_size: int = 4
@@ -215,6 +221,11 @@ class TrainConfig:
                 f"({self.stages}) for the 1F1B schedule, "
                 f"got {self.micro_batches}"
             )
+        if self.warmup_round and self.outer.adaptive_inner_steps:
+            raise ConfigError(
+                "TrainConfig.warmup_round plans every round's H, outer.adaptive_inner_steps "
+                "decides them from timings: expected one of them, got both"
+            )
         if self.method != "allreduce" and self.outer.kind != self.method:
             raise ConfigError(
                 "TrainConfig.outer.kind must equal method "
@@ -247,6 +258,27 @@ class TrainConfig:
         """The length of the learning-rate schedule: T * H (the token budget)."""
         return self.outer_steps * self.inner_steps
 
+    def round_inner_steps(self) -> tuple[int, ...]:
+        """The planned H of every outer step, in order; they add up to ``planned_inner_steps``.
+        (Adaptive H replaces all but the first at run time.)"""
+        T, H = self.outer_steps, self.inner_steps
+        total = T * H
+        first = (
+            min(self.inner.warmup_steps, total // 2, total - (T - 1))
+            if self.warmup_round and T > 1
+            else 0
+        )
+        if first < 1:
+            return (H,) * T
+        share, longer = divmod(total - first, T - 1)
+        return (first, *(share + 1 if t < longer else share for t in range(T - 1)))
+
+    def inner_steps_of(self, step: int) -> int:
+        """The planned H of outer step ``step`` (``round_inner_steps``)."""
+        if not self.warmup_round:
+            return self.inner_steps
+        return self.round_inner_steps()[step]
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["data"] = self.data.to_dict()
@@ -258,6 +290,8 @@ class TrainConfig:
             del data["data_parallel"]
         if not self.activation_checkpointing:
             del data["activation_checkpointing"]
+        if not self.warmup_round:
+            del data["warmup_round"]  # as runs before the choice recorded it
         return data
 
     @classmethod

@@ -40,9 +40,11 @@ def test_cli_json_separates_legitimate_from_forged_executions(tmp_path: Path) ->
     assert data["cross_precision"]["bound"] == CROSS_PRECISION_DISTANCE_BOUND
     kinds = {p["name"]: p["kind"] for p in data["pairs"]}
     assert sorted(set(kinds.values())) == ["cross-precision", "forged", "legit"]
+    # The tiny preset's first round spans its warm-up: T = 4 x H = 3 are rounds of 6, 2, 2 and 2
+    # inner steps, so the forger of the audited step 2 skips or misreads that round's last, 1.
     assert [n for n, k in kinds.items() if k == "forged"] == [
-        "skip inner step 2",
-        "other data window at inner step 2",
+        "skip inner step 1",
+        "other data window at inner step 1",
         "inner lr x1.1",
         "contribution x1.05",
         "stale round (state of a round earlier)",

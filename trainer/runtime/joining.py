@@ -81,7 +81,10 @@ class Joining:
         resume = load_checkpoint_directory(given) if isinstance(given, Path) else given
         if resume is None:
             return Cursor(
-                next_step=0, inner_steps_done=0, next_inner_steps=self.config.inner_steps, tokens=0
+                next_step=0,
+                inner_steps_done=0,
+                next_inner_steps=self.config.inner_steps_of(0),
+                tokens=0,
             )
         return self._restore(resume, listened=None)
 

@@ -308,7 +308,7 @@ class _Process:
         cursor = Cursor(
             next_step=step + 1,
             inner_steps_done=before.inner_steps_done + H,
-            next_inner_steps=self._next_inner_steps(H, quorum),
+            next_inner_steps=self._next_inner_steps(step, H, quorum),
             tokens=before.tokens + self._step_tokens(H, len(contributors)),
             pending_round=pending.round if pending else None,
             pending_mean_train_loss=pending.signals.mean_train_loss if pending else None,
@@ -401,14 +401,12 @@ class _Process:
         """Input tokens ``clusters`` clusters train on in a step of H inner steps."""
         return clusters * H * self.spec.rule.sequences_per_step * self.config.model.context
 
-    def _next_inner_steps(self, H: int, quorum: RoundQuorum | None) -> int:
+    def _next_inner_steps(self, step: int, H: int, quorum: RoundQuorum | None) -> int:
         outer = self.config.outer
-        if (
-            self.stage.outer is None
-            or not outer.adaptive_inner_steps
-            or not self.role.exchanges
-            or quorum is None
-        ):
+        if not outer.adaptive_inner_steps:
+            # The plan: H, or with ``warmup_round`` the next round's share (none after the last).
+            return self.config.inner_steps_of(step + 1) if step + 1 < self.config.outer_steps else H
+        if self.stage.outer is None or not self.role.exchanges or quorum is None:
             return H
         # Every cluster must pick the same H: decide from the slowest contributor's timings,
         # which every member read from the same headers.

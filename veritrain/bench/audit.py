@@ -115,7 +115,7 @@ class Plan:
 
 
 def plans(config: TrainConfig) -> list[Plan]:
-    last = config.inner_steps - 1
+    last = config.inner_steps_of(AUDITED_STEP) - 1  # the audited round's own last inner step
     chosen = [
         Plan("2 intra-op threads", "legit", Execution(threads=2)),
         Plan("float64 re-execution", "legit", Execution(precision="fp64")),

@@ -339,7 +339,8 @@ def _train(task: tuple[TrainConfig, Arm, int, Path, str, StudySchedule]) -> Simu
         n_clusters=config.clusters,
         inner_steps=config.inner_steps,
         total_steps=schedule.total_steps,
-        round_steps=schedule.rounds,
+        # --rounds, or the preset's own plan when its first round spans the warm-up.
+        round_steps=schedule.rounds or (config.round_inner_steps() if config.warmup_round else ()),
         inner=config.inner,
         seed=seed,
         eval_points=config.outer_steps,

@@ -109,7 +109,8 @@ def simulate(
     config = run.config
     torch.use_deterministic_algorithms(True)
     torch.manual_seed(config.seed)
-    C, H, T = config.clusters, config.inner_steps, config.outer_steps
+    C, T = config.clusters, config.outer_steps
+    rounds = config.round_inner_steps()  # H of each round: the trainer's plan
     reference = CausalLM(config.model, seed=config.seed)
     models = [_clone(reference) for _ in range(C)]
     optimizers = [inner_adamw(m.parameters(), config.inner) for m in models]
@@ -136,6 +137,7 @@ def simulate(
     history: list[list[torch.Tensor]] = []  # the attacker's pseudo-gradients, by round
     outcome = RunOutcome()
     for t in range(T):
+        first, H = sum(rounds[:t]), rounds[t]
         attacking = run.scenario is not None and t >= run.first_attacked_round
         losses = []
         honest_again: list[torch.Tensor] | None = None
@@ -148,16 +150,16 @@ def simulate(
             )
             with torch.random.fork_rng(devices=[]):
                 _train_round(
-                    config, again, again_optimizer, reader, run.attacker, first=t * H, lazy=None
+                    config, again, again_optimizer, reader, run.attacker, first, H, lazy=None
                 )
             honest_again = [p.data for p in again.parameters()]
         for c, (model, optimizer) in enumerate(zip(models, optimizers, strict=True)):
             lazy = run.scenario if attacking and c == run.attacker else None
-            losses += _train_round(config, model, optimizer, reader, c, first=t * H, lazy=lazy)
+            losses += _train_round(config, model, optimizer, reader, c, first, H, lazy=lazy)
         signals = RoundSignals(mean_train_loss=sum(losses) / len(losses))
         locals_ = [[p.data for p in m.parameters()] for m in models]
         for loop in loops:
-            loop.note_round_data(t, first_inner_step=t * H, inner_steps=H)
+            loop.note_round_data(t, first_inner_step=first, inner_steps=H)
         gathered = [
             loop.contribution(t, local).payload for loop, local in zip(loops, locals_, strict=True)
         ]
@@ -202,14 +204,14 @@ def _train_round(
     optimizer: torch.optim.Optimizer,
     reader: BatchReader,
     cluster: int,
-    *,
     first: int,
+    H: int,
+    *,
     lazy: Scenario | None,
 ) -> list[float]:
-    """H inner steps as trainer/runtime/inner.py takes them (one stage: the gradient norm is the
-    model's). ``lazy_quarter_steps`` takes the first H/4; ``lazy_other_data`` reads other
-    windows."""
-    H = config.inner_steps
+    """H inner steps from global inner step ``first``, as trainer/runtime/inner.py takes them
+    (one stage: the gradient norm is the model's). ``lazy_quarter_steps`` takes the first H/4;
+    ``lazy_other_data`` reads other windows."""
     steps = range(first, first + (max(1, H // 4) if lazy == "lazy_quarter_steps" else H))
     losses = []
     for i in steps:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,44 @@ def test_a_new_run_records_the_current_verdict_rule(tmp_path: Path) -> None:
     assert load_config_file(path).outer.anomaly_rule == "veritrain.verdict/v2"
     path.write_text('method = "diloco"\n[outer]\nanomaly_rule = "veritrain.verdict/v1"\n')
     assert load_config_file(path).outer.anomaly_rule == "veritrain.verdict/v1"
+
+
+def _rounds(outer_steps: int, inner_steps: int, warmup_steps: int) -> tuple[int, ...]:
+    config = replace(
+        with_overrides(run_preset("tiny"), outer_steps=outer_steps, inner_steps=inner_steps),
+        inner=InnerConfig(warmup_steps=warmup_steps),
+        warmup_round=True,
+    )
+    return config.round_inner_steps()
+
+
+@pytest.mark.parametrize(
+    ("outer_steps", "inner_steps", "warmup_steps", "rounds"),
+    [
+        # bench comm --quick's 8 x 25 with tiny's 120-step warm-up: capped at half the run.
+        (8, 25, 120, (100, 15, 15, 14, 14, 14, 14, 14)),
+        (40, 25, 120, (120, *([23] * 22), *([22] * 17))),  # the full schedule: the warm-up
+        (3, 4, 10, (6, 3, 3)),
+        (4, 1, 10, (1, 1, 1, 1)),  # every other round keeps one step
+        (1, 20, 10, (20,)),  # one round has nothing to share
+        (5, 20, 0, (20,) * 5),  # no warm-up, no warm-up round
+    ],
+)
+def test_the_warmup_round_keeps_the_token_budget(
+    outer_steps: int, inner_steps: int, warmup_steps: int, rounds: tuple[int, ...]
+) -> None:
+    assert _rounds(outer_steps, inner_steps, warmup_steps) == rounds
+    assert sum(rounds) == outer_steps * inner_steps
+
+
+def test_the_warmup_round_is_recorded_only_when_set_and_excludes_adaptive_h() -> None:
+    equal = replace(run_preset("tiny"), warmup_round=False)
+    assert "warmup_round" not in equal.to_dict()  # earlier runs' configurations and digests
+    assert [equal.inner_steps_of(s) for s in range(equal.outer_steps)] == [20] * 6
+    planned = run_preset("tiny")  # 6 x 20 with a 120-step warm-up: 60, then 12 x 5
+    assert planned.to_dict()["warmup_round"] is True
+    assert [planned.inner_steps_of(s) for s in range(6)] == [60, 12, 12, 12, 12, 12]
+    again = TrainConfig.from_dict(json.loads(json.dumps(planned.to_dict())))
+    assert again == planned and again.inner_steps_of(0) == 60
+    with pytest.raises(ConfigError, match="warmup_round plans every round's H"):
+        replace(planned, outer=replace(planned.outer, adaptive_inner_steps=True))
