@@ -287,6 +287,9 @@ def run_convergence_study(
         inner_steps=schedule.inner_steps,
         inner=inner,
     )
+    if base.warmup_round and not schedule.rounds:
+        # The preset's own rounds: its first spans the inner warm-up (TrainConfig.warmup_round).
+        schedule = replace(schedule, rounds=base.round_inner_steps())
     data_dir = config.data_dir or default_data_dir()
     prepare_data(base.data, data_dir)
     arms = study_arms(base, levers=config.levers, only=config.arms)
@@ -339,8 +342,7 @@ def _train(task: tuple[TrainConfig, Arm, int, Path, str, StudySchedule]) -> Simu
         n_clusters=config.clusters,
         inner_steps=config.inner_steps,
         total_steps=schedule.total_steps,
-        # --rounds, or the preset's own plan when its first round spans the warm-up.
-        round_steps=schedule.rounds or (config.round_inner_steps() if config.warmup_round else ()),
+        round_steps=schedule.rounds,
         inner=config.inner,
         seed=seed,
         eval_points=config.outer_steps,
@@ -461,7 +463,8 @@ class ConvergenceStudyResult:
 
 
 def plot_gaps(data: dict[str, Any], path: Path) -> None:
-    """Loss gap to AllReduce against outer steps, one line per arm (mean over the seeds)."""
+    """Loss gap to AllReduce after each outer step, one line per arm (mean over the seeds),
+    placed at the inner step the outer step ends at: rounds of unequal length are drawn to scale."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -472,9 +475,10 @@ def plot_gaps(data: dict[str, Any], path: Path) -> None:
         if arm["method"] == "allreduce":
             continue
         gaps = arm["mean_gap_by_outer_step"]
+        first_seed = arm["seeds"][str(data["seeds"][0])]
         style = "-" if arm["name"] in ("diloco", "dilocox") else "--"
         ax.plot(
-            range(1, len(gaps) + 1),
+            [step for step, _ in first_seed["curve"]],
             [100.0 * min(g, 1.0) for g in gaps],
             style,
             marker=".",
@@ -493,9 +497,8 @@ def plot_gaps(data: dict[str, Any], path: Path) -> None:
     ax.set_ylim(-5.0, max(40.0, 10.0 * math.ceil(peak / 10.0)))
     rounds = data["schedule"].get("rounds")
     ax.set_xlabel(
-        f"outer step (H = {','.join(map(str, rounds))} inner steps)"
-        if rounds
-        else f"outer step (H = {data['schedule']['inner_steps']} inner steps each)"
+        "inner steps, the same tokens for every method (a point per outer step"
+        + (f"; the first of {rounds[0]} steps)" if rounds else ")")
     )
     ax.set_ylabel("held-out loss above AllReduce, same tokens (%)")
     ax.set_title(
