@@ -274,8 +274,9 @@ class TrainConfig:
         return (first, *(share + 1 if t < longer else share for t in range(T - 1)))
 
     def inner_steps_of(self, step: int) -> int:
-        """The planned H of outer step ``step`` (``round_inner_steps``)."""
-        if not self.warmup_round:
+        """The planned H of outer step ``step`` (``round_inner_steps``); a step outside the
+        T planned ones has no plan of its own and gets H."""
+        if not self.warmup_round or not 0 <= step < self.outer_steps:
             return self.inner_steps
         return self.round_inner_steps()[step]
 

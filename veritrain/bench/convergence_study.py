@@ -294,10 +294,10 @@ def run_convergence_study(
     prepare_data(base.data, data_dir)
     arms = study_arms(base, levers=config.levers, only=config.arms)
     jobs = [(arm, seed) for arm in arms for seed in config.seeds]
+    words = _schedule_words(schedule.outer_steps, schedule.inner_steps, schedule.rounds)
     say(
-        f"{len(arms)} arms x {len(config.seeds)} seeds at {config.preset}: "
-        f"{_schedule_words(schedule)}, inner lr {inner.lr:g} after {inner.warmup_steps} warm-up "
-        f"steps, {config.jobs} at a time"
+        f"{len(arms)} arms x {len(config.seeds)} seeds at {config.preset}: {words}, inner lr "
+        f"{inner.lr:g} after {inner.warmup_steps} warm-up steps, {config.jobs} at a time"
     )
     started = time.monotonic()
     results: dict[tuple[str, int], SimulationResult] = {}
@@ -321,10 +321,10 @@ def run_convergence_study(
     return ConvergenceStudyResult(data)
 
 
-def _schedule_words(schedule: StudySchedule) -> str:
-    if schedule.rounds:
-        return f"T={schedule.outer_steps} rounds of H={','.join(map(str, schedule.rounds))}"
-    return f"T={schedule.outer_steps} x H={schedule.inner_steps}"
+def _schedule_words(outer_steps: int, inner_steps: int, rounds: Sequence[int]) -> str:
+    if rounds:
+        return f"T={outer_steps} rounds of H={','.join(map(str, rounds))}"
+    return f"T={outer_steps} x H={inner_steps}"
 
 
 def _train(task: tuple[TrainConfig, Arm, int, Path, str, StudySchedule]) -> SimulationResult:
@@ -419,17 +419,6 @@ def _assemble(
     }
 
 
-def _words(data: dict[str, Any]) -> str:
-    schedule = data["schedule"]
-    return _schedule_words(
-        StudySchedule(
-            outer_steps=schedule["outer_steps"],
-            inner_steps=schedule["inner_steps"],
-            rounds=tuple(schedule.get("rounds", ())),
-        )
-    )
-
-
 @dataclass(frozen=True)
 class ConvergenceStudyResult:
     data: dict[str, Any]
@@ -439,11 +428,13 @@ class ConvergenceStudyResult:
 
     def lines(self) -> list[str]:
         d = self.data
-        steps = d["schedule"]["outer_steps"]
+        sched = d["schedule"]
+        steps = sched["outer_steps"]
         shown = sorted({0, steps // 4, steps // 2, (3 * steps) // 4, steps - 1})
         out = [
             f"convergence: {d['preset']}, {d['parameters']:,} parameters, {d['clusters']} "
-            f"clusters, {_words(d)}, inner lr {d['inner']['lr']:g} after "
+            f"clusters, {_schedule_words(steps, sched['inner_steps'], sched.get('rounds', ()))}, "
+            f"inner lr {d['inner']['lr']:g} after "
             f"{d['inner']['warmup_steps']} warm-up steps, seeds "
             f"{', '.join(map(str, d['seeds']))}",
             "  loss gap to AllReduce at equal tokens (mean over seeds) after outer step t:",

@@ -146,6 +146,7 @@ def test_the_warmup_round_is_recorded_only_when_set_and_excludes_adaptive_h() ->
     planned = run_preset("tiny")  # 6 x 20 with a 120-step warm-up: 60, then 12 x 5
     assert planned.to_dict()["warmup_round"] is True
     assert [planned.inner_steps_of(s) for s in range(6)] == [60, 12, 12, 12, 12, 12]
+    assert planned.inner_steps_of(6) == planned.inner_steps_of(-1) == 20  # no plan: H
     again = TrainConfig.from_dict(json.loads(json.dumps(planned.to_dict())))
     assert again == planned and again.inner_steps_of(0) == 60
     with pytest.raises(ConfigError, match="warmup_round plans every round's H"):

@@ -127,12 +127,7 @@ def _check_ranges(
                 index=entry.index,
                 step=step.step,
             )
-        # A step past T has no plan (another check says the run is too long): H, as before.
-        planned = (
-            config.inner_steps_of(step.step)
-            if 0 <= step.step < config.outer_steps
-            else config.inner_steps
-        )
+        planned = config.inner_steps_of(step.step)  # a step past T: H (another check says so)
         if not config.outer.adaptive_inner_steps and step.inner_steps != planned:
             result.fail(
                 f"inner steps: expected H = {planned} (the genesis's plan for step "
