@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
+from unit.veritrain_in_process import run_veritrain
 
 from trainer.presets import run_preset
 from veritrain.bench.convergence_study import (
@@ -44,3 +47,31 @@ def test_a_device_other_than_cpu_or_cuda_is_refused() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(BenchError, match="no CUDA device"):
             ConvergenceStudyConfig(device="cuda")
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"rounds": (10, 5), "outer_steps": 2}, "expected --rounds or --outer-steps/--inner-steps"),
+        ({"rounds": (10, 0)}, "expected every round >= 1 inner step, got [10, 0]"),
+        ({"inner_lr": 0.0}, "expected --inner-lr > 0, got 0.0"),
+        ({"warmup_steps": -1}, "expected --warmup-steps >= 0, got -1"),
+    ],
+)
+def test_a_schedule_the_study_cannot_train_is_refused_by_name(
+    settings: dict[str, object], message: str
+) -> None:
+    with pytest.raises(BenchError, match=re.escape(message)):
+        ConvergenceStudyConfig(**settings)  # type: ignore[arg-type]
+
+
+def test_rounds_set_t_and_the_token_budget() -> None:
+    schedule = ConvergenceStudyConfig(rounds=(100, 15, 15, 14, 14, 14, 14, 14)).schedule
+    assert (schedule.outer_steps, schedule.total_steps) == (8, 200)
+
+
+def test_rounds_that_are_not_numbers_are_refused_by_the_cli(tmp_path: Path) -> None:
+    completed = run_veritrain(["bench", "convergence", "--rounds", "10,x"], cwd=tmp_path)
+    assert completed.returncode == 2
+    words = " ".join(completed.stderr.replace("│", " ").split())  # typer's box wraps the line
+    assert "expected inner step counts separated by commas, got '10,x'" in words
