@@ -68,6 +68,8 @@ def test_tiny_comm_bench_reports_every_field(tmp_path: Path) -> None:
     assert data["dilocox_outer_config"]["rank"] == 12  # --rank reached the DiLoCoX runs
     assert data["dilocox_outer_config"]["bits"] == 4  # and --bits
     assert data["dilocox_outer_config"]["dense_bits"] == 8  # the tiny preset's
+    # Every method's loss is held out over every held-out window, not the preset's 4 batches.
+    assert data["eval_tokens"] == 504 * 64
     # DiLoCoX sends far fewer bytes than AllReduce for the same tokens, and every method learned.
     assert data["bytes_ratio"] > 10
     methods = data["methods"]

@@ -53,6 +53,10 @@ def test_quick_study_reports_each_methods_gap_per_outer_step_and_draws_it(tmp_pa
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The inner schedule every arm trained with is reported: the preset's.
     assert data["inner"] == {"lr": 6e-3, "warmup_steps": 120}
+    # The held-out loss is read over every held-out window (whole batches of 8 windows of 64
+    # tokens: 504 of tiny's 510), not over the preset's first 4 batches (2,048 tokens of one file).
+    assert data["eval_tokens"] == 504 * 64
+    assert "held-out loss over 32,256 tokens" in completed.stderr
 
 
 def test_rounds_of_unequal_length_and_the_inner_schedule_are_options(tmp_path: Path):

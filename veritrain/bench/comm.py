@@ -38,7 +38,12 @@ from trainer.outer.accounting import allgather_bytes_per_outer_step, allreduce_b
 from trainer.planner import Placement, bandwidth_for_comm_fraction, plan
 from trainer.presets import MODEL_PRESETS, run_preset
 from veritrain.bench.comm_results import LinkReport, assemble, compute_per_inner_step
-from veritrain.bench.convergence import method_config, run_convergence
+from veritrain.bench.convergence import (
+    eval_tokens,
+    method_config,
+    run_convergence,
+    whole_held_out,
+)
 from veritrain.bench.metrics_recorder import StepMetrics
 from veritrain.bench.netns import NetnsLink, emulated_link, netem_available, netns_unavailable
 from veritrain.bench.scratch import scratch_dir
@@ -155,6 +160,7 @@ class CommBenchResult:
             f"stages, {d['parameters']:,} parameters, DiLoCoX {d['exchange']}, "
             f"commit {d['commit']}{dirty}",
             f"link: {d['link_mbit']:.3g} Mbit/s ({d['shaping']}{measured})",
+            f"held-out loss over {d['eval_tokens']:,} tokens",
         ]
         out += [f"  {line}" for line in derivation.get("explanation", [])]
         out.append(
@@ -190,7 +196,7 @@ def run_comm_bench(
     base = bench_base(config)
     dilocox = method_config(base, "dilocox").outer
     data_dir = config.data_dir or default_data_dir()
-    prepare_data(base.data, data_dir)
+    base = whole_held_out(base, prepare_data(base.data, data_dir).manifest)
     parameters = base.model.parameter_count()
     with scratch_dir(config.workdir, prefix="veritrain-bench-comm-") as workdir:
         started = time.monotonic()
@@ -234,6 +240,7 @@ def run_comm_bench(
             {
                 "stages": base.stages,
                 "preset": config.preset,
+                "eval_tokens": eval_tokens(base),
                 "schedule": {
                     "outer_steps": schedule.outer_steps,
                     "inner_steps": schedule.inner_steps,

@@ -20,8 +20,9 @@ the processes:
   then combined (``LEVERS``).
 
 The loss gap of an arm at an outer step is ``loss / loss_AllReduce − 1`` at the same inner step
-(the same tokens), the held-out loss of the global parameters θ over the preset's evaluation
-batches -- the ``loss_gap`` of ``bench comm`` when read at the last step.
+(the same tokens), the held-out loss of the global parameters θ over every held-out window of
+the preset's corpus (``whole_held_out``) -- the ``loss_gap`` of ``bench comm`` when read at the
+last step.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from trainer.data.build import prepare_data
 from trainer.data.reader import BatchReader
 from trainer.outer.config import OuterConfig
 from trainer.presets import run_preset
+from veritrain.bench.convergence import eval_tokens, whole_held_out
 from veritrain.bench.simulate import SimulationConfig, SimulationResult, simulate
 from veritrain.errors import BenchError
 
@@ -291,13 +293,14 @@ def run_convergence_study(
         # The preset's own rounds: its first spans the inner warm-up (TrainConfig.warmup_round).
         schedule = replace(schedule, rounds=base.round_inner_steps())
     data_dir = config.data_dir or default_data_dir()
-    prepare_data(base.data, data_dir)
+    base = whole_held_out(base, prepare_data(base.data, data_dir).manifest)
     arms = study_arms(base, levers=config.levers, only=config.arms)
     jobs = [(arm, seed) for arm in arms for seed in config.seeds]
     words = _schedule_words(schedule.outer_steps, schedule.inner_steps, schedule.rounds)
     say(
         f"{len(arms)} arms x {len(config.seeds)} seeds at {config.preset}: {words}, inner lr "
-        f"{inner.lr:g} after {inner.warmup_steps} warm-up steps, {config.jobs} at a time"
+        f"{inner.lr:g} after {inner.warmup_steps} warm-up steps, held-out loss over "
+        f"{eval_tokens(base):,} tokens, {config.jobs} at a time"
     )
     started = time.monotonic()
     results: dict[tuple[str, int], SimulationResult] = {}
@@ -414,6 +417,7 @@ def _assemble(
             **({"rounds": list(schedule.rounds)} if schedule.rounds else {}),
         },
         "inner": {"lr": base.inner.lr, "warmup_steps": base.inner.warmup_steps},
+        "eval_tokens": eval_tokens(base),
         "seeds": list(seeds),
         "arms": rows,
     }
