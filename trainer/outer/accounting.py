@@ -15,7 +15,10 @@ The comparison the benchmarks and docs/outer-algorithm.md report, as pure functi
   owner its share of its payload (an all-to-all: the payload less its own share), then each owner
   sends its re-encoded mean share to the others (``(C−1) · share``). Averaged over the clusters
   that is ``2(C−1)/C · payload_bytes`` -- AllReduce's own factor, which does not grow with C; the
-  busiest cluster, the owner of the largest share ``s``, sends ``payload − s + (C−1)·s``.
+  busiest cluster, the owner of the largest share ``s``, sends ``payload − s + (C−1)·s``. The
+  verdict statistics (``C(C+1)/2 + C + 2`` float64 sums per stage) are summed the same way: each
+  owner sums one chunk of them over the owners and all-gathers its sum, ``2(C−1)/C`` of them per
+  cluster, not the ``C−1`` copies an all-gather of every owner's whole share would send.
 
 Counted: tensor bytes on the wire. Not counted: protocol headers, the few bytes of timing and
 loss the runtime all-reduces, and intra-cluster traffic (pipeline activations), which is the
@@ -50,19 +53,32 @@ def statistics_floats(clusters: int) -> int:
     return clusters * (clusters + 1) // 2 + clusters + 2
 
 
+def statistics_chunks(floats: int, owners: int) -> list[int]:
+    """How many of the statistics' ``floats`` each of ``owners`` owners sums (owner order,
+    contiguous): as even as can be, the first ``floats mod owners`` one longer."""
+    if owners < 1:
+        raise ConfigError(f"expected at least one owner, got {owners}")
+    size, longer = divmod(floats, owners)
+    return [size + 1 if o < longer else size for o in range(owners)]
+
+
 def owner_reduce_cluster_bytes(*, share_bytes: Sequence[int], owner: int) -> int:
     """Bytes contributor ``owner`` (of ``C = len(share_bytes)``) sends in one owner-reduce
     round whose owners hold shares of ``share_bytes`` bytes of the payload: the payload less its
-    share, its statistics' float64 sums and its mean share, each to the ``C−1`` others."""
+    share and the statistics less its chunk (to their owners), then its mean share and its
+    chunk's sums (to the ``C−1`` others); the statistics are float64."""
     n_clusters = len(share_bytes)
     payload, share = sum(share_bytes), share_bytes[owner]
     _check(parameters=payload, n_clusters=n_clusters, inner_steps=1)
-    return payload - share + (n_clusters - 1) * (share + 8 * statistics_floats(n_clusters))
+    floats = statistics_floats(n_clusters)
+    chunk = statistics_chunks(floats, n_clusters)[owner]
+    statistics = floats - chunk + (n_clusters - 1) * chunk
+    return payload - share + (n_clusters - 1) * share + 8 * statistics
 
 
 def owner_reduce_bytes_per_outer_step(*, share_bytes: Sequence[int]) -> float:
     """:func:`owner_reduce_cluster_bytes` averaged over the ``C`` contributors:
-    ``2(C−1)/C · payload`` plus ``(C−1)·8·(C(C+1)/2 + C + 2)`` bytes of statistics."""
+    ``2(C−1)/C · (payload + 8 · (C(C+1)/2 + C + 2))``."""
     n = len(share_bytes)
     return sum(owner_reduce_cluster_bytes(share_bytes=share_bytes, owner=o) for o in range(n)) / n
 

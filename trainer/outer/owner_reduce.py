@@ -16,9 +16,9 @@ all-gather; Patarasuk & Yuan 2009 for the two-phase pattern):
 2. Every contributor sends each owner its segments of that owner's share (an all-to-all:
    ``(C−1)/C`` of a payload per cluster).
 3. Each owner measures its share of the verdict statistics (``OuterLoop.owner_statistics``);
-   the shares are exchanged (a few floats) and summed in owner order (:func:`combine_owners`), so
-   every cluster reaches the same verdicts from statistics alone -- no one holds a whole
-   contribution to score it.
+   the shares are summed in owner order (:func:`combine_owners`; on the wire each owner sums a
+   chunk of the floats and the sums are all-gathered), so every cluster reaches the same
+   verdicts from statistics alone -- no one holds a whole contribution to score it.
 4. Each owner averages the included clusters' coordinates of each of its tensors in cluster
    order and re-encodes the mean with the codec (``OuterLoop.owner_mean``); the mean shares are
    all-gathered (``(C−1)/C`` of a payload per cluster) and reassembled into a *mean payload*
@@ -178,9 +178,12 @@ class OwnerWire(Protocol):
 
     def segments(self) -> list[dict[int, torch.Tensor]] | None: ...
 
-    def gather_statistics(
+    def reduce_statistics(
         self, mine: ContributionStatistics | None
-    ) -> list[ContributionStatistics] | None: ...
+    ) -> ContributionStatistics | None:
+        """Every owner's statistics summed in owner order, as :func:`combine_owners` sums them
+        (the same floats); ``mine``: this owner's share."""
+        ...
 
     def gather_means(self, mine: torch.Tensor | None) -> list[torch.Tensor] | None: ...
 
@@ -200,9 +203,9 @@ class WholePayloads:
     def segments(self) -> list[dict[int, torch.Tensor]] | None:
         return None
 
-    def gather_statistics(
+    def reduce_statistics(
         self, mine: ContributionStatistics | None
-    ) -> list[ContributionStatistics] | None:
+    ) -> ContributionStatistics | None:
         return None
 
     def gather_means(self, mine: torch.Tensor | None) -> list[torch.Tensor] | None:
@@ -236,11 +239,9 @@ def apply_owned(
     statistics: ContributionStatistics | None = None
     if whole is None:
         assert segments is not None
-        gathered = wire.gather_statistics(loop.owner_statistics(round, segments, share, digests))
-        if gathered is None:
+        statistics = wire.reduce_statistics(loop.owner_statistics(round, segments, share, digests))
+        if statistics is None:
             whole = wire.payloads()
-        else:
-            statistics = combine_owners(gathered)
     verdicts: list[ClusterVerdict] = []
     if loop.config.anomaly_checks:
         if statistics is None:

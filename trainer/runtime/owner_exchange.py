@@ -1,7 +1,7 @@
 """The owner-reduce exchange on the wire (``OuterConfig.exchange = "owner-reduce"``;
 the combination itself: trainer/outer/owner_reduce.py).
 
-Three collectives over torchft's process group of the round's quorum, in this order on every
+Four collectives over torchft's process group of the round's quorum, in this order on every
 member (a member that only listens -- a cluster catching up -- takes part with empty or zero
 buffers, so nobody waits for it):
 
@@ -9,13 +9,17 @@ buffers, so nobody waits for it):
    while the next round computes): every contributor sends each owner the segments of that
    owner's share of its payload; the splits follow from the headers' segment lengths, so every
    member knows every size without asking;
-2. ``all_gather`` of each owner's share of the verdict statistics (``C(C+1)/2 + C + 2``
-   float64 sums);
+2. two ``all_to_all_single`` of the verdict statistics (``C(C+1)/2 + C + 2`` float64 sums per
+   owner share): each owner sums one chunk of them over every owner's share, in owner order,
+   and sends its sums to the others -- a reduce-scatter with the reduction in the owner, then an
+   all-gather, as phases 1 and 3 do for the payload: ``2(C−1)/C`` of the statistics per
+   cluster, where an all-gather of every owner's share sent ``C−1`` of them;
 3. ``all_to_all_single`` of each owner's re-encoded mean share to every other contributor (an
    all-gather of shares of different sizes, unpadded; a listener is sent none).
 
-Phases 2 and 3 need the outcome of the one before, so they run when the round is applied
-(their seconds are exposed). If any of them fails -- a member died, the link broke -- this
+A listener sends and receives nothing in phases 2 and 3 (empty splits). Phases 2 and 3 need
+the outcome of the one before, so they run when the round is applied (their seconds are
+exposed). If any of them fails -- a member died, the link broke -- this
 process fetches every contributor's whole payload from where its sender kept it (checked
 against the signed digest) and computes every owner's part itself: the result is a function of
 the signed payloads alone, so it is the same bits either way.
@@ -32,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 from trainer.errors import WorkerError
-from trainer.outer.accounting import statistics_floats
+from trainer.outer.accounting import statistics_chunks, statistics_floats
 from trainer.outer.owner_reduce import owner_shares, piece, share_bytes, unpiece
 from trainer.outer.protocol import RoundSignals
 from trainer.outer.verdict import ContributionStatistics
@@ -55,6 +59,9 @@ def _sums(statistics: ContributionStatistics) -> list[float]:
 
 
 def _from_sums(values: list[float], mine: ContributionStatistics) -> ContributionStatistics:
+    """The statistics whose float64 sums over the owners are ``values`` (``_sums``'s layout,
+    each owner's "there is a previous mean" flag summed too); the digests and repeats are every
+    owner's (the headers'), taken from ``mine``."""
     n = mine.clusters
     gram = [[0.0] * n for _ in range(n)]
     at = 0
@@ -62,7 +69,8 @@ def _from_sums(values: list[float], mine: ContributionStatistics) -> Contributio
         for j in range(i, n):
             gram[i][j] = gram[j][i] = values[at]
             at += 1
-    has_previous = values[at + n + 1] == 1.0
+    # As ContributionStatistics.combine: a previous mean only when every owner had one.
+    has_previous = values[at + n + 1] == float(n)
     return ContributionStatistics(
         gram=tuple(tuple(row) for row in gram),
         previous=tuple(values[at : at + n]) if has_previous else None,
@@ -141,19 +149,53 @@ class PendingOwnerReduce:
                 at += width
         return out
 
-    def gather_statistics(
+    def reduce_statistics(
         self, mine: ContributionStatistics | None
-    ) -> list[ContributionStatistics] | None:
-        """Every owner's statistics (owner order); ``mine`` None: a listener's zeros. Only the
-        sums travel (float64: exact as computed); the digests and repeats are the same for every
-        owner (the headers') and are taken from ``mine``."""
+    ) -> ContributionStatistics | None:
+        """Every owner's statistics summed in owner order -- ``combine_owners``'s floats, bit for
+        bit: each sum starts at 0.0 and adds the owners' values in owner order, wherever it
+        runs. ``mine`` None: a listener's part (it sends and receives nothing). Only the sums
+        travel (float64: exact as computed)."""
         n = len(self.digests)
-        values = _sums(mine) if mine is not None else [0.0] * statistics_floats(n)
-        gathered = self._all_gather(torch.tensor(values, dtype=torch.float64))
-        if gathered is None or mine is None:
+        contributing = mine is not None and self.cluster in self.digests
+        chunks = dict(
+            zip(self.contributors, statistics_chunks(statistics_floats(n), n), strict=True)
+        )
+        starts = {c: sum(chunks[o] for o in self.contributors[:k]) for k, c in enumerate(chunks)}
+        own = chunks[self.cluster] if contributing else 0
+        # Reduce-scatter: every owner's values of chunk c to c's owner, who sums them.
+        values = torch.tensor(_sums(mine) if mine is not None else [], dtype=torch.float64)
+        to_owners = [m for m in self.members if contributing and m in chunks]
+        parts = [values[starts[m] : starts[m] + chunks[m]] for m in to_owners]
+        received = self._all_to_all(
+            torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64),
+            input_splits=[chunks[m] if m in to_owners else 0 for m in self.members],
+            output_splits=self._splits(own),
+            what="statistics",
+        )
+        if received is None:
             return None
-        by_member = dict(zip(self.members, gathered, strict=True))
-        return [_from_sums(by_member[c].tolist(), mine) for c in self.contributors]
+        by_member = dict(zip(self.members, torch.split(received, self._splits(own)), strict=True))
+        total = torch.zeros(own, dtype=torch.float64)
+        for c in self.contributors if contributing else ():
+            total = total + by_member[c]
+        # All-gather of the sums, owner c's chunk from c.
+        gathered = self._all_to_all(
+            total.repeat(len(to_owners)),
+            input_splits=[own if m in to_owners else 0 for m in self.members],
+            output_splits=[chunks[m] if m in to_owners else 0 for m in self.members],
+            what="statistics' sums",
+        )
+        if gathered is None or mine is None or not contributing:
+            return None
+        output = [chunks[m] if m in to_owners else 0 for m in self.members]
+        by_member = dict(zip(self.members, torch.split(gathered, output), strict=True))
+        sums = torch.cat([by_member[c] for c in self.contributors])
+        return _from_sums(sums.tolist(), mine)
+
+    def _splits(self, size: int) -> list[int]:
+        """``size`` from every contributing member, 0 from the others (member order)."""
+        return [size if m in self.digests else 0 for m in self.members]
 
     def gather_means(self, mine: torch.Tensor | None) -> list[torch.Tensor] | None:
         """Every owner's mean share (owner order; None for a listener, which is sent none);
@@ -175,27 +217,14 @@ class PendingOwnerReduce:
         # A listener applies nothing now: it is sent nothing.
         output_splits = [0 if listening else owned.get(m, 0) for m in self.members]
         input_splits = [width if m in self.digests else 0 for m in self.members]
-        received = torch.empty(sum(output_splits), dtype=torch.uint8)
-        before = time.perf_counter()
-        try:
-            work = dist.all_to_all_single(
-                received,
-                own.repeat(sum(m in self.digests for m in self.members)),
-                output_split_sizes=output_splits,
-                input_split_sizes=input_splits,
-                group=self.group,
-                async_op=True,
-            )
-            assert work is not None  # async_op=True returns the work
-            if work.wait() is False:
-                self._failed = True
-        except RuntimeError as exc:
-            log.warning("round %d: the all-to-all of the means failed (%s)", self.round, exc)
-            self._failed = True
-        self.exposed_seconds += time.perf_counter() - before
-        if self._failed or listening:
+        received = self._all_to_all(
+            own.repeat(sum(m in self.digests for m in self.members)),
+            input_splits=input_splits,
+            output_splits=output_splits,
+            what="means",
+        )
+        if received is None or listening:
             return None
-        self.bytes_sent += (len(self.digests) - 1) * width
         by_member = dict(zip(self.members, torch.split(received, output_splits), strict=True))
         return [by_member[c].clone() for c in self.contributors]
 
@@ -226,7 +255,7 @@ class PendingOwnerReduce:
         cluster catching up fetches the round's payloads afterwards)."""
         self._wait_phase_one()
         if not self._failed:
-            self.gather_statistics(None)
+            self.reduce_statistics(None)
         if not self._failed:
             self.gather_means(None)
         self.finish()
@@ -257,25 +286,40 @@ class PendingOwnerReduce:
             self._failed = True
         return not self._failed
 
-    def _all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor] | None:
+    def _all_to_all(
+        self, send: torch.Tensor, *, input_splits: list[int], output_splits: list[int], what: str
+    ) -> torch.Tensor | None:
+        """One blocking ``all_to_all_single`` over the quorum (member order); None, and the
+        wire marked failed, when it or an earlier phase failed. Counts what left this process
+        for the other members."""
         if self._failed or self.group is None:
             self._failed = True
             return None
+        received = torch.empty(sum(output_splits), dtype=send.dtype)
         before = time.perf_counter()
-        gathered = [torch.empty_like(tensor) for _ in self.members]
         try:
-            work = dist.all_gather(gathered, tensor, group=self.group, async_op=True)
+            work = dist.all_to_all_single(
+                received,
+                send,
+                output_split_sizes=output_splits,
+                input_split_sizes=input_splits,
+                group=self.group,
+                async_op=True,
+            )
             assert work is not None  # async_op=True returns the work
             if work.wait() is False:
                 self._failed = True
         except RuntimeError as exc:
-            log.warning("round %d: an owner-reduce all-gather failed (%s)", self.round, exc)
+            log.warning("round %d: the all-to-all of the %s failed (%s)", self.round, what, exc)
             self._failed = True
         self.exposed_seconds += time.perf_counter() - before
         if self._failed:
             return None
-        self.bytes_sent += (len(self.members) - 1) * tensor.numel() * tensor.element_size()
-        return gathered
+        to_self = (
+            input_splits[self.members.index(self.cluster)] if self.cluster in self.members else 0
+        )
+        self.bytes_sent += (sum(input_splits) - to_self) * send.element_size()
+        return received
 
 
 Exchange = PendingExchange | PendingOwnerReduce

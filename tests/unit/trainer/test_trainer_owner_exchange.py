@@ -14,8 +14,19 @@ import torch.distributed as dist
 from unit.trainer.gloo_ranks import run_gloo_ranks
 
 from trainer.outer import OuterConfig, OuterLoop, RoundSignals, build_outer_algorithm
-from trainer.outer.accounting import owner_reduce_cluster_bytes, statistics_floats
-from trainer.outer.owner_reduce import WholePayloads, apply_owned, owner_shares, share_bytes
+from trainer.outer.accounting import (
+    owner_reduce_cluster_bytes,
+    statistics_chunks,
+    statistics_floats,
+)
+from trainer.outer.algorithm import payload_digest
+from trainer.outer.owner_reduce import (
+    WholePayloads,
+    apply_owned,
+    owner_shares,
+    share_bytes,
+    stage_statistics,
+)
 from trainer.runtime.exchange import ClusterNumbers, ContributionHeader, RoundWire
 from trainer.runtime.owner_exchange import start_owner_reduce
 
@@ -111,10 +122,59 @@ def test_owners_over_gloo_reach_the_parameters_one_process_computes(tmp_path: Pa
     for rank in range(CONTRIBUTORS):
         params, sent = got[rank]
         assert all(np.array_equal(a, b) for a, b in zip(params, expected, strict=True))
-        # What went on the wire is what the record reports (accounting.py), plus the
-        # statistics' zeros exchanged with the listener; never C−1 payloads.
-        listener = 8 * statistics_floats(CONTRIBUTORS)
-        assert sent == owner_reduce_cluster_bytes(share_bytes=shares, owner=rank) + listener
+        # What went on the wire is what the record reports (accounting.py); never C−1 payloads.
+        assert sent == owner_reduce_cluster_bytes(share_bytes=shares, owner=rank)
         assert sent < 2 * payloads[rank].numel()
-    # The listener sent only its zeros of the statistics, to the three others.
-    assert got[CONTRIBUTORS] == ([], 3 * statistics_floats(CONTRIBUTORS) * 8)
+    # The listener sent nothing: it takes part in every phase with empty splits.
+    assert got[CONTRIBUTORS] == ([], 0)
+
+
+def _reduced_statistics() -> tuple[list[list[float]], int] | None:
+    """This member's owner-order sum of the statistics, reduced over the wire."""
+    rank = dist.get_rank()
+    loops, headers, _ = _contributions()
+    wire = RoundWire(
+        round=0,
+        signals=SIGNALS,
+        headers=headers,
+        members=list(range(dist.get_world_size())),
+        group=dist.group.WORLD,
+        fetch=None,
+        on_done=None,
+    )
+    listening = rank >= CONTRIBUTORS
+    pending = start_owner_reduce(None if listening else loops[rank]._pending[0], wire, cluster=rank)
+    if listening:  # every phase, with nothing of its own
+        assert pending.wait() == {}
+        return None
+    segments = pending.segments()
+    assert segments is not None
+    share = pending.shares[pending.owner]
+    mine = loops[rank].owner_statistics(0, segments, share, pending.payload_digests)
+    reduced = pending.reduce_statistics(mine)
+    assert reduced is not None
+    pending.gather_means(None)  # the last phase, as an owner whose contributions were excluded
+    pending.finish()
+    return [list(row) for row in reduced.gram], pending.bytes_sent
+
+
+def test_owners_sum_the_statistics_over_the_wire_as_one_process_sums_them(tmp_path: Path) -> None:
+    """Each owner sums a chunk of the statistics in owner order and the sums are all-gathered:
+    every contributor holds the Gram matrix ``veritrain verify`` computes from the payloads, to
+    the last bit, having sent 2(C−1)/C of the statistics."""
+    got = run_gloo_ranks(_reduced_statistics, CONTRIBUTORS + 1, tmp_path)
+    loops, _, payloads = _contributions()
+    digests = [payload_digest(payloads[c]) for c in range(CONTRIBUTORS)]
+    expected = stage_statistics(loops[0], 0, [payloads[c] for c in range(CONTRIBUTORS)], digests)
+    lengths = loops[0].segment_codec().segment_lengths(0)
+    payload_part = [
+        (CONTRIBUTORS - 1) * share_bytes(lengths, s) + sum(lengths) - share_bytes(lengths, s)
+        for s in owner_shares(lengths, CONTRIBUTORS)
+    ]
+    floats = statistics_floats(CONTRIBUTORS)
+    for rank in range(CONTRIBUTORS):
+        gram, sent = got[rank]
+        assert gram == [list(row) for row in expected.gram]  # exact float equality
+        chunk = statistics_chunks(floats, CONTRIBUTORS)[rank]
+        assert sent - payload_part[rank] == 8 * (floats - chunk + (CONTRIBUTORS - 1) * chunk)
+    assert got[CONTRIBUTORS] is None

@@ -15,6 +15,7 @@ from trainer.outer import OuterConfig, OuterLoop
 from trainer.outer.accounting import (
     allgather_bytes_per_outer_step,
     owner_reduce_bytes_per_outer_step,
+    statistics_chunks,
     statistics_floats,
 )
 from trainer.outer.algorithm import payload_digest
@@ -127,5 +128,16 @@ def test_bytes_per_cluster_stay_near_two_payloads_whatever_the_cluster_count(
     assert reduce <= 2.0 * payload
     if clusters >= 4:
         assert reduce < gather / 1.4
-    statistics = (clusters - 1) * 8 * statistics_floats(clusters)
-    assert reduce == pytest.approx(2 * (clusters - 1) / clusters * payload + statistics)
+    # The verdict statistics are reduced like the payload: 2(C−1)/C of them per cluster, not the
+    # C−1 copies an all-gather of every owner's share would send.
+    statistics = 8 * statistics_floats(clusters)
+    assert reduce == pytest.approx(2 * (clusters - 1) / clusters * (payload + statistics))
+
+
+@pytest.mark.parametrize(("floats", "owners"), [(46, 8), (5, 2), (3, 4), (20, 4)])
+def test_statistics_chunks_split_the_sums_evenly_among_the_owners(floats: int, owners: int) -> None:
+    chunks = statistics_chunks(floats, owners)
+    assert len(chunks) == owners and sum(chunks) == floats
+    assert max(chunks) - min(chunks) <= 1 and chunks == sorted(chunks, reverse=True)
+    with pytest.raises(ConfigError, match="at least one owner"):
+        statistics_chunks(floats, 0)
