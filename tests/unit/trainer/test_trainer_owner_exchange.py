@@ -88,12 +88,9 @@ def _contributions() -> tuple[
     return loops, headers, payloads
 
 
-def _member() -> tuple[list[np.ndarray], int]:
-    rank = dist.get_rank()
-    loops, headers, _ = _contributions()
-    listening = rank >= CONTRIBUTORS
-    loop = _loop(rank) if listening else loops[rank]
-    wire = RoundWire(
+def _wire(headers: dict[int, ContributionHeader]) -> RoundWire:
+    """Round 0 over the whole gloo world, every rank a member."""
+    return RoundWire(
         round=0,
         signals=SIGNALS,
         headers=headers,
@@ -102,6 +99,14 @@ def _member() -> tuple[list[np.ndarray], int]:
         fetch=None,
         on_done=None,
     )
+
+
+def _member() -> tuple[list[np.ndarray], int]:
+    rank = dist.get_rank()
+    loops, headers, _ = _contributions()
+    listening = rank >= CONTRIBUTORS
+    loop = _loop(rank) if listening else loops[rank]
+    wire = _wire(headers)
     pending = start_owner_reduce(None if listening else loop._pending[0], wire, cluster=rank)
     if listening:
         assert pending.wait() == {}
@@ -133,15 +138,7 @@ def _reduced_statistics() -> tuple[list[list[float]], int] | None:
     """This member's owner-order sum of the statistics, reduced over the wire."""
     rank = dist.get_rank()
     loops, headers, _ = _contributions()
-    wire = RoundWire(
-        round=0,
-        signals=SIGNALS,
-        headers=headers,
-        members=list(range(dist.get_world_size())),
-        group=dist.group.WORLD,
-        fetch=None,
-        on_done=None,
-    )
+    wire = _wire(headers)
     listening = rank >= CONTRIBUTORS
     pending = start_owner_reduce(None if listening else loops[rank]._pending[0], wire, cluster=rank)
     if listening:  # every phase, with nothing of its own
