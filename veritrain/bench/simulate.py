@@ -146,7 +146,7 @@ def simulate(
     reference = CausalLM(config.model, seed=config.seed).to(device)
     parameters = sum(p.numel() for p in reference.parameters())
     replicas = 1 if config.method == "allreduce" else config.n_clusters
-    models = [_clone(reference, device) for _ in range(replicas)]
+    models = [clone_model(reference, device) for _ in range(replicas)]
     eval_on_device = [(x.to(device), y.to(device)) for x, y in eval_batches]
     optimizers = [inner_adamw(m.parameters(), config.inner) for m in models]
     schedule = config.rounds()
@@ -190,12 +190,12 @@ def simulate(
                 inputs = torch.cat([b[0] for b in union])
                 targets = torch.cat([b[1] for b in union])
                 losses.append(
-                    _inner_step(models[0], optimizers[0], (inputs, targets), lr, config.inner)
+                    inner_step(models[0], optimizers[0], (inputs, targets), lr, config.inner)
                 )
             else:
                 for c, (model, opt) in enumerate(zip(models, optimizers, strict=True)):
                     batch = _to(batches(c, step), device)
-                    losses.append(_inner_step(model, opt, batch, lr, config.inner))
+                    losses.append(inner_step(model, opt, batch, lr, config.inner))
             step += 1
         mean_loss = sum(losses) / len(losses)
         if not math.isfinite(mean_loss):
@@ -273,7 +273,8 @@ def _apply_all(
     result.anomalies += len(updates[0].anomalies)
 
 
-def _clone(reference: CausalLM, device: torch.device) -> CausalLM:
+def clone_model(reference: CausalLM, device: torch.device) -> CausalLM:
+    """A copy of ``reference`` (same weights) on ``device``: every cluster starts from it."""
     model = CausalLM(reference.config).to(device)
     model.load_state_dict(reference.state_dict())
     return model
@@ -284,7 +285,7 @@ def _to(batch: Batch, device: torch.device) -> Batch:
     return inputs.to(device), targets.to(device)
 
 
-def _inner_step(
+def inner_step(
     model: CausalLM, optimizer: torch.optim.Optimizer, batch: Batch, lr: float, config: InnerConfig
 ) -> float:
     """One inner step as trainer/runtime/inner.py takes it: clip the global gradient norm,
