@@ -36,10 +36,17 @@ from trainer.data.build import prepare_data
 from trainer.data.reader import BatchReader
 from trainer.errors import ConfigError
 from trainer.model import CausalLM
-from trainer.outer import Gathered, OuterLoop, RoundSignals, build_outer_algorithm
+from trainer.outer import Gathered, OuterLoop, RoundSignals
 from trainer.presets import run_preset
 from trainer.runtime.inner import inner_adamw, learning_rate
-from veritrain.bench.simulate import Batch, Batches, SimulationConfig, clone_model, evaluate
+from veritrain.bench.simulate import (
+    Batch,
+    Batches,
+    SimulationConfig,
+    clone_model,
+    cluster_loops,
+    evaluate,
+)
 from veritrain.bench.simulate import inner_step as take_inner_step
 
 
@@ -60,17 +67,7 @@ def short_overlap_loss(
     cpu = torch.device("cpu")
     models = [clone_model(reference, cpu) for _ in range(config.n_clusters)]
     optimizers = [inner_adamw(m.parameters(), config.inner) for m in models]
-    loops: list[OuterLoop] = []
-    for cluster, model in enumerate(models):
-        loop = build_outer_algorithm(
-            config.outer,
-            named_params=list(model.named_parameters()),
-            cluster=cluster,
-            n_clusters=config.n_clusters,
-            seed=config.seed,
-        )
-        assert isinstance(loop, OuterLoop)
-        loops.append(loop)
+    loops = cluster_loops(config, models)
     ends = {sum(rounds[: t + 1]): t for t in range(len(rounds))}
     pending: tuple[int, list[torch.Tensor], list[list[torch.Tensor]], int] | None = None
     losses: list[float] = []

@@ -167,18 +167,7 @@ def simulate(
         allreduce_bytes_per_cluster=allreduce_bytes,
         parameters=parameters,
     )
-    algos: list[OuterLoop] = []
-    if config.method != "allreduce":
-        for c, model in enumerate(models):
-            algo = build_outer_algorithm(
-                config.outer,
-                named_params=list(model.named_parameters()),
-                cluster=c,
-                n_clusters=config.n_clusters,
-                seed=config.seed,
-            )
-            assert isinstance(algo, OuterLoop)
-            algos.append(algo)
+    algos = cluster_loops(config, models) if config.method != "allreduce" else []
     in_flight: list[torch.Tensor] | None = None
     step = 0
     for t, H in enumerate(schedule):
@@ -271,6 +260,23 @@ def _apply_all(
     result.ranks.append(updates[0].rank)
     result.payload_bytes.append(updates[0].payload_bytes)
     result.anomalies += len(updates[0].anomalies)
+
+
+def cluster_loops(config: SimulationConfig, models: Sequence[CausalLM]) -> list[OuterLoop]:
+    """One ``OuterLoop`` per cluster's model, as the runtime builds them (the same run seed, so
+    every cluster draws the same bases)."""
+    loops = []
+    for cluster, model in enumerate(models):
+        loop = build_outer_algorithm(
+            config.outer,
+            named_params=list(model.named_parameters()),
+            cluster=cluster,
+            n_clusters=config.n_clusters,
+            seed=config.seed,
+        )
+        assert isinstance(loop, OuterLoop)
+        loops.append(loop)
+    return loops
 
 
 def clone_model(reference: CausalLM, device: torch.device) -> CausalLM:

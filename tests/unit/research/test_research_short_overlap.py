@@ -5,38 +5,23 @@ against the same runs; it refuses what it cannot simulate."""
 from __future__ import annotations
 
 import pytest
-import torch
+from unit.research.research_fixtures import TINY, corpus
 
 from research.outer import make_batches, make_eval_batches
 from research.short_overlap import short_overlap_loss
 from trainer.config import InnerConfig
 from trainer.errors import ConfigError
-from trainer.model import ModelConfig
 from trainer.outer import OuterConfig
 from veritrain.bench.simulate import SimulationConfig, simulate
 
-MODEL = ModelConfig(
-    vocab_size=256,
-    context=16,
-    num_hidden_layers=1,
-    hidden_size=32,
-    intermediate_size=96,
-    num_attention_heads=2,
-    num_key_value_heads=2,
-)
 BLOCKING = OuterConfig(
     kind="dilocox", overlap=False, rank=2, min_rank=1, max_rank=4, min_compress_dim=16
 )
 
 
-def _tokens() -> torch.Tensor:
-    text = b"def area(w, h):\n    return w * h\n\nclass Box:\n    w: int\n    h: int\n" * 40
-    return torch.frombuffer(bytearray(text), dtype=torch.uint8).clone()
-
-
 def _config(outer: OuterConfig = BLOCKING) -> SimulationConfig:
     return SimulationConfig(
-        model=MODEL,
+        model=TINY,
         method="dilocox",
         outer=outer,
         inner_steps=4,
@@ -47,7 +32,7 @@ def _config(outer: OuterConfig = BLOCKING) -> SimulationConfig:
 
 
 def _loss(tau: int, outer: OuterConfig = BLOCKING) -> float:
-    tokens = _tokens()
+    tokens = corpus()
     return short_overlap_loss(
         _config(outer),
         tau=tau,
@@ -57,7 +42,7 @@ def _loss(tau: int, outer: OuterConfig = BLOCKING) -> float:
 
 
 def test_no_delay_is_the_simulators_blocking_dilocox_bit_for_bit() -> None:
-    tokens = _tokens()
+    tokens = corpus()
     blocking = simulate(
         _config(),
         batches=make_batches(tokens, context=16, batch=2, n_clusters=2, seed=0),

@@ -4,30 +4,14 @@ trainer's own inner loop."""
 from __future__ import annotations
 
 import pytest
-import torch
+from unit.research.research_fixtures import TINY, corpus
 
 from research.outer import make_batches, make_eval_batches
 from trainer.config import InnerConfig
 from trainer.errors import ConfigError
-from trainer.model import ModelConfig
 from trainer.outer import OuterConfig
 from trainer.outer.accounting import allreduce_bytes_per_outer_step
 from veritrain.bench.simulate import SimulationConfig, simulate
-
-TINY = ModelConfig(
-    vocab_size=256,
-    context=16,
-    num_hidden_layers=1,
-    hidden_size=32,
-    intermediate_size=96,
-    num_attention_heads=2,
-    num_key_value_heads=2,
-)
-
-
-def corpus() -> torch.Tensor:
-    text = b"def add(a, b):\n    return a + b\n\nclass Point:\n    x: int\n    y: int\n" * 40
-    return torch.frombuffer(bytearray(text), dtype=torch.uint8).clone()
 
 
 def run(method: str, outer: OuterConfig | None = None, **overrides):
