@@ -42,6 +42,13 @@ CHANNEL_PORT_OFFSET = 1
 torchft's lighthouse on P and the channel on P + 1)."""
 HEARTBEAT_INTERVAL = 0.25
 """Seconds between two beats of a cluster's counter."""
+RECORD_PATIENCE = 3.0
+"""Heartbeat timeouts the coordinator lets a contributor stay silent before it records the
+step without that cluster's report and quote (step_reporting.py). Giving up on a live cluster
+writes a record ``veritrain verify`` refuses -- a cluster that quoted the next step must have
+quoted this one (check 5) -- and a live cluster can look silent for a few seconds: its beats come
+from a Python thread, which a loaded machine can starve. Waiting longer for a cluster that really
+died only delays one step's record."""
 MAX_POLL_SECONDS = 0.05
 """Longest pause between two looks at a key that is not there yet (polling with ``check``:
 a store-side wait that times out logs a warning every time)."""
@@ -171,6 +178,17 @@ class Liveness:
         self._timeout = timeout.total_seconds()
         self._grace = grace.total_seconds()
         self._seen: dict[int, tuple[int, float]] = {}
+
+    def patient(self, factor: float) -> Liveness:
+        """A liveness of its own that calls a cluster gone only after ``factor`` times this one's
+        timeout (the same grace for a cluster never seen beating)."""
+        if not factor >= 1.0:
+            raise WorkerError(f"expected a patience factor >= 1, got {factor}")
+        return Liveness(
+            self._channel,
+            timedelta(seconds=self._timeout * factor),
+            grace=timedelta(seconds=self._grace),
+        )
 
     def __call__(self, cluster: int) -> bool:
         value = self._channel.counter(alive_key(cluster))

@@ -5,8 +5,9 @@ its cluster's stage 0 over the cluster's world. A cluster's speaker posts its cl
 reports on the run channel and quotes for the step when the coordinator asks. The coordinator
 (cluster 0, stage 0) builds the report of the step from the round's headers and every report
 (report.py), has the recorder prepare it, asks every contributor to quote, collects the quotes
-and records the step. A contributor that stopped beating is not waited for: the step is
-recorded without its files and quote (docs/records.md).
+and records the step. A contributor that stopped beating for ``RECORD_PATIENCE`` heartbeat
+timeouts is not waited for any more: the step is recorded without its files and quote
+(docs/records.md).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from trainer.config import TrainConfig
 from trainer.data.assignment import AssignmentRule
 from trainer.errors import WorkerError
 from trainer.recorder import ClusterEvidence, Recorder
+from trainer.runtime.channel import RECORD_PATIENCE
 from trainer.runtime.exchange import ContributionHeader
 from trainer.runtime.membership import header_key
 from trainer.runtime.messages import (
@@ -60,7 +62,9 @@ class StepReporting:
         self.rule = rule
         self.recorder = recorder
         self.channel = connections.channel
-        self.alive = connections.alive
+        # Patient: giving up on a contributor here records its step without its report and
+        # quote, which verify refuses if the cluster was alive after all (RECORD_PATIENCE).
+        self.alive = connections.alive.patient(RECORD_PATIENCE)
         self.progress = progress
 
     def announce(self, step: int) -> None:

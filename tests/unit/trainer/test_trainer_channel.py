@@ -12,7 +12,8 @@ from datetime import timedelta
 
 import pytest
 
-from trainer.runtime.channel import ChannelAddress, RunChannel, serve_channel
+from trainer.errors import WorkerError
+from trainer.runtime.channel import ChannelAddress, Heartbeat, Liveness, RunChannel, serve_channel
 
 HOLD_SECONDS = 0.5
 
@@ -83,3 +84,30 @@ def test_an_unconfirmed_write_can_still_be_on_the_wire(
     while reader.get("round/3/header/1/0") is None:
         assert time.monotonic() < deadline, "the write never arrived"
         time.sleep(0.02)
+
+
+def test_a_patient_liveness_waits_out_a_silence_the_plain_one_calls_death() -> None:
+    """A cluster whose beats stop (a starved heartbeat thread looks the same as a dead cluster)
+    is gone for the plain liveness after its timeout, and for the coordinator's step records
+    only after ``factor`` times that: a live cluster's quote is not dropped for a short
+    silence."""
+    store = serve_channel(0, host="127.0.0.1")
+    channel = _channel(ChannelAddress("127.0.0.1", store.port))
+    heartbeat = Heartbeat(channel, 1)
+    plain = Liveness(channel, timedelta(seconds=0.6), grace=timedelta(seconds=30))
+    patient = plain.patient(3.0)
+    time.sleep(0.6)  # a couple of beats
+    assert plain(1) and patient(1)
+    heartbeat.close()  # silence from here on
+    silent_since = time.monotonic()
+    while time.monotonic() - silent_since < 1.2:
+        time.sleep(0.1)
+        assert patient(1)
+    assert not plain(1)
+    while patient(1):
+        assert time.monotonic() - silent_since < 10, "the patient liveness never gave up"
+        time.sleep(0.1)
+    assert time.monotonic() - silent_since >= 1.5
+    with pytest.raises(WorkerError, match="patience factor >= 1"):
+        plain.patient(0.5)
+    del store
