@@ -39,6 +39,7 @@ from trainer.model import CausalLM
 from trainer.outer import Gathered, OuterLoop, RoundSignals
 from trainer.presets import run_preset
 from trainer.runtime.inner import inner_adamw, learning_rate
+from veritrain.bench.convergence import whole_held_out
 from veritrain.bench.simulate import (
     Batch,
     Batches,
@@ -78,6 +79,8 @@ def short_overlap_loss(
                 take_inner_step(model, optimizer, batches(cluster, step), lr, config.inner)
             )
         done = step + 1
+        if (pending is None or done != pending[3]) and done not in ends:
+            continue
         locals_ = [[p.data for p in m.parameters()] for m in models]
         signals = RoundSignals(mean_train_loss=sum(losses) / max(1, len(losses)))
         if pending is not None and done == pending[3]:
@@ -123,8 +126,10 @@ def _tiny_quick(tau: int, seed: int) -> float:
     preset = run_preset("tiny")
     base = replace(preset, seed=seed, outer_steps=8, inner_steps=25)
     prepared = prepare_data(base.data, default_data_dir())
-    rule = assignment_rule(base, prepared.manifest)
-    reader = BatchReader(prepared.manifest, rule, prepared.source)
+    base = whole_held_out(base, prepared.manifest)  # the held-out set bench comm reads
+    reader = BatchReader(
+        prepared.manifest, assignment_rule(base, prepared.manifest), prepared.source
+    )
     simulation = SimulationConfig(
         model=base.model,
         method="dilocox",
@@ -140,7 +145,7 @@ def _tiny_quick(tau: int, seed: int) -> float:
         simulation,
         tau=tau,
         batches=reader.train_batch,
-        eval_batches=reader.eval_batches(rule.eval_windows // rule.sequences_per_step),
+        eval_batches=reader.eval_batches(base.eval_batches),
     )
 
 

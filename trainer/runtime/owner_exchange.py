@@ -167,15 +167,19 @@ class PendingOwnerReduce:
         values = torch.tensor(_sums(mine) if mine is not None else [], dtype=torch.float64)
         to_owners = [m for m in self.members if contributing and m in chunks]
         parts = [values[starts[m] : starts[m] + chunks[m]] for m in to_owners]
+        # Chunk sizes by member: what this process sends to (phase a) and receives from (phase
+        # b) each member -- only contributors, and only when this process contributes.
+        chunk_splits = [chunks[m] if m in to_owners else 0 for m in self.members]
+        own_splits = self._splits(own)
         received = self._all_to_all(
             torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64),
-            input_splits=[chunks[m] if m in to_owners else 0 for m in self.members],
-            output_splits=self._splits(own),
+            input_splits=chunk_splits,
+            output_splits=own_splits,
             what="statistics",
         )
         if received is None:
             return None
-        by_member = dict(zip(self.members, torch.split(received, self._splits(own)), strict=True))
+        by_member = dict(zip(self.members, torch.split(received, own_splits), strict=True))
         total = torch.zeros(own, dtype=torch.float64)
         for c in self.contributors if contributing else ():
             total = total + by_member[c]
@@ -183,13 +187,12 @@ class PendingOwnerReduce:
         gathered = self._all_to_all(
             total.repeat(len(to_owners)),
             input_splits=[own if m in to_owners else 0 for m in self.members],
-            output_splits=[chunks[m] if m in to_owners else 0 for m in self.members],
+            output_splits=chunk_splits,
             what="statistics' sums",
         )
         if gathered is None or mine is None or not contributing:
             return None
-        output = [chunks[m] if m in to_owners else 0 for m in self.members]
-        by_member = dict(zip(self.members, torch.split(gathered, output), strict=True))
+        by_member = dict(zip(self.members, torch.split(gathered, chunk_splits), strict=True))
         sums = torch.cat([by_member[c] for c in self.contributors])
         return _from_sums(sums.tolist(), mine)
 
