@@ -71,7 +71,7 @@ def refresh_page(text: str, examples: dict[str, dict[str, Any]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_id")
-    parser.add_argument("--step", type=int, default=1)
+    parser.add_argument("--step", type=int, default=2)
     parser.add_argument("--api", default=None)
     args = parser.parse_args()
     with open_source(args.api) as source:
