@@ -24,6 +24,7 @@ from e2e.recorded_runs import (
     OUTER_STEPS,
     RUN_ID,
     config_file,
+    copy_run,
     shared_recorded_run,
     small_run_config,
 )
@@ -147,4 +148,19 @@ def test_resuming_an_unknown_run_says_so(tmp_path: Path) -> None:
     )
     assert result.returncode != 0
     assert "cannot resume 'nope'" in result.stderr and "no ledger" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_resuming_a_run_the_ledger_lacks_names_the_runs_it_holds(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    ledger = copy_run(shared_recorded_run(tmp_path_factory), tmp_path / "data")
+    result = run_veritrain(
+        ["train", "--resume", "nope"],
+        cwd=tmp_path,
+        env={"VERITRAIN_DATA_DIR": str(ledger.data_dir)},
+    )
+    assert result.returncode != 0
+    assert "cannot resume 'nope': no run 'nope' in the ledger" in result.stderr
+    assert f"its latest runs: {RUN_ID}" in result.stderr
     assert "Traceback" not in result.stderr

@@ -12,9 +12,15 @@ signatures: for experiments).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from ledger.records import RunInfo
+    from veritrain.settings import Settings
 
 
 def train(
@@ -146,6 +152,13 @@ def train(
     ] = False,
 ) -> None:
     """Train, printing one line per outer step and recording every step."""
+    from veritrain.settings import load_settings
+
+    settings = load_settings()
+    ledger_resume = resume is not None and workdir is None and not Path(resume).is_dir()
+    if resume is not None and ledger_resume and cluster in (None, 0):
+        _require_recorded_run(settings, resume)
+
     from veritrain.errors import LaunchError
     from veritrain.record.launch import (
         ConfigOverrides,
@@ -154,9 +167,7 @@ def train(
         launch,
         launched_line,
     )
-    from veritrain.settings import load_settings
 
-    settings = load_settings()
     overrides = ConfigOverrides(
         clusters=clusters,
         stages=stages,
@@ -189,3 +200,32 @@ def train(
     summary = launch(plan, settings, cluster_keys=key_dir, quiet=quiet)
     if summary is not None and not quiet:
         typer.echo(launched_line(plan, summary))
+
+
+def _require_recorded_run(settings: Settings, run_id: str) -> None:
+    """Refuse ``--resume RUN_ID`` for a run the ledger does not hold in a fraction of a second,
+    before the trainer's imports (torch: seconds of CPU) are paid for."""
+    from sqlalchemy import make_url
+
+    from veritrain.errors import RecorderError, SourceError
+    from veritrain.sources import DirectSource
+
+    try:
+        source = DirectSource(settings)
+    except SourceError as exc:
+        raise RecorderError(f"cannot resume {run_id!r}: {exc}") from None
+    try:
+        runs = [run.run_id for run in sorted(source.ledger.list_runs(), key=_created)]
+    finally:
+        source.close()
+    if run_id not in runs:
+        database = make_url(settings.database_url).render_as_string(hide_password=True)
+        known = ", ".join(reversed(runs[-5:])) if runs else "none yet"
+        raise RecorderError(
+            f"cannot resume {run_id!r}: no run {run_id!r} in the ledger at {database} "
+            f"(its latest runs: {known})"
+        )
+
+
+def _created(run: RunInfo) -> datetime:
+    return run.created_at
