@@ -57,6 +57,7 @@ from trainer.data.reader import BatchReader
 from trainer.errors import ConfigError
 from trainer.model import CausalLM
 from trainer.outer import Gathered, OuterLoop, RoundSignals, build_outer_algorithm
+from trainer.outer.config import OuterKind
 from trainer.presets import run_preset
 from trainer.runtime.inner import inner_adamw, learning_rate
 from veritrain.bench.convergence import whole_held_out
@@ -286,14 +287,20 @@ def outer_lr_at(start: float, end: float | None, round: int, rounds: int) -> flo
     return end + (start - end) * 0.5 * (1.0 + math.cos(math.pi * round / (rounds - 1)))
 
 
-def _tiny_quick(
-    streaming: Streaming, seed: int, rounds: tuple[int, ...] | None = None
+def _tiny(
+    streaming: Streaming,
+    seed: int,
+    rounds: tuple[int, ...] | None = None,
+    *,
+    outer_steps: int = 8,
+    method: OuterKind = "dilocox",
 ) -> StreamingResult:
-    """The ``tiny`` preset's DiLoCoX, blocking, at ``bench comm --quick``'s rounds (or
-    ``rounds`` over the same inner steps)."""
+    """The ``tiny`` preset's DiLoCoX (or its outer step on uncompressed DiLoCo), blocking, at
+    ``bench comm --quick``'s rounds (T = 8; or ``rounds`` over the same inner steps) or at
+    ``outer_steps`` rounds of the preset's shape (40: ``bench comm``'s full schedule)."""
     torch.set_num_threads(1)
     preset = run_preset("tiny")
-    base = replace(preset, seed=seed, outer_steps=8, inner_steps=25)
+    base = replace(preset, seed=seed, outer_steps=outer_steps, inner_steps=25)
     prepared = prepare_data(base.data, default_data_dir())
     base = whole_held_out(base, prepared.manifest)  # the held-out set bench comm reads
     reader = BatchReader(
@@ -301,8 +308,8 @@ def _tiny_quick(
     )
     simulation = SimulationConfig(
         model=base.model,
-        method="dilocox",
-        outer=replace(base.outer, kind="dilocox", overlap=False),
+        method=method,
+        outer=replace(base.outer, kind=method, overlap=False),
         n_clusters=base.clusters,
         inner_steps=base.inner_steps,
         total_steps=base.planned_inner_steps,
@@ -336,6 +343,15 @@ def main() -> None:
         default=None,
         help="H of every round, comma-separated, adding up to 200 (default: the preset's)",
     )
+    parser.add_argument(
+        "--outer-steps", type=int, default=8, help="T (8: bench comm --quick; 40: bench comm)"
+    )
+    parser.add_argument(
+        "--method",
+        choices=("dilocox", "diloco"),
+        default="dilocox",
+        help="diloco: the preset's outer step without compression",
+    )
     parser.add_argument("--seed", type=int, nargs="+", default=[0])
     args = parser.parse_args()
     for seed in args.seed:
@@ -345,8 +361,20 @@ def main() -> None:
                     streaming = Streaming(
                         fragments=fragments, tau=tau, outer_lr_end=end, flush=args.flush
                     )
-                    result = _tiny_quick(streaming, seed, args.rounds)
-                    line = {"seed": seed, "rounds": args.rounds, **asdict(streaming)}
+                    result = _tiny(
+                        streaming,
+                        seed,
+                        args.rounds,
+                        outer_steps=args.outer_steps,
+                        method=args.method,
+                    )
+                    line = {
+                        "seed": seed,
+                        "method": args.method,
+                        "outer_steps": args.outer_steps,
+                        "rounds": args.rounds,
+                        **asdict(streaming),
+                    }
                     print(json.dumps({**line, **asdict(result)}), flush=True)
                     if not math.isfinite(result.final_loss):
                         raise SystemExit(f"{line}: the run diverged")
