@@ -127,9 +127,19 @@ def streaming_loss(
 ) -> StreamingResult:
     """Train ``config``'s blocking DiLoCo or DiLoCoX with ``streaming``'s fragments, delay and
     outer lr schedule; held-out loss of θ at the end and the bytes sent. A round's update is
-    applied ``tau`` inner steps into the next round (the last round's at the run's end)."""
-    if config.method == "allreduce" or config.outer.overlapped:
+    applied ``tau`` inner steps into the next round (the last round's at the run's end).
+
+    With ``config.outer.apply_delay`` set (the trainer's short overlap) the outer loops keep the
+    clusters' progress themselves, ``tau`` must equal it, and the warm-up rounds
+    (``sync_rounds``) are applied at their end, as the runtime does."""
+    product = config.outer.delay_in_use is not None
+    if config.method == "allreduce" or (config.outer.overlapped and not product):
         raise ConfigError("expected a blocking DiLoCo or DiLoCoX configuration")
+    if product and streaming.tau != config.outer.apply_delay:
+        raise ConfigError(
+            f"expected tau to equal the configuration's apply_delay "
+            f"({config.outer.apply_delay}), got {streaming.tau}"
+        )
     rounds = config.rounds()
     if streaming.fragments < 1:
         raise ConfigError(f"expected at least one fragment, got {streaming.fragments}")
@@ -186,9 +196,12 @@ class _Fragment:
         indices: list[int],
         ends: list[int],
     ) -> None:
-        # Round t's update lands ``tau`` steps after its end, before round t+1 ends.
+        # Round t's update lands ``tau`` steps after its end, before round t+1 ends (the
+        # trainer's rule, ``min(τ, H − 1)`` of round t+1, applies with ``apply_delay``).
         later = [b - a for a, b in pairwise(ends)]
-        if not 0 <= streaming.tau < min(later, default=1):
+        self.later = later
+        product = config.outer.delay_in_use is not None
+        if streaming.tau < 0 or (not product and streaming.tau >= min(later, default=1)):
             raise ConfigError(
                 f"expected 0 <= tau < the shortest later round ({min(later, default=1)}), "
                 f"got {streaming.tau}"
@@ -197,6 +210,8 @@ class _Fragment:
         self.ends = {end: t for t, end in enumerate(ends)}
         self.last = len(ends) - 1
         self.tau = streaming.tau
+        self.outer = config.outer
+        self.product = config.outer.delay_in_use is not None
         self.lr = [
             outer_lr_at(config.outer.lr, streaming.outer_lr_end, t, len(ends))
             for t in range(len(ends))
@@ -233,9 +248,10 @@ class _Fragment:
                 for local, sent in zip(locals_, sent_from, strict=True)
             ]
             self._apply(round, payloads, locals_, signals)
-            for local, moved in zip(locals_, progress, strict=True):
-                for parameter, delta in zip(local, moved, strict=True):
-                    parameter.add_(delta)
+            if not self.product:  # the trainer's outer loop keeps the progress itself
+                for local, moved in zip(locals_, progress, strict=True):
+                    for parameter, delta in zip(local, moved, strict=True):
+                        parameter.add_(delta)
             self.pending = None
         if done in self.ends:
             round = self.ends[done]
@@ -246,11 +262,13 @@ class _Fragment:
             self.payload_bytes += payloads[0].numel()
             self.exchanges += 1
             self.losses = []
-            if self.tau == 0 or round == self.last:
+            warm_up = self.product and self.outer.synchronous(round)
+            delay = 0 if round == self.last else min(self.tau, self.later[round] - 1)
+            if delay == 0 or warm_up:
                 self._apply(round, payloads, locals_, signals)
             else:
                 sent_from = [[p.clone() for p in local] for local in locals_]
-                self.pending = (round, payloads, sent_from, done + self.tau)
+                self.pending = (round, payloads, sent_from, done + delay)
 
     def flush(self) -> None:
         """Send and apply the residuals after the last round (``Streaming.flush``)."""

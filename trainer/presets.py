@@ -134,7 +134,13 @@ _TINY_RUN = TrainConfig(
     # (docs/benchmarks.md, "Convergence study"). One warm-up round (``sync_rounds=1``): round 0
     # is applied before round 1 computes, so the clusters leave their first, most divergent
     # round from a common θ (0.4-1.9 points of loss gap at seeds 0-2, one exposed exchange).
-    outer=OuterConfig(bits=2, dense_bits=8, outer_lr=0.7, outer_momentum=0.5, sync_rounds=1),
+    # The short overlap (``apply_delay=3``): each round's exchange is applied 3 inner steps into
+    # the next round instead of a round late, so rounds start from θ rather than a look-ahead;
+    # 3 steps of ~0.1 s hide `bench comm --quick`'s exchange of 0.18-0.24 s (docs/benchmarks.md,
+    # "The short overlap in the trainer").
+    outer=OuterConfig(
+        bits=2, dense_bits=8, outer_lr=0.7, outer_momentum=0.5, sync_rounds=1, apply_delay=3
+    ),
     # The inner schedule tuned for the AllReduce baseline (docs/benchmarks.md, "The baseline's
     # inner schedule"): a peak of 6e-3 reached over 120 inner steps instead of 3e-3 over 10. At
     # `bench comm --quick`'s 8 x 25 it lowers AllReduce's held-out loss from 2.035 to 1.715

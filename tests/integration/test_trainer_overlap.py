@@ -12,41 +12,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import torch
+from integration.overlap_runs import STEPS, assert_same_state, overlapped_config, run
 
-from trainer.api import reexecute_outer_step, train
-from trainer.checkpoint_layout import TRAINER_STATE, CheckpointFiles
-from trainer.config import TrainConfig, with_overrides
-from trainer.memory_recorder import InMemoryRecorder, MemoryRecording, shared_sink
+from trainer.api import reexecute_outer_step
+from trainer.checkpoint_layout import TRAINER_STATE
+from trainer.memory_recorder import MemoryRecording
 from trainer.presets import run_preset
-
-STEPS = 4
-
-
-def overlapped_config(sync_rounds: int = 0) -> TrainConfig:
-    """The tiny preset's DiLoCoX, its warm-up set to ``sync_rounds`` (the preset has one; the
-    plain one-step delay, from round 0, is what the other presets run). The held-out loss and
-    each contribution's own-data score take 1 batch instead of the preset's 4 and 2: at H = 4
-    those forward passes cost about as much CPU as the inner steps, and these tests compare
-    bits, not loss levels."""
-    config = with_overrides(
-        run_preset("tiny"), method="dilocox", outer_steps=STEPS, inner_steps=4, run_id="overlap"
-    )
-    config = replace(
-        config,
-        eval_batches=1,
-        outer=replace(config.outer, sync_rounds=sync_rounds, anomaly_own_batches=1),
-    )
-    assert config.outer.overlapped
-    return config
-
-
-def run(
-    config: TrainConfig, data_dir: Path, resume: CheckpointFiles | None = None
-) -> MemoryRecording:
-    with shared_sink() as sink:
-        train(config, InMemoryRecorder.factory(sink), resume, data_dir=data_dir, quiet=True)
-        return MemoryRecording(sink.items())
 
 
 @pytest.fixture(scope="module")
@@ -62,14 +33,6 @@ def uninterrupted(data_dir: Path) -> MemoryRecording:
 @pytest.fixture(scope="module")
 def warmed_up(data_dir: Path) -> MemoryRecording:
     return run(overlapped_config(sync_rounds=1), data_dir)
-
-
-def assert_same_state(actual: CheckpointFiles, expected: CheckpointFiles) -> None:
-    assert actual.names() == expected.names()
-    for name, tensors in expected.tensors.items():
-        for key, tensor in tensors.items():
-            assert torch.equal(actual.tensors[name][key], tensor), f"{name}:{key} differs"
-    assert actual.json == expected.json
 
 
 def test_each_round_is_applied_one_step_late_and_the_last_one_at_the_end(

@@ -67,7 +67,7 @@ def build_outer_algorithm(
     codec: Codec
     if config.compressed:
         codec = LowRankCodec(
-            config, shapes=shapes, seed=seed, lag=2 if config.overlapped else 1, device=HOME
+            config, shapes=shapes, seed=seed, lag=2 if config.look_ahead else 1, device=HOME
         )
     else:
         codec = DenseCodec(shapes)

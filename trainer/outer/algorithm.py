@@ -77,6 +77,9 @@ class OuterLoop:
             )
         self.config = config
         self.overlapped = config.overlapped
+        """The runtime's call order: round t's exchange is applied during step t+1."""
+        self.look_ahead = config.look_ahead
+        """Rounds start from a look-ahead of θ (the one-step delay; not with ``apply_delay``)."""
         self.cluster = cluster
         self.n_clusters = n_clusters
         self.names = [name for name, _ in named_params]
@@ -102,6 +105,9 @@ class OuterLoop:
         # the look-ahead; with local error feedback the round *starts* at reference − residual.
         self._reference: list[torch.Tensor] | None = None
         self._contributed_reference: list[torch.Tensor] | None = None  # of the last contribution
+        # The short overlap (``apply_delay``): the local parameters as they were contributed,
+        # so that ``apply`` keeps the progress the cluster made since (host, fp32).
+        self._snapshot: list[torch.Tensor] | None = None
         # The last applied mean, by round: the anomaly checks' tie-breaker for two clusters.
         self._means: dict[int, list[torch.Tensor]] = {}
         self._last_contributors = n_clusters  # how many clusters the mean being applied averages
@@ -113,7 +119,7 @@ class OuterLoop:
         self._check_local(local)
         if round != self._next_round:
             raise CallOrderError(f"expected contribution for round {self._next_round}, got {round}")
-        if self._pending and (not self.overlapped or len(self._pending) > 1):
+        if self._pending and (not self.look_ahead or len(self._pending) > 1):
             raise CallOrderError(
                 f"expected apply({min(self._pending)}) before the contribution for round {round}"
             )
@@ -127,8 +133,11 @@ class OuterLoop:
         payload = self.codec.encode(round, pseudo_gradient)
         self._pending[round] = payload
         self._next_round = round + 1
-        self._applied_payloads = {}
-        if self.overlapped:
+        if self.config.delay_in_use is None:
+            self._applied_payloads = {}  # with the short overlap: begin_step() does it
+        if self.config.delay_in_use is not None:
+            self._snapshot = [p.detach().to(HOME, torch.float32, copy=True) for p in local]
+        if self.look_ahead:
             self._contributed_reference = [r.clone() for r in reference]
             # Provisional reference of round t+1: if no apply() comes first (round 0), round t+1
             # starts where this round ended, i.e. at reference − residual.
@@ -410,12 +419,19 @@ class OuterLoop:
 
         # 3. Where the next round starts: its reference, minus what this cluster could not send
         #    yet when error feedback lives in the local parameters. After the final exchange of
-        #    an overlapped run (nothing pending) the local parameters become θ.
+        #    a look-ahead run (nothing pending) the local parameters become θ. With the short
+        #    overlap the cluster keeps what it trained since it contributed (Streaming DiLoCo's
+        #    overlap, arXiv 2501.18512 §2.3): nothing when the round is applied at its own end.
         reference = self._next_reference(mean, own)
-        final = self.overlapped and not self._pending and not self.config.synchronous(round)
-        for target, ref, e in zip(local, reference, self._residual(), strict=True):
+        final = self.look_ahead and not self._pending and not self.config.synchronous(round)
+        snapshot = self._snapshot if self._snapshot is not None else [None] * len(self.shapes)
+        for target, ref, e, sent in zip(local, reference, self._residual(), snapshot, strict=True):
+            progress = target - sent.to(target.device, target.dtype) if sent is not None else None
             target.copy_(ref if e is None or final else ref - e)
-        self._reference = reference if self.overlapped else None
+            if progress is not None:
+                target.add_(progress)
+        self._snapshot = None
+        self._reference = reference if self.look_ahead else None
         return OuterUpdate(
             round=round,
             clusters=list(clusters),
@@ -432,10 +448,16 @@ class OuterLoop:
             verdicts=list(verdicts),
         )
 
+    def begin_step(self) -> None:
+        """The runtime starts an outer step: ``applied_payloads`` starts empty. (Without the
+        short overlap a step applies nothing before it contributes, and ``contribution`` empties
+        it as well; with it, the round in flight is applied before.)"""
+        self._applied_payloads = {}
+
     def applied_payloads(self) -> dict[int, dict[int, torch.Tensor]]:
-        """Each contributing cluster's payload (by cluster) of each round applied since this
-        cluster's last ``contribution``: what a step's record names, kept so the runtime can
-        store it."""
+        """Each contributing cluster's payload (by cluster) of each round applied in this
+        cluster's current outer step (since its last ``contribution`` or ``begin_step``): what
+        a step's record names, kept so the runtime can store it."""
         return {round: dict(payloads) for round, payloads in self._applied_payloads.items()}
 
     def _own_payload(self, examination: Examination) -> torch.Tensor:
@@ -467,6 +489,7 @@ class OuterLoop:
         for label, tensors in (
             ("reference", self._reference),
             ("contributed", self._contributed_reference),
+            ("snapshot", self._snapshot),
         ):
             for name, tensor in zip(self.names, tensors or [], strict=False):
                 state[f"{label}.{name}"] = tensor.clone()
@@ -497,6 +520,7 @@ class OuterLoop:
         }
         self._reference = _optional_tensors(state, "reference", self.names)
         self._contributed_reference = _optional_tensors(state, "contributed", self.names)
+        self._snapshot = _optional_tensors(state, "snapshot", self.names)
         rounds = {int(key.split(".")[1]) for key in state if key.startswith("mean.")}
         self._means = {}
         for r in sorted(rounds):
@@ -537,7 +561,7 @@ class OuterLoop:
         """Blocking, or nothing in flight: θ. Overlapped with round t+1 in flight: the
         look-ahead described in the module docstring."""
         proxy = self.config.delay_proxy
-        if not self.overlapped or not self._pending or proxy == "none":
+        if not self.look_ahead or not self._pending or proxy == "none":
             return [p.clone() for p in self.outer.params]
         fresh_round = min(self._pending)
         fresh = self.codec.expand(

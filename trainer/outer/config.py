@@ -113,6 +113,16 @@ class OuterConfig:
     each from its own end point; the one-step delay starts after them (0: from round 0, as runs
     recorded before this field). Ignored when not ``overlapped``."""
 
+    apply_delay: int | None = None
+    """The short overlap (Streaming DiLoCo, arXiv 2501.18512 §2.3; docs/outer-algorithm.md §3):
+    round t's exchange is applied ``apply_delay`` inner steps into round t+1 instead of at its
+    end, and each cluster keeps the progress of those steps on top of θₜ₊₁ (minus its
+    error-feedback residual). Rounds start from θ, not from a look-ahead, so ``delay_proxy`` is
+    not used. A round shorter than the delay takes it after its H − 1st inner step (before its
+    first when H = 1). None: the one-step delay (as runs recorded before this field). Ignored
+    when not ``overlapped`` and with data-parallel replicas (read the delay in use from
+    ``delay_in_use``; the genesis records that one)."""
+
     exchange: ExchangeSetting = "all-gather"
     """How the clusters combine a round's payloads (docs/outer-algorithm.md §7); read the one in
     use from ``exchange_in_use``. ``"all-gather"``: every cluster receives every payload,
@@ -282,6 +292,8 @@ class OuterConfig:
         _require(self, "anomaly_probe_batches", self.anomaly_probe_batches >= 1, ">= 1")
         _require(self, "anomaly_own_batches", self.anomaly_own_batches >= 1, ">= 1")
         _require(self, "sync_rounds", self.sync_rounds >= 0, ">= 0")
+        if self.apply_delay is not None:
+            _require(self, "apply_delay", self.apply_delay >= 1, ">= 1 (or None)")
         _require(self, "min_inner_steps", self.min_inner_steps >= 1, ">= 1")
         _require(
             self,
@@ -305,6 +317,24 @@ class OuterConfig:
         if self.outer_momentum is not None:
             return self.outer_momentum
         return 0.8 if self.overlapped else 0.9
+
+    @property
+    def delay_in_use(self) -> int | None:
+        """τ of the short overlap when the run uses it: ``apply_delay`` on an overlapped run of
+        one replica per stage (data-parallel replicas take their leader's parameters at the
+        step's end, so their runs keep the one-step delay)."""
+        if not self.overlapped or self.apply_delay is None:
+            return None
+        if self._run is not None and self._run[1] > 1:
+            return None
+        return self.apply_delay
+
+    @property
+    def look_ahead(self) -> bool:
+        """True when a round starts from a look-ahead of θ while the previous exchange is in
+        flight (the one-step delay); False when blocking or with the short overlap
+        (``apply_delay``), where every round's pseudo-gradient is measured from θ."""
+        return self.overlapped and self.delay_in_use is None
 
     def synchronous(self, round: int) -> bool:
         """True when round ``round``'s exchange is applied before the next round computes:
@@ -404,6 +434,9 @@ class OuterConfig:
             del data["exchange"]  # as runs before the choice recorded it
         if self.sync_rounds == 0:
             del data["sync_rounds"]  # as runs before the warm-up recorded it
+        data["apply_delay"] = self.delay_in_use  # what the run does, as with the exchange
+        if data["apply_delay"] is None:
+            del data["apply_delay"]  # as runs before the short overlap recorded it
         return data
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -54,9 +55,19 @@ class InnerRound:
         """TESTS AND BENCHMARKS ONLY (forgery.py)."""
 
     def run(
-        self, step: int, first: int, H: int, allreduce: dist.ProcessGroup | None, clusters: int
+        self,
+        step: int,
+        first: int,
+        H: int,
+        allreduce: dist.ProcessGroup | None,
+        clusters: int,
+        *,
+        apply_after: tuple[int, Callable[[], None]] | None = None,
     ) -> RoundCompute:
-        """Inner steps ``first`` .. ``first + H - 1`` (global indices: the data rule's i)."""
+        """Inner steps ``first`` .. ``first + H - 1`` (global indices: the data rule's i).
+        ``apply_after = (τ, apply)``: the short overlap's ``apply()`` of the previous round after
+        the round's first ``min(τ, H − 1)`` inner steps (``OuterConfig.apply_delay``); its time
+        is not compute."""
         stage, role, forgery = self.stage, self.role, self.forgery
         data = stage.groups.data
         self.progress.start_step(step, H)
@@ -64,7 +75,17 @@ class InnerRound:
         comm = 0.0
         sent = 0
         last: InnerStepStats | None = None
+        applied_seconds = 0.0
         started = time.perf_counter()
+
+        def apply_now(after: int) -> None:
+            nonlocal applied_seconds
+            if apply_after is not None and after == min(apply_after[0], H - 1):
+                began = time.perf_counter()
+                apply_after[1]()
+                applied_seconds += time.perf_counter() - began
+
+        apply_now(0)
         for i in range(first, first + H):
             if forgery is None or not forgery.skips(role.cluster, step, i - first):
                 window = (
@@ -89,6 +110,7 @@ class InnerRound:
                     losses.append(loss)
             if stage.commitments is not None:
                 stage.commitments.after_inner_step(i)
+            apply_now(i - first + 1)
             self.progress.advance()
         assert last is not None  # H >= 1
         # One host sync for the round's losses (float32 each, then Python floats as before).
@@ -96,7 +118,7 @@ class InnerRound:
         return RoundCompute(
             losses=read,
             last=last,
-            compute_seconds=time.perf_counter() - started - comm,
+            compute_seconds=time.perf_counter() - started - comm - applied_seconds,
             comm_seconds=comm,
             bytes_sent=sent,
         )

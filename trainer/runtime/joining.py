@@ -94,7 +94,10 @@ class Joining:
         self.stage.restore(files)
         if self.sync is not None:
             self.sync.pending = None
-            if cursor.pending_round is not None and self.role.exchanges:
+            # A cluster re-executing alone applies the round in flight too under the short
+            # overlap: its round starts before that apply and keeps its progress past it.
+            applies = self.role.exchanges or self.config.outer.delay_in_use is not None
+            if cursor.pending_round is not None and applies:
                 if cursor.pending_mean_train_loss is None:
                     raise CheckpointError(
                         "expected the signals of pending round "

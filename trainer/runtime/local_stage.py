@@ -132,6 +132,13 @@ class LocalStage:
         poison_local(self.outer_params, round_start, poison, seed=seed)
         self.sync_tied_copy()
 
+    def begin_step(self) -> None:
+        """An outer step starts (trainer/outer's algorithms take it: what the step applies is
+        recorded from here, the short overlap's mid-round apply included)."""
+        begin = getattr(self.outer, "begin_step", None)
+        if callable(begin):
+            begin()
+
     def note_round_data(self, step: int, *, first_inner_step: int, inner_steps: int) -> None:
         """Tell the outer algorithm what the round trains on, for its contribution scores
         (trainer/outer's algorithms take it; the seam's protocol does not require it)."""

@@ -11,6 +11,13 @@ One-step delay (DiLoCoX §3.3)::
     ... round t+1 computes while gather(t) is on the wire ...
     at the run's last step: also wait for gather(t) and apply(t)
 
+The short overlap (``OuterConfig.apply_delay`` = τ) keeps the one-step delay's order but applies
+round t's exchange τ inner steps into round t+1 (``apply_pending``, called by the inner round),
+so step t+1 finds nothing due when it contributes::
+
+    contribution(t) -> commit -> quorum(t) -> launch gather(t)
+    ... τ inner steps of round t+1 ... wait gather(t) -> apply(t) ... the rest of round t+1 ...
+
 Round t-1's gather is waited for *before* round t's quorum: torchft rebuilds the process group
 when the members change, which would cut an exchange still on the old one (after a whole round
 of compute it has long arrived; the wait is counted as exposed time).
@@ -106,11 +113,19 @@ class OuterSync:
         self.after_apply = after_apply
         self.pending: Exchange | None = None
         """Under the delay: the exchange launched in the previous step, not applied yet."""
+        self._applied_early: list[Exchange] = []
+        self._early_updates: list[OuterUpdate] = []
+        """Applied by ``apply_pending`` during this step's inner steps, not reported yet."""
 
     def step(self, step: int, numbers: ClusterNumbers, *, exchange: bool = True) -> StepExchange:
         """Contribute round ``step`` and (unless ``exchange`` is False: one cluster re-executing
         alone) exchange and apply what the call order says is due now."""
         result = StepExchange(contribution=self.outer.contribution(step, self.local))
+        for early, update in zip(self._applied_early, self._early_updates, strict=True):
+            result.updates.append(update)
+            result.comm_seconds += early.total_seconds
+            result.exposed_seconds += early.exposed_seconds
+        self._applied_early, self._early_updates = [], []
         self.commit(step, result.contribution, numbers)
         if not exchange:
             return result
@@ -147,6 +162,22 @@ class OuterSync:
         for pending in due:
             self._apply_into(result, pending)
         return result
+
+    @property
+    def apply_delay(self) -> int | None:
+        """τ of the short overlap when round t's exchange is still to be applied in round t+1
+        (``OuterConfig.apply_delay``); None otherwise."""
+        if self.pending is None or not isinstance(self.outer, OuterLoop):
+            return None
+        return self.outer.config.delay_in_use
+
+    def apply_pending(self) -> None:
+        """Wait for the exchange in flight and apply it now (the short overlap, mid-round); the
+        step's ``step`` reports it with what the step itself applies."""
+        assert self.pending is not None  # apply_delay says so
+        pending, self.pending = self.pending, None
+        self._applied_early.append(pending)
+        self._early_updates.append(self._apply(pending))
 
     def _apply_into(self, result: StepExchange, pending: Exchange) -> None:
         result.updates.append(self._apply(pending))

@@ -242,6 +242,7 @@ class _Process:
         )
         if stage.commitments is not None:
             stage.commitments.begin(step)
+        stage.begin_step()
         poisoned = poison is not None and poison.step == step and poison.cluster == role.cluster
         round_start = [p.detach().clone() for p in stage.outer_params] if poisoned else []
 
@@ -255,7 +256,17 @@ class _Process:
             self.reporting.announce(step)
         n_clusters = len(members.members) if members is not None else 1
         group = self.connections.membership.process_group() if members is not None else None
-        done = self.inner_round.run(step, before.inner_steps_done, H, group, n_clusters)
+        delay = self.sync.apply_delay if self.sync is not None else None
+        done = self.inner_round.run(
+            step,
+            before.inner_steps_done,
+            H,
+            group,
+            n_clusters,
+            apply_after=(delay, self.sync.apply_pending)
+            if self.sync is not None and delay is not None
+            else None,
+        )
         numbers = self.inner_round.cluster_numbers(
             done, inner_steps=H, previous_comm_seconds=self.last_comm_seconds
         )

@@ -153,14 +153,17 @@ def reproduce_step(
         manifest = read_data_manifest(counting, run.data_manifest)
         rule = assignment_rule(config, manifest)
         first_inner_step = min(r.first_inner_step for r in recorded.data_ranges)
+        # Who applies a round scores its contributions: the whole step, or cluster J alone under
+        # the short overlap (below).
+        applies = cluster is None or config.outer.delay_in_use is not None
         windows = windows_read(
             rule,
             clusters=clusters,
             first_inner_step=first_inner_step,
             inner_steps=recorded.inner_steps,
-            eval_windows=_eval_batches(config) * rule.sequences_per_step if cluster is None else 0,
+            eval_windows=_eval_batches(config) * rule.sequences_per_step if applies else 0,
         )
-        if cluster is None:
+        if applies:
             _add_scored_windows(windows, rule, run, recorded)
         data = download_windows(
             counting, manifest, windows, window_tokens=rule.context + 1, directory=work / "data"
@@ -179,10 +182,11 @@ def reproduce_step(
         )
         started = time.perf_counter()
         # Only the whole step applies the round still in flight (--cluster J stops at its
-        # contribution).
+        # contribution), except under the short overlap, where cluster J applies it τ inner
+        # steps into its round.
         payloads = (
             _payloads_in_flight(counting, previous, before)
-            if previous is not None and before is not None and cluster is None
+            if previous is not None and before is not None and applies
             else {}
         )
         result = reexecute_outer_step(

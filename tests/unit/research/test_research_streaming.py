@@ -68,6 +68,16 @@ def test_the_defaults_are_the_simulators_blocking_dilocox_bit_for_bit() -> None:
     assert result.payload_bytes == sum(blocking.payload_bytes)
 
 
+def test_the_trainers_short_overlap_is_this_simulation_bit_for_bit() -> None:
+    """``OuterConfig.apply_delay``: the product's outer loop keeps the progress made since it
+    contributed, as this research simulation does outside a blocking loop."""
+    product = replace(BLOCKING, overlap=True, apply_delay=2, outer_lr=0.7, outer_momentum=0.9)
+    assert product.overlapped and not product.look_ahead
+    assert _run(Streaming(tau=2), product).final_loss == _run(Streaming(tau=2)).final_loss
+    with pytest.raises(ConfigError, match="apply_delay"):
+        _run(Streaming(tau=1), product)
+
+
 def test_a_delay_changes_where_the_clusters_train_and_still_learns() -> None:
     delayed = _run(Streaming(tau=2)).final_loss
     assert delayed != _run(Streaming()).final_loss
