@@ -10,7 +10,8 @@ only the pipeline split and the processes are simulated away):
 * ``diloco`` / ``dilocox``: C models, each with its own inner AdamW, and one ``OuterAlgorithm``
   per cluster built by ``build_outer_algorithm`` -- exactly the objects the distributed runtime
   uses; the all-gather is a list in cluster order, and the overlapped call order of protocol.py
-  is followed to the letter (round t's payloads are applied after round t+1 computed).
+  is followed to the letter (round t's payloads are applied after round t+1 computed, or with
+  the short overlap, ``OuterConfig.apply_delay``, after its first ``min(τ, H − 1)`` steps).
 
 The whole model runs as one stage (``trainer.model.CausalLM``), so a tied embedding is one matrix
 and the gradient norm is the model's; the trainer's pipeline computes the same quantities over
@@ -169,10 +170,17 @@ def simulate(
     )
     algos = cluster_loops(config, models) if config.method != "allreduce" else []
     in_flight: list[torch.Tensor] | None = None
+    in_flight_signals = RoundSignals(mean_train_loss=math.nan)
+    delay = config.outer.delay_in_use if algos else None
     step = 0
     for t, H in enumerate(schedule):
         losses = []
-        for _ in range(H):
+        for k in range(H):
+            if delay is not None and in_flight is not None and k == min(delay, H - 1):
+                # The short overlap: round t−1 lands k inner steps into round t.
+                locals_ = [[p.data for p in m.parameters()] for m in models]
+                _apply_all(algos, t - 1, in_flight, locals_, in_flight_signals, result)
+                in_flight = None
             lr = learning_rate(config.inner, step, config.total_steps)
             if config.method == "allreduce":
                 union = [_to(batches(c, step), device) for c in range(config.n_clusters)]
@@ -202,7 +210,7 @@ def simulate(
             if not config.outer.synchronous(t):
                 if in_flight is not None:
                     _apply_all(algos, t - 1, in_flight, locals_, signals, result)
-                in_flight = payloads
+                in_flight, in_flight_signals = payloads, signals
                 if t == rounds - 1:
                     _apply_all(algos, t, in_flight, locals_, signals, result)
             else:

@@ -73,7 +73,16 @@ def test_the_trainers_short_overlap_is_this_simulation_bit_for_bit() -> None:
     contributed, as this research simulation does outside a blocking loop."""
     product = replace(BLOCKING, overlap=True, apply_delay=2, outer_lr=0.7, outer_momentum=0.9)
     assert product.overlapped and not product.look_ahead
-    assert _run(Streaming(tau=2), product).final_loss == _run(Streaming(tau=2)).final_loss
+    delayed = _run(Streaming(tau=2), product).final_loss
+    assert delayed == _run(Streaming(tau=2)).final_loss
+    # `veritrain bench convergence`'s simulator takes the same steps.
+    tokens = corpus()
+    simulated = simulate(
+        _config(product),
+        batches=make_batches(tokens, context=16, batch=2, n_clusters=2, seed=0),
+        eval_batches=make_eval_batches(tokens, context=16, sequences=4),
+    )
+    assert simulated.final_eval_loss == delayed
     with pytest.raises(ConfigError, match="apply_delay"):
         _run(Streaming(tau=1), product)
 
