@@ -48,7 +48,8 @@ step without that cluster's report and quote (step_reporting.py). Giving up on a
 writes a record ``veritrain verify`` refuses -- a cluster that quoted the next step must have
 quoted this one (check 5) -- and a live cluster can look silent for a few seconds: its beats come
 from a Python thread, which a loaded machine can starve. Waiting longer for a cluster that really
-died only delays one step's record."""
+died only delays one step's record. The other clusters wait as long for the coordinator to begin
+the run or record a step they catch up from (joining.py): giving up on it ends their run."""
 MAX_POLL_SECONDS = 0.05
 """Longest pause between two looks at a key that is not there yet (polling with ``check``:
 a store-side wait that times out logs a warning every time)."""

@@ -33,6 +33,7 @@ from trainer.data.shards import ShardSource
 from trainer.errors import CheckpointError, ConfigError, DataError, WorkerError
 from trainer.model import model_summary
 from trainer.recorder import Recorder, RunIdentity, RunStart
+from trainer.runtime.channel import RECORD_PATIENCE
 from trainer.runtime.local_stage import LocalStage
 from trainer.runtime.membership import RoundQuorum
 from trainer.runtime.messages import checkpoint_from, checkpoint_message, keys_from, keys_message
@@ -73,6 +74,10 @@ class Joining:
         self.recorder = recorder
         self.channel = connections.channel
         self.alive = connections.alive
+        # Patient with the coordinator: giving up on it ends this cluster's run, and a live one
+        # can look silent while it builds the run's data and enrols the clusters (a loaded
+        # machine starves its heartbeat thread), as with RECORD_PATIENCE.
+        self.coordinator_alive = connections.alive.patient(RECORD_PATIENCE)
         self.membership = connections.membership
 
     def start(self, given: CheckpointFiles | Path | None) -> Cursor:
@@ -151,7 +156,9 @@ class Joining:
             )
             return cursor
         begun = self.channel.wait(
-            "begun", writer_alive=lambda: self.alive(0), what="the coordinator (cluster 0) to begin"
+            "begun",
+            writer_alive=lambda: self.coordinator_alive(0),
+            what="the coordinator (cluster 0) to begin",
         )
         if begun["config_digest"] != self.config_digest:
             raise ConfigError(
@@ -223,7 +230,7 @@ class Joining:
         )
         message = self.channel.wait(
             f"recorded/{quorum.round}",
-            writer_alive=lambda: self.alive(0),
+            writer_alive=lambda: self.coordinator_alive(0),
             what=f"the coordinator to record step {quorum.round}",
         )
         return self._load_recorded(
