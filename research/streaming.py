@@ -200,8 +200,8 @@ class _Fragment:
         # trainer's rule, ``min(τ, H − 1)`` of round t+1, applies with ``apply_delay``).
         later = [b - a for a, b in pairwise(ends)]
         self.later = later
-        product = config.outer.delay_in_use is not None
-        if streaming.tau < 0 or (not product and streaming.tau >= min(later, default=1)):
+        self.product = config.outer.delay_in_use is not None
+        if streaming.tau < 0 or (not self.product and streaming.tau >= min(later, default=1)):
             raise ConfigError(
                 f"expected 0 <= tau < the shortest later round ({min(later, default=1)}), "
                 f"got {streaming.tau}"
@@ -211,7 +211,6 @@ class _Fragment:
         self.last = len(ends) - 1
         self.tau = streaming.tau
         self.outer = config.outer
-        self.product = config.outer.delay_in_use is not None
         self.lr = [
             outer_lr_at(config.outer.lr, streaming.outer_lr_end, t, len(ends))
             for t in range(len(ends))
@@ -243,15 +242,19 @@ class _Fragment:
         signals = RoundSignals(mean_train_loss=sum(self.losses) / max(1, len(self.losses)))
         if self.pending is not None and due:
             round, payloads, sent_from, _ = self.pending
-            progress = [
-                [now - then for now, then in zip(local, sent, strict=True)]
-                for local, sent in zip(locals_, sent_from, strict=True)
-            ]
+            # The trainer's outer loop keeps the progress itself (no ``sent_from`` then).
+            progress = (
+                [
+                    [now - then for now, then in zip(local, sent, strict=True)]
+                    for local, sent in zip(locals_, sent_from, strict=True)
+                ]
+                if sent_from
+                else []
+            )
             self._apply(round, payloads, locals_, signals)
-            if not self.product:  # the trainer's outer loop keeps the progress itself
-                for local, moved in zip(locals_, progress, strict=True):
-                    for parameter, delta in zip(local, moved, strict=True):
-                        parameter.add_(delta)
+            for local, moved in zip(locals_, progress, strict=False):
+                for parameter, delta in zip(local, moved, strict=True):
+                    parameter.add_(delta)
             self.pending = None
         if done in self.ends:
             round = self.ends[done]
@@ -267,7 +270,7 @@ class _Fragment:
             if delay == 0 or warm_up:
                 self._apply(round, payloads, locals_, signals)
             else:
-                sent_from = [[p.clone() for p in local] for local in locals_]
+                sent_from = [] if self.product else [[p.clone() for p in x] for x in locals_]
                 self.pending = (round, payloads, sent_from, done + delay)
 
     def flush(self) -> None:

@@ -135,7 +135,7 @@ class OuterLoop:
         self._next_round = round + 1
         if self.config.delay_in_use is None:
             self._applied_payloads = {}  # with the short overlap: begin_step() does it
-        if self.config.delay_in_use is not None:
+        else:
             self._snapshot = [p.detach().to(HOME, torch.float32, copy=True) for p in local]
         if self.look_ahead:
             self._contributed_reference = [r.clone() for r in reference]

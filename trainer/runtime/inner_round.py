@@ -76,11 +76,12 @@ class InnerRound:
         sent = 0
         last: InnerStepStats | None = None
         applied_seconds = 0.0
+        apply_at = min(apply_after[0], H - 1) if apply_after is not None else None
         started = time.perf_counter()
 
         def apply_now(after: int) -> None:
             nonlocal applied_seconds
-            if apply_after is not None and after == min(apply_after[0], H - 1):
+            if apply_after is not None and after == apply_at:
                 began = time.perf_counter()
                 apply_after[1]()
                 applied_seconds += time.perf_counter() - began

@@ -113,19 +113,16 @@ class OuterSync:
         self.after_apply = after_apply
         self.pending: Exchange | None = None
         """Under the delay: the exchange launched in the previous step, not applied yet."""
-        self._applied_early: list[Exchange] = []
-        self._early_updates: list[OuterUpdate] = []
+        self._applied_early: list[tuple[Exchange, OuterUpdate]] = []
         """Applied by ``apply_pending`` during this step's inner steps, not reported yet."""
 
     def step(self, step: int, numbers: ClusterNumbers, *, exchange: bool = True) -> StepExchange:
         """Contribute round ``step`` and (unless ``exchange`` is False: one cluster re-executing
         alone) exchange and apply what the call order says is due now."""
         result = StepExchange(contribution=self.outer.contribution(step, self.local))
-        for early, update in zip(self._applied_early, self._early_updates, strict=True):
-            result.updates.append(update)
-            result.comm_seconds += early.total_seconds
-            result.exposed_seconds += early.exposed_seconds
-        self._applied_early, self._early_updates = [], []
+        for early, update in self._applied_early:
+            _report(result, early, update)
+        self._applied_early = []
         self.commit(step, result.contribution, numbers)
         if not exchange:
             return result
@@ -176,13 +173,10 @@ class OuterSync:
         step's ``step`` reports it with what the step itself applies."""
         assert self.pending is not None  # apply_delay says so
         pending, self.pending = self.pending, None
-        self._applied_early.append(pending)
-        self._early_updates.append(self._apply(pending))
+        self._applied_early.append((pending, self._apply(pending)))
 
     def _apply_into(self, result: StepExchange, pending: Exchange) -> None:
-        result.updates.append(self._apply(pending))
-        result.comm_seconds += pending.total_seconds
-        result.exposed_seconds += pending.exposed_seconds
+        _report(result, pending, self._apply(pending))
 
     def listen(self, quorum: RoundQuorum) -> Exchange:
         """Take part in ``quorum``'s exchange without contributing (this cluster is behind)."""
@@ -255,6 +249,13 @@ class OuterSync:
             update = self.outer.apply(exchange.round, gathered, self.local, exchange.signals)
         self.after_apply()
         return update
+
+
+def _report(result: StepExchange, exchange: Exchange, update: OuterUpdate) -> None:
+    """Count an applied exchange in the step's ``result``."""
+    result.updates.append(update)
+    result.comm_seconds += exchange.total_seconds
+    result.exposed_seconds += exchange.exposed_seconds
 
 
 _NO_SIGNALS = RoundSignals(mean_train_loss=float("nan"))
