@@ -37,6 +37,7 @@ held-out set; one JSON line per run)::
 
     python -m research.streaming --tau 0 3 --fragments 1 2 4 --seed 0 1 2
     python -m research.streaming --outer-lr-end 0.35 1.0 --seed 0 1 2
+    python -m research.streaming --inner-lr 4e-3 --outer-lr 1.0 --outer-momentum 0 --seed 0 1 2
 """
 
 from __future__ import annotations
@@ -315,13 +316,25 @@ def _tiny(
     *,
     outer_steps: int = 8,
     method: OuterKind = "dilocox",
+    inner_lr: float | None = None,
+    outer_lr: float | None = None,
+    outer_momentum: float | None = None,
 ) -> StreamingResult:
     """The ``tiny`` preset's DiLoCoX (or its outer step on uncompressed DiLoCo), blocking, at
     ``bench comm --quick``'s rounds (T = 8; or ``rounds`` over the same inner steps) or at
-    ``outer_steps`` rounds of the preset's shape (40: ``bench comm``'s full schedule)."""
+    ``outer_steps`` rounds of the preset's shape (40: ``bench comm``'s full schedule); the
+    inner peak lr, outer lr and outer momentum are the preset's unless given."""
     torch.set_num_threads(1)
     preset = run_preset("tiny")
-    base = replace(preset, seed=seed, outer_steps=outer_steps, inner_steps=25)
+    inner = replace(preset.inner, lr=inner_lr or preset.inner.lr)
+    outer = replace(
+        preset.outer,
+        outer_lr=outer_lr or preset.outer.outer_lr,
+        outer_momentum=preset.outer.outer_momentum if outer_momentum is None else outer_momentum,
+    )
+    base = replace(
+        preset, seed=seed, outer_steps=outer_steps, inner_steps=25, inner=inner, outer=outer
+    )
     prepared = prepare_data(base.data, default_data_dir())
     base = whole_held_out(base, prepared.manifest)  # the held-out set bench comm reads
     reader = BatchReader(
@@ -373,8 +386,18 @@ def main() -> None:
         default="dilocox",
         help="diloco: the preset's outer step without compression",
     )
+    parser.add_argument("--inner-lr", type=float, help="the inner peak lr (the preset's: 6e-3)")
+    parser.add_argument("--outer-lr", type=float, help="the outer lr (the preset's: 0.7)")
+    parser.add_argument(
+        "--outer-momentum", type=float, help="the outer Nesterov momentum (the preset's: 0.5)"
+    )
     parser.add_argument("--seed", type=int, nargs="+", default=[0])
     args = parser.parse_args()
+    tuning = {
+        "inner_lr": args.inner_lr,
+        "outer_lr": args.outer_lr,
+        "outer_momentum": args.outer_momentum,
+    }
     for seed in args.seed:
         for fragments in args.fragments:
             for tau in args.tau:
@@ -388,12 +411,14 @@ def main() -> None:
                         args.rounds,
                         outer_steps=args.outer_steps,
                         method=args.method,
+                        **tuning,
                     )
                     line = {
                         "seed": seed,
                         "method": args.method,
                         "outer_steps": args.outer_steps,
                         "rounds": args.rounds,
+                        **{name: value for name, value in tuning.items() if value is not None},
                         **asdict(streaming),
                     }
                     print(json.dumps({**line, **asdict(result)}), flush=True)
