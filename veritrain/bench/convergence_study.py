@@ -203,7 +203,7 @@ LEVERS: list[tuple[str, str, Callable[[OuterConfig], OuterConfig]]] = [
     ),
     (
         "lr0.7-m0.5-warm-up",
-        "... and round 0 applied before round 1 computes (sync_rounds 1: the tiny preset now)",
+        "... and round 0 applied before round 1 computes (sync_rounds 1: qwen2-12m's preset)",
         lambda c: replace(c, outer_lr=0.7, outer_momentum=0.5, sync_rounds=1),
     ),
     (
