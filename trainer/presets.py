@@ -187,7 +187,7 @@ RUN_PRESETS: dict[str, TrainConfig] = {
     ),
     # Trains a BPE of 8192 tokens on the stdlib corpus at data-build time; DiLoCoX with the
     # outer algorithm's int4 rank-28 factors, bf16 small tensors and one-step-delay overlap, and
-    # tiny's outer step: lr 0.7, Nesterov 0.5, one warm-up round (the GPU convergence study of
+    # tiny's outer step under that delay: lr 0.7, Nesterov 0.5, one warm-up round (the GPU study of
     # docs/benchmarks.md: at T = 40 x H = 25 the loss gap to AllReduce falls from 0.069 / 0.147
     # to 0.021 / 0.044 at seeds 0 / 1). A few outer steps on 2 CPU cores take minutes.
     "qwen2-12m": TrainConfig(
