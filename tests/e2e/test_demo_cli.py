@@ -39,7 +39,8 @@ def _run_in_process(args: list[str], cwd: Path) -> subprocess.CompletedProcess[s
 @pytest.mark.slow
 def test_demo_then_verify_and_reproduce_in_the_same_directory(tmp_path: Path) -> None:
     # 3 outer steps of H = 8 instead of the preset's 6 x 20: every stage of the demo (the
-    # warm-up round, the one-step-delay overlap, step 2's re-execution) at a fifth of the work.
+    # short overlap, step 2's re-execution of an apply that landed mid-round) at a fifth of the
+    # work.
     demo = _run(["demo", "--no-serve", "--outer-steps", "3", "--inner-steps", "8"], tmp_path)
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     assert "VERIFIED" in demo.stdout and "MATCH" in demo.stdout

@@ -149,9 +149,9 @@ def test_the_page_shows_the_exclusion_next_to_the_scores(
 
 
 def test_verify_recomputes_the_verdicts_of_an_overlapped_compressed_run(tmp_path: Path) -> None:
-    """DiLoCoX: compressed payloads; the tiny preset's warm-up round 0 is applied in step 0,
-    then round t in step t+1 (the last step applies two rounds), so each recomputation starts
-    from the previous step's look-ahead state."""
+    """DiLoCoX: compressed payloads; the tiny preset's short overlap applies round t during step
+    t+1 (the last step applies two rounds), so each recomputation starts from the previous
+    step's state with an exchange in flight."""
     settings = load_settings(data_dir=tmp_path / "veritrain-data")
     config = with_overrides(
         run_preset("tiny"), run_id="overlapped", method="dilocox", outer_steps=3, inner_steps=4
@@ -163,7 +163,7 @@ def test_verify_recomputes_the_verdicts_of_an_overlapped_compressed_run(tmp_path
         report = verify_run(source, "overlapped", deep=True)
         recorded = [step for _, step in RecordedRun.load(source, "overlapped").outer_steps]
     assert report.ok, report.render()
-    assert [[a.round for a in s.applied] for s in recorded] == [[0], [], [1, 2]]
+    assert [[a.round for a in s.applied] for s in recorded] == [[], [0], [1, 2]]
     assert all(
         len(a.verdicts) == 2 and a.verdicts[0].score is not None
         for s in recorded

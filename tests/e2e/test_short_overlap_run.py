@@ -12,6 +12,7 @@ import pytest
 from e2e.recorded_runs import small_run_config
 
 from trainer.config import with_overrides
+from trainer.execution import Execution
 from veritrain.audit.reproduce import reproduce_step
 from veritrain.audit.verify import verify_run
 from veritrain.record.training import train_recorded
@@ -21,7 +22,8 @@ from veritrain.sources.recorded_run import RecordedRun
 
 RUN_ID = "short-overlap"
 DELAY = 3
-"""τ: the preset's rounds at T = 3, H = 8 are 12, 6, 6 (round 0 is the warm-up)."""
+"""τ: the preset's rounds at T = 3, H = 8 are 12, 6, 6 (no warm-up round: round 0's exchange
+lands 3 steps into round 1 like every other)."""
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +35,14 @@ def short_run(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     return settings
 
 
-def test_the_genesis_records_the_delay_and_step_2_applies_round_1(short_run: Settings) -> None:
+def test_the_genesis_records_the_delay_and_each_step_applies_the_round_before(
+    short_run: Settings,
+) -> None:
     with DirectSource(short_run) as source:
         run = RecordedRun.load(source, RUN_ID)
         assert run.genesis.hyperparameters["outer"]["apply_delay"] == DELAY
-        assert [[a.round for a in step.applied] for _, step in run.outer_steps] == [[0], [], [1, 2]]
+        assert "sync_rounds" not in run.genesis.hyperparameters["outer"]
+        assert [[a.round for a in step.applied] for _, step in run.outer_steps] == [[], [0], [1, 2]]
 
 
 def test_verify_and_reproduce_follow_the_mid_round_apply(short_run: Settings) -> None:
@@ -49,3 +54,23 @@ def test_verify_and_reproduce_follow_the_mid_round_apply(short_run: Settings) ->
     assert whole.ok, whole.render()
     assert whole.mode == "bitwise"
     assert alone.ok, alone.render()
+
+
+@pytest.mark.parametrize("cluster", [None, 1])
+def test_under_tolerance_the_payloads_decode_on_the_bases_the_mid_round_apply_made(
+    short_run: Settings, cluster: int | None
+) -> None:
+    """Step 1 applies round 0 three inner steps in, and that exchange refreshes the bases round
+    1's payloads are encoded on: the state before step 1 holds none for round 1 yet. Re-executed
+    at another precision, reproduce decodes the signed and the re-executed payloads after
+    committing round 0 as its record says."""
+    with DirectSource(short_run) as source:
+        comparison = reproduce_step(
+            source, RUN_ID, 1, cluster=cluster, execution=Execution(precision="fp64")
+        )
+    assert comparison.ok, comparison.render()
+    assert comparison.mode == "tolerance"
+    assert any(
+        m.startswith("contribution of cluster 1 stage 1 (") and "of the recorded payload" in m
+        for m in comparison.matched
+    ), comparison.render()

@@ -21,6 +21,7 @@ on the recorded hardware class the recomputed numbers are the recorded ones bit 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from records.outer_step import ClusterVerdict, ContributionScore
+from records.outer_step import AppliedExchange, ClusterVerdict, ContributionScore, OuterStep
 from trainer.model import TIED_HEAD, build_stage
 from trainer.outer import OuterLoop, RoundSignals, build_outer_algorithm
 from trainer.outer.algorithm import payload_digest
@@ -39,7 +40,7 @@ from trainer.outer.contribution_score import (
     score_contributions,
 )
 from trainer.outer.errors import OuterStateError, PayloadError
-from trainer.outer.judge import scored_batches
+from trainer.outer.judge import Examination, scored_batches
 from trainer.outer.owner_reduce import stage_mean_payload, stage_statistics
 from trainer.outer.verdict import ContributionStatistics
 
@@ -62,6 +63,26 @@ class RecordedRound:
     """The contributing step's train loss (the round's ``RoundSignals``)."""
     verdicts: Sequence[ClusterVerdict]
     """The verdicts the record claims (the round is committed with these)."""
+
+    @classmethod
+    def of(
+        cls,
+        contributed: OuterStep,
+        applied: AppliedExchange,
+        payloads: Sequence[Sequence[torch.Tensor]],
+    ) -> RecordedRound:
+        """The round ``applied`` as a step's record names it: the quorum, data and train loss
+        of ``contributed`` (the step that contributed it), the verdicts it was applied with,
+        and ``payloads`` (per stage, in the quorum's cluster order)."""
+        first = contributed.data_ranges[0]
+        return cls(
+            round=applied.round,
+            clusters=list(contributed.quorum.clusters),
+            payloads=payloads,
+            data=RoundData(first_inner_step=first.first_inner_step, inner_steps=first.inner_steps),
+            mean_train_loss=contributed.metrics.get("train_loss", math.nan),
+            verdicts=applied.verdicts,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,14 +130,22 @@ def decoded_payloads(
     states: Sequence[Mapping[str, torch.Tensor]] | None,
     round: int,
     payloads: Mapping[tuple[int, int], bytes],
+    in_flight: RecordedRound | None = None,
 ) -> dict[tuple[int, int], dict[str, torch.Tensor]]:
     """What each (cluster, stage)'s payload of ``round`` sends, in parameter space: the
     pseudo-gradient it decodes to, by parameter name. The round's bases come from ``states``,
     every stage's outer state after the previous step (any cluster's: the bases are shared;
     None: the seed's, before step 0). ``veritrain reproduce`` decodes a recorded payload and
-    its re-execution this way to compare them tensor by tensor."""
+    its re-execution this way to compare them tensor by tensor.
+
+    ``in_flight``: the round the step applied before it contributed (the short overlap applies
+    round ``round − 1`` a few inner steps into round ``round``). Its exchange is what refreshes
+    the bases, so the state after the previous step holds none for ``round`` yet: the round is
+    committed first, with the verdicts its record claims, as the run did."""
     with _one_thread():
         loops = _stage_loops(config, states)
+        if in_flight is not None:
+            _commit_recorded(config, loops, in_flight)
         decoded = {}
         for (cluster, stage), payload in sorted(payloads.items()):
             if not 0 <= stage < len(loops) or not payload:
@@ -141,7 +170,7 @@ def _replay_round(
     config: TrainConfig, loops: Sequence[OuterLoop], recorded: RecordedRound, batches: ScoreBatches
 ) -> ReplayedRound:
     if config.outer.owner_reduce:
-        return _replay_owned_round(loops, recorded)
+        return _replay_owned_round(config, loops, recorded)
     r = recorded.round
     for loop in loops:
         loop.note_round_data(
@@ -189,18 +218,55 @@ def _replay_round(
             loop.rule_on(e, statistics, scores) for loop, e in zip(loops, examinations, strict=True)
         ]
         verdicts = per_stage[0]
-    signals = RoundSignals(mean_train_loss=recorded.mean_train_loss)
-    for loop, examination in zip(loops, examinations, strict=True):
-        scratch = [
-            torch.empty_like(p) for p in loop.outer.params
-        ]  # where the next round would start
-        loop.commit(examination, recorded.verdicts, scratch, signals)
+    _commit_recorded(config, loops, recorded, examinations)
     return ReplayedRound(
         round=r, digests=[list(e.digests) for e in examinations], verdicts=verdicts
     )
 
 
-def _replay_owned_round(loops: Sequence[OuterLoop], recorded: RecordedRound) -> ReplayedRound:
+def _commit_recorded(
+    config: TrainConfig,
+    loops: Sequence[OuterLoop],
+    recorded: RecordedRound,
+    examinations: Sequence[Examination] | None = None,
+) -> None:
+    """Every stage commits ``recorded`` with the verdicts its record claims (step 3 of the
+    module docstring); ``examinations``: the stages' own, when the caller has examined it."""
+    r, clusters = recorded.round, list(recorded.clusters)
+    signals = RoundSignals(mean_train_loss=recorded.mean_train_loss)
+    if config.outer.owner_reduce:
+        excluded = {v.cluster for v in recorded.verdicts if v.excluded}
+        included = [c not in excluded for c in clusters]
+        for loop, payloads in zip(loops, recorded.payloads, strict=True):
+            own = (
+                payloads[clusters.index(loop.cluster)] if loop.cluster in clusters else payloads[0]
+            )
+            loop.commit_mean(
+                r,
+                clusters=clusters,
+                digests=[payload_digest(p) for p in payloads],
+                verdicts=recorded.verdicts,
+                mean_payload=stage_mean_payload(loop, r, payloads, included),
+                own_payload=own,
+                local=[torch.empty_like(p) for p in loop.outer.params],
+                signals=signals,
+            )
+        return
+    if examinations is None:
+        examinations = [
+            loop.examine(r, payloads, clusters)
+            for loop, payloads in zip(loops, recorded.payloads, strict=True)
+        ]
+    for loop, examination in zip(loops, examinations, strict=True):
+        scratch = [
+            torch.empty_like(p) for p in loop.outer.params
+        ]  # where the next round would start
+        loop.commit(examination, recorded.verdicts, scratch, signals)
+
+
+def _replay_owned_round(
+    config: TrainConfig, loops: Sequence[OuterLoop], recorded: RecordedRound
+) -> ReplayedRound:
     """An owner-reduce round (owner_reduce.py) from every contributor's whole payload: every
     owner's statistics and mean share computed here, combined as the owners combined them."""
     r, clusters = recorded.round, list(recorded.clusters)
@@ -218,21 +284,7 @@ def _replay_owned_round(loops: Sequence[OuterLoop], recorded: RecordedRound) -> 
             for loop, d in zip(loops, digests, strict=True)
         ]
         verdicts = per_stage[0]
-    excluded = {v.cluster for v in recorded.verdicts if v.excluded}
-    included = [c not in excluded for c in clusters]
-    signals = RoundSignals(mean_train_loss=recorded.mean_train_loss)
-    for loop, payloads, d in zip(loops, recorded.payloads, digests, strict=True):
-        own = payloads[clusters.index(loop.cluster)] if loop.cluster in clusters else payloads[0]
-        loop.commit_mean(
-            r,
-            clusters=clusters,
-            digests=d,
-            verdicts=recorded.verdicts,
-            mean_payload=stage_mean_payload(loop, r, payloads, included),
-            own_payload=own,
-            local=[torch.empty_like(p) for p in loop.outer.params],
-            signals=signals,
-        )
+    _commit_recorded(config, loops, recorded)
     return ReplayedRound(round=r, digests=digests, verdicts=verdicts)
 
 

@@ -25,8 +25,9 @@ from storage.errors import StorageError
 from trainer.api import Reexecution
 from trainer.checkpoint_layout import CheckpointFiles, outer_file
 from trainer.config import TrainConfig
+from trainer.outer.algorithm import payload_digest
 from trainer.outer.errors import OuterStateError, PayloadError
-from trainer.outer.replay import decoded_payloads
+from trainer.outer.replay import RecordedRound, decoded_payloads
 from trainer.recorder import AppliedRound
 from veritrain.audit.comparison import Comparison
 from veritrain.audit.distance import global_distance, largest, tensor_distances
@@ -68,6 +69,7 @@ def compare_payloads(
     before: CheckpointFiles | None,
     choice: ModeChoice,
     cluster: int | None,
+    previous: OuterStep | None = None,
 ) -> set[Key]:
     """Under tolerance: every re-run (cluster, stage)'s recorded payload -- the object whose
     digest its cluster signed, read from the store and verified against that digest --
@@ -75,7 +77,9 @@ def compare_payloads(
     (trainer/outer/replay.py), tensor by tensor: ‖D' − D‖ / ‖D‖ <= bound, the payload's error
     against its own size (across precisions a stage's tensors at once). The commitments are
     the cluster's claims about its inner steps; this judges what it actually sent. Returns
-    the (cluster, stage)s that differ."""
+    the (cluster, stage)s that differ. ``previous``: the step before, whose round the short
+    overlap applies during this one -- the round this step's payloads are encoded on follows
+    from that exchange."""
     expected = _signed_payloads(recorded, cluster)
     disputed: set[Key] = set()
     missing = sorted(k for k in expected if k not in result.payloads)
@@ -89,14 +93,16 @@ def compare_payloads(
         return disputed
     states = _outer_states(before, config) if before is not None else None
     try:
+        in_flight = _round_in_flight(source, config, recorded, previous, before)
         signed = decoded_payloads(
             config,
             states,
             recorded.step,
             {k: read_verified(source, expected[k], PAYLOAD_LIMIT) for k in keys},
+            in_flight,
         )
         again = decoded_payloads(
-            config, states, recorded.step, {k: result.payloads[k] for k in keys}
+            config, states, recorded.step, {k: result.payloads[k] for k in keys}, in_flight
         )
     except (PayloadError, OuterStateError, StorageError, VeritrainError) as exc:
         comparison.mismatched.append(f"contributions: the recorded payloads do not decode: {exc}")
@@ -170,6 +176,51 @@ def compare_in_flight(comparison: Comparison, previous: OuterStep, result: Reexe
             f"round {previous.step} applied late from the state before: the payloads its "
             "clusters signed"
         )
+
+
+def _round_in_flight(
+    source: RunSource,
+    config: TrainConfig,
+    recorded: OuterStep,
+    previous: OuterStep | None,
+    before: CheckpointFiles | None,
+) -> RecordedRound | None:
+    """The previous step's round when this step applied it before contributing (the short
+    overlap, ``OuterConfig.apply_delay``), as its record says: the payloads its clusters
+    signed -- from the state before where a cluster's saved pending payload hashes to the
+    digest, else read from the store and verified -- and the verdicts it was applied with.
+    None for every other schedule: there the state before already holds the round's bases."""
+    if previous is None or before is None or config.outer.delay_in_use is None:
+        return None
+    applied = next((a for a in recorded.applied if a.round == previous.step), None)
+    if applied is None:
+        return None  # a warm-up round: applied in its own step
+    digests = {(c.cluster, c.stage): c.digest for c in applied.contribution_digests}
+    clusters = list(previous.quorum.clusters)
+    payloads = []
+    for stage in range(config.stages):
+        row = []
+        for c in clusters:
+            digest = digests.get((c, stage))
+            if digest is None:
+                raise ReproduceError(
+                    f"step {recorded.step} applied round {applied.round} without cluster {c}'s "
+                    f"stage {stage} payload, which its quorum contributed"
+                )
+            row.append(_payload(source, before, c, stage, applied.round, digest))
+        payloads.append(row)
+    return RecordedRound.of(previous, applied, payloads)
+
+
+def _payload(
+    source: RunSource, before: CheckpointFiles, cluster: int, stage: int, round_: int, digest: str
+) -> torch.Tensor:
+    """Cluster ``cluster``'s stage ``stage`` payload of ``round_`` whose digest is ``digest``."""
+    held = before.tensors.get(outer_file(cluster, stage), {}).get(f"pending.{round_}")
+    if held is not None and payload_digest(held) == digest:
+        return held
+    data = read_verified(source, digest, PAYLOAD_LIMIT)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
 
 def _signed_payloads(recorded: OuterStep, cluster: int | None) -> dict[Key, str]:

@@ -54,6 +54,8 @@ from trainer.data.assignment import AssignmentRule
 from trainer.data.tokenizer import Tokenizer
 from trainer.execution import Execution
 from trainer.hf_repo import REPO_METADATA, as_format_1
+from trainer.outer.contribution_score import RoundData, own_inner_steps
+from trainer.outer.verdict import score_seed
 from trainer.recorder import TIMING_METRICS
 from veritrain.audit.comparison import Bisection, Comparison
 from veritrain.audit.contributions import (
@@ -164,7 +166,7 @@ def reproduce_step(
             eval_windows=_eval_batches(config) * rule.sequences_per_step if applies else 0,
         )
         if applies:
-            _add_scored_windows(windows, rule, run, recorded)
+            _add_scored_windows(windows, rule, run, recorded, config)
         data = download_windows(
             counting, manifest, windows, window_tokens=rule.context + 1, directory=work / "data"
         )
@@ -208,7 +210,7 @@ def reproduce_step(
             disputed = compare_contribution_digests(comparison, recorded, result, cluster)
         else:
             disputed = compare_payloads(
-                comparison, counting, config, recorded, result, before, choice, cluster
+                comparison, counting, config, recorded, result, before, choice, cluster, previous
             )
         if bisect:
             comparison.bisection = _bisection(
@@ -264,21 +266,47 @@ def _eval_batches(config: TrainConfig) -> int:
 
 
 def _add_scored_windows(
-    windows: dict[int, set[int]], rule: AssignmentRule, run: RecordedRun, recorded: OuterStep
+    windows: dict[int, set[int]],
+    rule: AssignmentRule,
+    run: RecordedRun,
+    recorded: OuterStep,
+    config: TrainConfig,
 ) -> None:
-    """The windows of every round the step applies, for every cluster of its quorum: the
-    verdicts score each contribution on batches of its own data for the round
-    (trainer/outer/contribution_score.py picks which; all of them are fetched)."""
+    """The windows the verdicts score each contribution of every round the step applies on:
+    for every cluster of the round's quorum, the ``anomaly_own_batches`` inner steps of its own
+    data that the round's payload digests pick (trainer/outer/contribution_score.py,
+    ``own_inner_steps``; the seed is ``score_seed`` of the digests the step's record names, so
+    they are known before anything runs). A record that does not name every (cluster, stage)
+    payload gets every window of the round (the re-execution then says what is wrong)."""
+    outer = config.outer
+    if not (outer.anomaly_checks and outer.contribution_scores):
+        return
     for applied in recorded.applied:
-        for data_range in run.step(applied.round).data_ranges:
-            more = windows_read(
-                rule,
-                clusters=[data_range.cluster],
-                first_inner_step=data_range.first_inner_step,
-                inner_steps=data_range.inner_steps,
+        digests = {(c.cluster, c.stage): c.digest for c in applied.contribution_digests}
+        clusters = sorted({cluster for cluster, _ in digests})
+        named = all((c, s) in digests for c in clusters for s in range(config.stages))
+        seed = (
+            score_seed(
+                applied.round, [[digests[(c, s)] for s in range(config.stages)] for c in clusters]
             )
-            for shard, starts in more.items():
-                windows.setdefault(shard, set()).update(starts)
+            if named
+            else None
+        )
+        for data_range in run.step(applied.round).data_ranges:
+            data = RoundData(
+                first_inner_step=data_range.first_inner_step, inner_steps=data_range.inner_steps
+            )
+            picked = (
+                own_inner_steps(seed, data_range.cluster, data, outer.anomaly_own_batches)
+                if seed is not None
+                else range(data.first_inner_step, data.first_inner_step + data.inner_steps)
+            )
+            for inner_step in picked:
+                more = windows_read(
+                    rule, clusters=[data_range.cluster], first_inner_step=inner_step, inner_steps=1
+                )
+                for shard, starts in more.items():
+                    windows.setdefault(shard, set()).update(starts)
 
 
 def _payloads_in_flight(

@@ -23,7 +23,6 @@
 
 from __future__ import annotations
 
-import math
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -40,7 +39,6 @@ from trainer.config import TrainConfig
 from trainer.data.reader import BatchReader
 from trainer.errors import TrainerError
 from trainer.outer import payload_digest
-from trainer.outer.contribution_score import RoundData
 from trainer.outer.errors import OuterError
 from trainer.outer.replay import RecordedRound, ReplayedStep, replay_step
 from trainer.outer.verdict import Measures, VerdictHistory, VerdictRule, decide
@@ -319,15 +317,7 @@ def _recorded_round(
                 f"its quorum {clusters}, got {sorted(gathered)}"
             )
         payloads.append([gathered[c] for c in clusters])
-    first = contributed.data_ranges[0]
-    return RecordedRound(
-        round=applied.round,
-        clusters=clusters,
-        payloads=payloads,
-        data=RoundData(first_inner_step=first.first_inner_step, inner_steps=first.inner_steps),
-        mean_train_loss=contributed.metrics.get("train_loss", math.nan),
-        verdicts=applied.verdicts,
-    )
+    return RecordedRound.of(contributed, applied, payloads)
 
 
 def _compare_verdicts(
