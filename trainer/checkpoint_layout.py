@@ -134,6 +134,15 @@ class CheckpointFiles:
         return cls(tensors, documents)
 
 
+def saved_payload(
+    files: CheckpointFiles, *, cluster: int, stage: int, round_: int
+) -> torch.Tensor | None:
+    """Cluster ``cluster``'s stage ``stage`` payload of round ``round_`` as its saved outer state
+    holds it while the round is in flight (trainer/outer/algorithm.py keeps it as
+    ``pending.<round>``); None when ``files`` hold no such state or payload."""
+    return files.tensors.get(outer_file(cluster, stage), {}).get(f"pending.{round_}")
+
+
 def load_checkpoint_directory(directory: Path) -> CheckpointFiles:
     """Every state file of a checkpoint folder (what ``LocalDirectoryRecorder`` writes): each
     ``.safetensors`` file and each JSON file but the model index, which is derived from the

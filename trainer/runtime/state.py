@@ -28,6 +28,7 @@ from trainer.checkpoint_layout import (
     inner_file,
     model_file,
     outer_file,
+    saved_payload,
 )
 from trainer.errors import CheckpointError
 from trainer.model import TIED_HEAD, StageModel
@@ -243,9 +244,9 @@ def process_subset(
     if pending is not None:
         payloads = {}
         for c in sorted({c for c, s, _ in Cursor.from_dict(cursor).pending_digests if s == stage}):
-            saved = files.tensors.get(outer_file(c, stage), {})
-            if f"pending.{pending}" in saved:
-                payloads[str(c)] = saved[f"pending.{pending}"]
+            saved = saved_payload(files, cluster=c, stage=stage, round_=pending)
+            if saved is not None:
+                payloads[str(c)] = saved
         tensors[PENDING_PAYLOADS] = payloads
     return CheckpointFiles(tensors, dict(files.json))
 

@@ -23,7 +23,7 @@ import torch
 from records import OuterStep
 from storage.errors import StorageError
 from trainer.api import Reexecution
-from trainer.checkpoint_layout import CheckpointFiles, outer_file
+from trainer.checkpoint_layout import CheckpointFiles, outer_file, saved_payload
 from trainer.config import TrainConfig
 from trainer.outer.algorithm import payload_digest
 from trainer.outer.errors import OuterStateError, PayloadError
@@ -70,6 +70,7 @@ def compare_payloads(
     choice: ModeChoice,
     cluster: int | None,
     previous: OuterStep | None = None,
+    fetched: Mapping[str, bytes] | None = None,
 ) -> set[Key]:
     """Under tolerance: every re-run (cluster, stage)'s recorded payload -- the object whose
     digest its cluster signed, read from the store and verified against that digest --
@@ -78,8 +79,9 @@ def compare_payloads(
     against its own size (across precisions a stage's tensors at once). The commitments are
     the cluster's claims about its inner steps; this judges what it actually sent. Returns
     the (cluster, stage)s that differ. ``previous``: the step before, whose round the short
-    overlap applies during this one -- the round this step's payloads are encoded on follows
-    from that exchange."""
+    overlap applies during this one -- the bases this step's payloads are encoded on follow
+    from that exchange; ``fetched``: payloads of that round the caller already read from the
+    store, by digest (verified)."""
     expected = _signed_payloads(recorded, cluster)
     disputed: set[Key] = set()
     missing = sorted(k for k in expected if k not in result.payloads)
@@ -93,7 +95,7 @@ def compare_payloads(
         return disputed
     states = _outer_states(before, config) if before is not None else None
     try:
-        in_flight = _round_in_flight(source, config, recorded, previous, before)
+        in_flight = _round_in_flight(source, config, recorded, previous, before, fetched or {})
         signed = decoded_payloads(
             config,
             states,
@@ -184,11 +186,13 @@ def _round_in_flight(
     recorded: OuterStep,
     previous: OuterStep | None,
     before: CheckpointFiles | None,
+    fetched: Mapping[str, bytes],
 ) -> RecordedRound | None:
     """The previous step's round when this step applied it before contributing (the short
     overlap, ``OuterConfig.apply_delay``), as its record says: the payloads its clusters
     signed -- from the state before where a cluster's saved pending payload hashes to the
-    digest, else read from the store and verified -- and the verdicts it was applied with.
+    digest, else from ``fetched`` or the store (verified) -- and the verdicts it was applied
+    with.
     None for every other schedule: there the state before already holds the round's bases."""
     if previous is None or before is None or config.outer.delay_in_use is None:
         return None
@@ -207,19 +211,25 @@ def _round_in_flight(
                     f"step {recorded.step} applied round {applied.round} without cluster {c}'s "
                     f"stage {stage} payload, which its quorum contributed"
                 )
-            row.append(_payload(source, before, c, stage, applied.round, digest))
+            row.append(_payload(source, before, fetched, c, stage, applied.round, digest))
         payloads.append(row)
     return RecordedRound.of(previous, applied, payloads)
 
 
 def _payload(
-    source: RunSource, before: CheckpointFiles, cluster: int, stage: int, round_: int, digest: str
+    source: RunSource,
+    before: CheckpointFiles,
+    fetched: Mapping[str, bytes],
+    cluster: int,
+    stage: int,
+    round_: int,
+    digest: str,
 ) -> torch.Tensor:
     """Cluster ``cluster``'s stage ``stage`` payload of ``round_`` whose digest is ``digest``."""
-    held = before.tensors.get(outer_file(cluster, stage), {}).get(f"pending.{round_}")
+    held = saved_payload(before, cluster=cluster, stage=stage, round_=round_)
     if held is not None and payload_digest(held) == digest:
         return held
-    data = read_verified(source, digest, PAYLOAD_LIMIT)
+    data = fetched[digest] if digest in fetched else read_verified(source, digest, PAYLOAD_LIMIT)
     return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
 

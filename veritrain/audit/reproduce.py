@@ -210,7 +210,16 @@ def reproduce_step(
             disputed = compare_contribution_digests(comparison, recorded, result, cluster)
         else:
             disputed = compare_payloads(
-                comparison, counting, config, recorded, result, before, choice, cluster, previous
+                comparison,
+                counting,
+                config,
+                recorded,
+                result,
+                before,
+                choice,
+                cluster,
+                previous,
+                payloads,
             )
         if bisect:
             comparison.bisection = _bisection(
