@@ -256,16 +256,11 @@ class _Process:
             self.reporting.announce(step)
         n_clusters = len(members.members) if members is not None else 1
         group = self.connections.membership.process_group() if members is not None else None
-        delay = self.sync.apply_delay if self.sync is not None else None
+        apply_after = None
+        if self.sync is not None and self.sync.apply_delay is not None:
+            apply_after = (self.sync.apply_delay, self.sync.apply_pending)  # the short overlap
         done = self.inner_round.run(
-            step,
-            before.inner_steps_done,
-            H,
-            group,
-            n_clusters,
-            apply_after=(delay, self.sync.apply_pending)
-            if self.sync is not None and delay is not None
-            else None,
+            step, before.inner_steps_done, H, group, n_clusters, apply_after=apply_after
         )
         numbers = self.inner_round.cluster_numbers(
             done, inner_steps=H, previous_comm_seconds=self.last_comm_seconds
