@@ -11,10 +11,13 @@ from dataclasses import replace
 import pytest
 from e2e.recorded_runs import small_run_config
 
+from trainer.checkpoint_layout import CheckpointFiles
 from trainer.config import with_overrides
 from trainer.execution import Execution
-from veritrain.audit.reproduce import reproduce_step
+from veritrain.audit.contributions import round_in_flight
+from veritrain.audit.reproduce import reproduce_step, verified_run
 from veritrain.audit.verify import verify_run
+from veritrain.errors import ReproduceError
 from veritrain.record.training import train_recorded
 from veritrain.settings import Settings, load_settings
 from veritrain.sources import DirectSource
@@ -74,3 +77,29 @@ def test_under_tolerance_the_payloads_decode_on_the_bases_the_mid_round_apply_ma
         m.startswith("contribution of cluster 1 stage 1 (") and "of the recorded payload" in m
         for m in comparison.matched
     ), comparison.render()
+
+
+def test_a_mid_round_apply_without_a_quorum_clusters_payload_is_refused(
+    short_run: Settings,
+) -> None:
+    """Defence in depth behind verify's check 6: a step whose record says it applied the
+    previous round without one of that round's quorum payloads cannot be decoded as recorded
+    (its payloads sit on bases that exchange made), so reproduce names what is missing instead
+    of decoding on a guess. The edit is made in memory: on the ledger it would need re-signing."""
+    with DirectSource(short_run) as source:
+        run, config = verified_run(source, RUN_ID)
+        previous, recorded = run.step(0), run.step(1)
+        edited = replace(
+            recorded,
+            applied=tuple(
+                replace(
+                    a,
+                    contribution_digests=tuple(c for c in a.contribution_digests if c.cluster != 0),
+                )
+                for a in recorded.applied
+            ),
+        )
+        empty = CheckpointFiles()  # no saved pending payloads: they are read from the store
+        assert round_in_flight(source, config, recorded, previous, empty, {}) is not None
+        with pytest.raises(ReproduceError, match="applied round 0 without cluster 0's stage 0"):
+            round_in_flight(source, config, edited, previous, empty, {})

@@ -95,7 +95,7 @@ def compare_payloads(
         return disputed
     states = _outer_states(before, config) if before is not None else None
     try:
-        in_flight = _round_in_flight(source, config, recorded, previous, before, fetched or {})
+        in_flight = round_in_flight(source, config, recorded, previous, before, fetched or {})
         signed = decoded_payloads(
             config,
             states,
@@ -180,7 +180,7 @@ def compare_in_flight(comparison: Comparison, previous: OuterStep, result: Reexe
         )
 
 
-def _round_in_flight(
+def round_in_flight(
     source: RunSource,
     config: TrainConfig,
     recorded: OuterStep,
