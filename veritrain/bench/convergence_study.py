@@ -212,6 +212,16 @@ LEVERS: list[tuple[str, str, Callable[[OuterConfig], OuterConfig]]] = [
         lambda c: replace(c, outer_lr=0.7, outer_momentum=0.5, sync_rounds=2),
     ),
     (
+        "short-overlap",
+        "outer lr 0.7, Nesterov 0.5, each round applied 3 inner steps into the next (apply_delay)",
+        lambda c: replace(c, outer_lr=0.7, outer_momentum=0.5, apply_delay=3),
+    ),
+    (
+        "short-overlap-int2",
+        "... with int2 factors and int8 small tensors (the tiny preset's DiLoCoX now)",
+        lambda c: replace(c, outer_lr=0.7, outer_momentum=0.5, apply_delay=3, bits=2, dense_bits=8),
+    ),
+    (
         "blocking",
         "no one-step-delay overlap (lr 0.5 / 0.8 kept)",
         lambda c: replace(c, overlap=False, outer_lr=c.lr, outer_momentum=c.momentum),

@@ -36,6 +36,19 @@ def test_levers_change_the_tiny_study_reference_at_tiny_and_the_presets_own_else
     assert (warm_up.bits, warm_up.dense_bits) == (qwen.outer.bits, qwen.outer.dense_bits)
 
 
+def test_the_short_overlap_levers_rebuild_tiny_from_the_study_reference() -> None:
+    """At tiny the two short-overlap levers, one change each to the reference, end at the
+    preset's DiLoCoX (so a wider preset's study can apply tiny's outer step and bits alone)."""
+    tiny = run_preset("tiny")
+    arms = {arm.name: arm.outer for arm in study_arms(tiny, levers=True)}
+    assert arms["short-overlap-int2"] == arms["dilocox"] == replace(tiny.outer, kind="dilocox")
+    wide = run_preset("tiny-wide")
+    short = {arm.name: arm.outer for arm in study_arms(wide, levers=True)}["short-overlap"]
+    assert short == replace(
+        wide.outer, kind="dilocox", outer_lr=0.7, outer_momentum=0.5, apply_delay=3
+    )
+
+
 def test_an_unknown_arm_is_named_in_the_error() -> None:
     with pytest.raises(BenchError, match="got no-such-lever"):
         ConvergenceStudyConfig(arms=("diloco", "no-such-lever"))
