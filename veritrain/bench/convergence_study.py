@@ -264,9 +264,14 @@ LEVERS: list[tuple[str, str, Callable[[OuterConfig], OuterConfig]]] = [
     ),
     (
         "blocking-lr1-m0-adaptive",
-        "... adaptive rank (spectral energy 0.995, up to 32)",
+        "... adaptive rank (spectral energy 0.995, up to 32 or the preset's rank if higher)",
         lambda c: replace(
-            c, overlap=False, outer_lr=1.0, outer_momentum=0.0, adaptive_rank=True, max_rank=32
+            c,
+            overlap=False,
+            outer_lr=1.0,
+            outer_momentum=0.0,
+            adaptive_rank=True,
+            max_rank=max(32, c.rank),
         ),
     ),
     (

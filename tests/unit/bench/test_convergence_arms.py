@@ -12,6 +12,7 @@ from unit.veritrain_in_process import run_veritrain
 
 from trainer.presets import run_preset
 from veritrain.bench.convergence_study import (
+    LEVERS,
     PREVIOUS_TINY,
     ConvergenceStudyConfig,
     study_arms,
@@ -38,15 +39,21 @@ def test_levers_change_the_tiny_study_reference_at_tiny_and_the_presets_own_else
 
 def test_the_short_overlap_levers_rebuild_tiny_from_the_study_reference() -> None:
     """At tiny the two short-overlap levers, one change each to the reference, end at the
-    preset's DiLoCoX (so a wider preset's study can apply tiny's outer step and bits alone)."""
+    preset's DiLoCoX; at another preset they apply tiny's outer step to that preset's own."""
     tiny = run_preset("tiny")
     arms = {arm.name: arm.outer for arm in study_arms(tiny, levers=True)}
     assert arms["short-overlap-int2"] == arms["dilocox"] == replace(tiny.outer, kind="dilocox")
-    wide = run_preset("tiny-wide")
-    short = {arm.name: arm.outer for arm in study_arms(wide, levers=True)}["short-overlap"]
-    assert short == replace(
-        wide.outer, kind="dilocox", outer_lr=0.7, outer_momentum=0.5, apply_delay=3
-    )
+    qwen = run_preset("qwen2-12m")
+    short = {arm.name: arm.outer for arm in study_arms(qwen, levers=True)}["short-overlap"]
+    assert short == replace(qwen.outer, outer_lr=0.7, outer_momentum=0.5, apply_delay=3)
+
+
+def test_every_lever_builds_at_every_cpu_preset() -> None:
+    """A lever is one change to the preset's own DiLoCoX, and it must make a valid one: the
+    adaptive-rank lever at tiny-wide (rank 72) keeps its bound above the preset's rank."""
+    for name in ("tiny", "tiny-wide", "small", "qwen2-12m"):
+        arms = study_arms(run_preset(name), levers=True)
+        assert len(arms) == 3 + len(LEVERS), name
 
 
 def test_an_unknown_arm_is_named_in_the_error() -> None:
