@@ -178,7 +178,8 @@ RUN_PRESETS: dict[str, TrainConfig] = {
     # instead of bits -- int2 factors at rank 72 (int8 norms and biases), 1,036x fewer bytes
     # than AllReduce, where int4 at rank 28 (the width study's setting, before) was 1,283x. At
     # T = 40 x H = 25 the simulated gap to AllReduce falls from 0.088 / 0.082 / 0.074 (the
-    # outer algorithm's defaults) to 0.054 / 0.029 / 0.037 (seeds 0 / 1 / 2).
+    # outer algorithm's defaults, at the inner schedule below) to 0.054 / 0.029 / 0.037 (seeds
+    # 0 / 1 / 2).
     "tiny-wide": replace(
         _TINY_RUN,
         preset="tiny-wide",
