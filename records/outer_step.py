@@ -322,6 +322,11 @@ class AppliedExchange:
     """One per cluster, in cluster order, the same in every stage (empty when the checks are
     off); ``veritrain verify`` recomputes them."""
 
+    def combined_digests(self) -> dict[tuple[int, int], str]:
+        """(cluster, stage) -> digest of each payload this exchange combined (a key named twice
+        keeps its last digest)."""
+        return {(c.cluster, c.stage): c.digest for c in self.contribution_digests}
+
     def to_payload(self) -> dict[str, Any]:
         return {
             "round": self.round,

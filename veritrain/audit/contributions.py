@@ -199,7 +199,7 @@ def round_in_flight(
     applied = next((a for a in recorded.applied if a.round == previous.step), None)
     if applied is None:
         return None  # a warm-up round: applied in its own step
-    digests = {(c.cluster, c.stage): c.digest for c in applied.contribution_digests}
+    digests = applied.combined_digests()
     clusters = list(previous.quorum.clusters)
     payloads = []
     for stage in range(config.stages):

@@ -291,7 +291,7 @@ def _add_scored_windows(
     if not (outer.anomaly_checks and outer.contribution_scores):
         return
     for applied in recorded.applied:
-        digests = {(c.cluster, c.stage): c.digest for c in applied.contribution_digests}
+        digests = applied.combined_digests()
         clusters = sorted({cluster for cluster, _ in digests})
         named = all((c, s) in digests for c in clusters for s in range(config.stages))
         seed = (

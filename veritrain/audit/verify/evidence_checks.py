@@ -341,7 +341,7 @@ def _check_applied(
     result = report.check(6)
     for applied in step.applied:
         round_ = applied.round
-        used = {(c.cluster, c.stage): c.digest for c in applied.contribution_digests}
+        used = applied.combined_digests()
         if round_ not in signed or round_ > step.step:
             result.fail(
                 f"applies the exchange of round {round_}, which no step before it signed",
