@@ -52,7 +52,7 @@ def test_quick_study_reports_each_methods_gap_per_outer_step_and_draws_it(tmp_pa
     assert arms["dilocox"]["bytes_ratio"] > 10 * arms["diloco"]["bytes_ratio"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The inner schedule every arm trained with is reported: the preset's.
-    assert data["inner"] == {"lr": 6e-3, "warmup_steps": 120}
+    assert data["inner"] == {"lr": 6e-3, "warmup_steps": 120, "beta1": 0.8}
     # The held-out loss is read over every held-out window (whole batches of 8 windows of 64
     # tokens: 504 of tiny's 510), not over the preset's first 4 batches (2,048 tokens of one file).
     assert data["eval_tokens"] == 504 * 64
@@ -61,8 +61,8 @@ def test_quick_study_reports_each_methods_gap_per_outer_step_and_draws_it(tmp_pa
 
 def test_rounds_of_unequal_length_and_the_inner_schedule_are_options(tmp_path: Path):
     """``--rounds`` trains rounds of the given lengths (the same tokens as T x H when they add
-    up to it) and ``--inner-lr`` / ``--warmup-steps`` set every arm's inner schedule: how
-    docs/benchmarks.md's baseline grid and first-round lever are re-run."""
+    up to it) and ``--inner-lr`` / ``--warmup-steps`` / ``--beta1`` set every arm's inner
+    optimiser: how docs/benchmarks.md's baseline grids and first-round lever are re-run."""
     completed = run_veritrain(
         [
             "bench",
@@ -78,16 +78,20 @@ def test_rounds_of_unequal_length_and_the_inner_schedule_are_options(tmp_path: P
             "2e-3",
             "--warmup-steps",
             "3",
+            "--beta1",
+            "0.7",
         ],
         cwd=tmp_path,
     )
     assert completed.returncode == 0, completed.stderr
     data = json.loads(completed.stdout)
     assert data["schedule"] == {"outer_steps": 3, "inner_steps": 4, "rounds": [6, 3, 3]}
-    assert data["inner"] == {"lr": 2e-3, "warmup_steps": 3}
+    assert data["inner"] == {"lr": 2e-3, "warmup_steps": 3, "beta1": 0.7}
     arms = {arm["name"]: arm for arm in data["arms"]}
     assert list(arms) == ["allreduce", "dilocox"]
     # Every arm is evaluated where each round ends, AllReduce too, so the gaps are at equal tokens.
     for arm in arms.values():
         assert [step for step, _ in arm["seeds"]["0"]["curve"]] == [6, 9, 12]
-    assert "T=3 rounds of H=6,3,3, inner lr 0.002 after 3 warm-up steps" in completed.stderr
+    assert (
+        "T=3 rounds of H=6,3,3, inner lr 0.002 after 3 warm-up steps, beta1 0.7" in completed.stderr
+    )

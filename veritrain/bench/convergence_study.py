@@ -104,6 +104,8 @@ class ConvergenceStudyConfig:
     """The inner AdamW's peak learning rate of every arm (default: the preset's)."""
     warmup_steps: int | None = None
     """Its linear warm-up in inner steps (default: the preset's)."""
+    beta1: float | None = None
+    """Its first-moment decay β₁ (default: the preset's)."""
     rounds: tuple[int, ...] = ()
     """H of each round, for rounds of unequal length (the simulator only: the trainer's H is one
     number); T is their count. Every arm trains their sum, AllReduce evaluated at the same
@@ -124,6 +126,8 @@ class ConvergenceStudyConfig:
             raise BenchError(f"expected --inner-lr > 0, got {self.inner_lr}")
         if self.warmup_steps is not None and self.warmup_steps < 0:
             raise BenchError(f"expected --warmup-steps >= 0, got {self.warmup_steps}")
+        if self.beta1 is not None and not 0.0 <= self.beta1 < 1.0:
+            raise BenchError(f"expected --beta1 in [0, 1), got {self.beta1}")
         if self.device == "cuda" and not torch.cuda.is_available():
             raise BenchError("--device cuda asks for a GPU, but torch sees no CUDA device")
         known = {"allreduce", "diloco", "dilocox", *(name for name, _, _ in LEVERS)}
@@ -297,6 +301,7 @@ def run_convergence_study(
         warmup_steps=(
             preset.inner.warmup_steps if config.warmup_steps is None else config.warmup_steps
         ),
+        beta1=preset.inner.beta1 if config.beta1 is None else config.beta1,
     )
     base = replace(
         preset,
@@ -314,7 +319,8 @@ def run_convergence_study(
     words = _schedule_words(schedule.outer_steps, schedule.inner_steps, schedule.rounds)
     say(
         f"{len(arms)} arms x {len(config.seeds)} seeds at {config.preset}: {words}, inner lr "
-        f"{inner.lr:g} after {inner.warmup_steps} warm-up steps, held-out loss over "
+        f"{inner.lr:g} after {inner.warmup_steps} warm-up steps, beta1 {inner.beta1:g}, "
+        "held-out loss over "
         f"{eval_tokens(base):,} tokens, {config.jobs} at a time"
     )
     started = time.monotonic()
@@ -431,7 +437,11 @@ def _assemble(
             "inner_steps": schedule.inner_steps,
             **({"rounds": list(schedule.rounds)} if schedule.rounds else {}),
         },
-        "inner": {"lr": base.inner.lr, "warmup_steps": base.inner.warmup_steps},
+        "inner": {
+            "lr": base.inner.lr,
+            "warmup_steps": base.inner.warmup_steps,
+            "beta1": base.inner.beta1,
+        },
         "eval_tokens": eval_tokens(base),
         "seeds": list(seeds),
         "arms": rows,
@@ -454,7 +464,7 @@ class ConvergenceStudyResult:
             f"convergence: {d['preset']}, {d['parameters']:,} parameters, {d['clusters']} "
             f"clusters, {_schedule_words(steps, sched['inner_steps'], sched.get('rounds', ()))}, "
             f"inner lr {d['inner']['lr']:g} after "
-            f"{d['inner']['warmup_steps']} warm-up steps, seeds "
+            f"{d['inner']['warmup_steps']} warm-up steps, beta1 {d['inner']['beta1']:g}, seeds "
             f"{', '.join(map(str, d['seeds']))}",
             "  loss gap to AllReduce at equal tokens (mean over seeds) after outer step t:",
             f"  {'arm':28} "

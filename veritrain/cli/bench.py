@@ -156,6 +156,10 @@ def convergence(
         int | None,
         typer.Option(min=0, help="Inner warm-up steps of every arm (default: the preset's)."),
     ] = None,
+    beta1: Annotated[
+        float | None,
+        typer.Option(help="Inner AdamW beta1 of every arm (default: the preset's)."),
+    ] = None,
     rounds: Annotated[
         str | None,
         typer.Option(
@@ -183,6 +187,7 @@ def convergence(
         arms=tuple(arm or ()),
         inner_lr=inner_lr,
         warmup_steps=warmup_steps,
+        beta1=beta1,
         rounds=_round_lengths(rounds),
     )
     _print(run_convergence_study(config, say=_say), json_output)
