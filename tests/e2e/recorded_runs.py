@@ -35,8 +35,8 @@ def with_light_extras(config: TrainConfig) -> TrainConfig:
 
 
 def with_short_warm_up(config: TrainConfig) -> TrainConfig:
-    """``config`` with the default inner schedule (a peak of 3e-3 after 10 steps) instead of the
-    tiny preset's 6e-3 after 120 (tuned for `bench comm --quick`'s 200 inner steps,
+    """``config`` with the default inner optimiser (a peak of 3e-3 after 10 steps, β₁ 0.9) instead
+    of the tiny preset's 6e-3 after 120, β₁ 0.8 (tuned for `bench comm --quick`'s 200 inner steps,
     docs/benchmarks.md). A test run of 12-16 inner steps would end inside that warm-up, at a
     seventh of the peak; tests that need such a run to learn -- its held-out loss falling by a
     nat, a 100x update measurably hurting it -- train at the short schedule."""
