@@ -387,7 +387,7 @@ def main() -> None:
         help="diloco: the preset's outer step without compression",
     )
     parser.add_argument("--inner-lr", type=float, help="the inner peak lr (the preset's: 6e-3)")
-    parser.add_argument("--outer-lr", type=float, help="the outer lr (the preset's: 0.7)")
+    parser.add_argument("--outer-lr", type=float, help="the outer lr (the preset's: 0.9)")
     parser.add_argument(
         "--outer-momentum", type=float, help="the outer Nesterov momentum (the preset's: 0.5)"
     )
