@@ -39,12 +39,13 @@ def test_levers_change_the_tiny_study_reference_at_tiny_and_the_presets_own_else
 
 def test_the_short_overlap_levers_rebuild_tiny_from_the_study_reference() -> None:
     """At tiny the two short-overlap levers, one change each to the reference, end at the
-    preset's DiLoCoX but for its outer lr (0.9 since the inner β₁ was tuned; the levers keep the
-    0.7 they were measured at); at another preset they apply that outer step to its own."""
+    preset's DiLoCoX but for its outer lr (the preset's since the inner β₁ was tuned; the levers
+    keep the 0.7 they were measured at); at another preset they apply that outer step to its own."""
     tiny = run_preset("tiny")
     arms = {arm.name: arm.outer for arm in study_arms(tiny, levers=True)}
     assert arms["dilocox"] == replace(tiny.outer, kind="dilocox")
-    assert replace(arms["short-overlap-int2"], outer_lr=0.9) == arms["dilocox"]
+    assert arms["short-overlap-int2"].outer_lr == 0.7
+    assert replace(arms["short-overlap-int2"], outer_lr=tiny.outer.outer_lr) == arms["dilocox"]
     qwen = run_preset("qwen2-12m")
     short = {arm.name: arm.outer for arm in study_arms(qwen, levers=True)}["short-overlap"]
     assert short == replace(qwen.outer, outer_lr=0.7, outer_momentum=0.5, apply_delay=3)
@@ -78,6 +79,7 @@ def test_a_device_other_than_cpu_or_cuda_is_refused() -> None:
         ({"rounds": (10, 0)}, "expected every round >= 1 inner step, got [10, 0]"),
         ({"inner_lr": 0.0}, "expected --inner-lr > 0, got 0.0"),
         ({"warmup_steps": -1}, "expected --warmup-steps >= 0, got -1"),
+        ({"beta1": 1.0}, "expected --beta1 in [0, 1), got 1.0"),
     ],
 )
 def test_a_schedule_the_study_cannot_train_is_refused_by_name(
