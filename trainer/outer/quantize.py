@@ -75,7 +75,14 @@ def decode(data: torch.Tensor, numel: int, *, bits: int, block: int) -> torch.Te
     """Inverse of :func:`encode`: ``numel`` fp32 values (flat)."""
     if bits in QUANTIZED_BITS:
         return dequantize(data.contiguous(), numel, bits=bits, block=block)
-    return data.contiguous().view(_float_dtype(bits)).to(torch.float32)
+    return _aligned(data).view(_float_dtype(bits)).to(torch.float32)
+
+
+def _aligned(data: torch.Tensor) -> torch.Tensor:
+    """``data`` in storage of its own: a segment sliced out of a payload starts wherever the
+    segments before it ended (an int8 tensor of an odd number of blocks ends 2 bytes past a
+    multiple of 4), and ``Tensor.view`` to a wider dtype refuses an offset it cannot align."""
+    return data.clone(memory_format=torch.contiguous_format)
 
 
 def _float_dtype(bits: int) -> torch.dtype:
@@ -120,7 +127,7 @@ def dequantize(data: torch.Tensor, numel: int, *, bits: int, block: int) -> torc
     code_bytes = blocks * block * bits // 8
     raw, scale_bytes = data[:code_bytes], data[code_bytes:]
     codes = raw.view(torch.int8) if bits == 8 else unpack_codes(raw, bits)
-    scale = scale_bytes.contiguous().view(torch.bfloat16).to(torch.float32)
+    scale = _aligned(scale_bytes).view(torch.bfloat16).to(torch.float32)
     steps = codes.to(torch.float32) + (0.5 if bits == 2 else 0.0)  # int2 levels are midrise
     values = steps.view(blocks, block) * scale[:, None]
     return values.reshape(-1)[:numel]

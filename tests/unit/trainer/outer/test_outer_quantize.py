@@ -109,6 +109,23 @@ def test_encode_round_trips_at_every_width_the_codec_sends(bits):
         )
 
 
+@pytest.mark.parametrize("offset", [1, 2, 3])
+@pytest.mark.parametrize("bits", [32, 16, 8, 2])
+def test_a_segment_decodes_wherever_it_starts_in_the_payload(bits, offset):
+    """A payload is the codec's segments end to end, and a segment after an int8 tensor of an
+    odd number of blocks (66 bytes each) starts 2 bytes past a multiple of 4: fp32 factors
+    sent after int8 norms once failed to decode there ("storage_offset() must be divisible by
+    4")."""
+    values = torch.randn(100, generator=torch.Generator().manual_seed(bits))
+    data = encode(values, bits=bits, block=64)
+    payload = torch.cat([torch.zeros(offset, dtype=torch.uint8), data])
+    segment = payload[offset:]
+    assert segment.storage_offset() == offset
+    assert torch.equal(
+        decode(segment, 100, bits=bits, block=64), decode(data, 100, bits=bits, block=64)
+    )
+
+
 def test_a_width_it_does_not_send_is_refused():
     with pytest.raises(PayloadError, match="expected 2, 4, 8, 16 or 32 bits per element, got 12"):
         encoded_length(10, bits=12, block=64)
