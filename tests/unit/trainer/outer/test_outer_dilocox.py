@@ -226,6 +226,25 @@ def test_int2_factors_and_int8_whole_tensors_decode_within_their_quantisers_erro
         assert 0.05 < factor_error / factor_norm < 0.2
 
 
+def test_fp32_factors_after_an_int8_norm_decode_exactly():
+    """A norm of 64 elements is one int8 block, 66 bytes, so the factors after it start 2 bytes
+    past a multiple of 4; at ``bits=32`` they once failed to decode there."""
+    g = torch.Generator().manual_seed(7)
+    params = [("ln.weight", torch.ones(64)), ("fc.weight", torch.randn(64, 64, generator=g) * 0.02)]
+    config = compressed(rank=8, max_rank=8, bits=32, dense_bits=8, **PLAIN_SGD)
+    algo = build_clusters(config, params, n_clusters=1)[0]
+    local = start_locals(params, 1)[0]
+    train_locals([local], params, 0)
+    pseudo_gradient = [p - q for (_, p), q in zip(params, local, strict=True)]
+    codec = algo.codec
+    exact = codec.project(0, pseudo_gradient)
+    decoded = codec.coordinates(0, algo.contribution(0, local).payload)
+    assert codec.compressed == [False, True]
+    assert torch.equal(decoded[1], exact[1])
+    bound = float(exact[0].abs().max()) / 127 / 2 * (1 + 2**-7)  # int8 absmax, half a step
+    assert float((exact[0] - decoded[0]).abs().max()) <= bound
+
+
 @pytest.mark.parametrize("proxy", ["none", "own", "eager", "anchored"])
 def test_overlap_applies_every_rounds_mean_exactly_once(named_params, proxy):
     """The look-ahead only moves where a round starts, never θ: with plain SGD (lr 1) and
