@@ -179,12 +179,13 @@ RUN_PRESETS: dict[str, TrainConfig] = {
     "tiny": _TINY_RUN,
     # The same data, topology and batch as tiny; the comm bench's schedule (8 x 25) by default.
     # Tuned by the convergence study at this width (docs/benchmarks.md, "A wider model"): tiny's
-    # outer step then (lr 0.7) and short overlap, and the bytes its 160-wide matrices leave
-    # spent on rank instead of bits -- int2 factors at rank 72 (int8 norms and biases), 1,036x
-    # fewer bytes than AllReduce, where int4 at rank 28 (the width study's setting, before) was
-    # 1,283x. At T = 40 x H = 25 the simulated gap to AllReduce falls from 0.088 / 0.082 / 0.074
-    # (the outer algorithm's defaults, at the inner schedule below) to 0.054 / 0.029 / 0.037
-    # (seeds 0 / 1 / 2; at β₁ 0.8, 0.046 / 0.040 / 0.045).
+    # outer step then (lr 0.7; kept at β₁ 0.8, where 0.9 and 1.0 did no better) and short
+    # overlap, and the bytes its 160-wide matrices leave spent on rank instead of bits -- int2
+    # factors at rank 72 (int8 norms and biases), 1,036x fewer bytes than AllReduce, where int4
+    # at rank 28 (the width study's setting, before) was 1,283x. At T = 40 x H = 25 the
+    # simulated gap to AllReduce falls from 0.088 / 0.082 / 0.074 (the outer algorithm's
+    # defaults, at the inner schedule below) to 0.054 / 0.029 / 0.037 (seeds 0 / 1 / 2; at
+    # β₁ 0.8, 0.046 / 0.040 / 0.045).
     "tiny-wide": replace(
         _TINY_RUN,
         preset="tiny-wide",
