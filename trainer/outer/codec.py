@@ -20,6 +20,7 @@ import torch
 
 from trainer.outer.errors import PayloadError
 from trainer.outer.protocol import RoundSignals
+from trainer.outer.quantize import float_view
 
 if sys.byteorder != "little":  # pragma: no cover - no such torch platform today
     raise ImportError("trainer.outer payloads are little-endian; this host is big-endian")
@@ -105,7 +106,7 @@ class DenseCodec:
 
     def coordinates(self, round: int, payload: torch.Tensor) -> list[torch.Tensor]:
         check_payload(payload, self.payload_length(round))
-        values = payload.view(torch.float32)
+        values = float_view(payload, 32)  # a view of the payload where it is aligned
         return [
             v.view(shape)
             for v, shape in zip(torch.split(values, self.numels), self.shapes, strict=True)

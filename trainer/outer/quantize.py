@@ -26,6 +26,8 @@ Byte layout of one quantised vector: all codes, then all scales (little-endian b
   low nibble, element ``2k+1`` in the high nibble.
 * int2: the code plus 2 (0..3) in two bits, four per byte: element ``4k+j`` in bits
   ``2j..2j+1``.
+* When the codes of all blocks do not fill whole bytes (int2 with an odd number of blocks of
+  a size that is 2 mod 4), the last byte is completed with zero bits, which no decoder reads.
 """
 
 from __future__ import annotations
@@ -52,8 +54,12 @@ def levels(bits: int) -> int:
 def quantized_length(numel: int, *, bits: int, block: int) -> int:
     """Bytes of ``numel`` values quantised with ``bits`` in blocks of ``block``."""
     blocks = math.ceil(numel / block)
-    code_bytes = blocks * block * bits // 8
-    return code_bytes + blocks * SCALE_BYTES
+    return _code_bytes(blocks * block, bits) + blocks * SCALE_BYTES
+
+
+def _code_bytes(codes: int, bits: int) -> int:
+    """Whole bytes that hold ``codes`` codes of ``bits`` bits (the last one completed)."""
+    return math.ceil(codes * bits / 8)
 
 
 def encoded_length(numel: int, *, bits: int, block: int) -> int:
@@ -75,14 +81,27 @@ def decode(data: torch.Tensor, numel: int, *, bits: int, block: int) -> torch.Te
     """Inverse of :func:`encode`: ``numel`` fp32 values (flat)."""
     if bits in QUANTIZED_BITS:
         return dequantize(data.contiguous(), numel, bits=bits, block=block)
-    return _aligned(data).view(_float_dtype(bits)).to(torch.float32)
+    itemsize = _float_dtype(bits).itemsize
+    if data.dtype != torch.uint8 or data.numel() != numel * itemsize:
+        raise PayloadError(
+            f"expected {numel * itemsize} bytes of {numel} {bits}-bit floats, "
+            f"got {data.numel()} of {data.dtype}"
+        )
+    return float_view(data, bits).to(torch.float32, copy=True)  # never aliases the payload
 
 
-def _aligned(data: torch.Tensor) -> torch.Tensor:
-    """``data`` in storage of its own: a segment sliced out of a payload starts wherever the
-    segments before it ended (an int8 tensor of an odd number of blocks ends 2 bytes past a
-    multiple of 4), and ``Tensor.view`` to a wider dtype refuses an offset it cannot align."""
-    return data.clone(memory_format=torch.contiguous_format)
+def float_view(data: torch.Tensor, bits: int) -> torch.Tensor:
+    """Bytes (1-D uint8, a whole number of elements) read as bf16 (16) or fp32 (32) values: a
+    view of ``data`` where its bytes already sit at an offset of whole elements, else a view of
+    a copy. A segment sliced out of a payload starts wherever the segments before it ended (an
+    int8 tensor of an odd number of blocks ends 2 bytes past a multiple of 4), and
+    ``Tensor.view`` to a wider dtype refuses an offset it cannot align."""
+    dtype = _float_dtype(bits)
+    if data.numel() % dtype.itemsize:
+        raise PayloadError(f"{data.numel()} bytes are not a whole number of {bits}-bit floats")
+    if not data.is_contiguous() or data.storage_offset() % dtype.itemsize:
+        data = data.clone(memory_format=torch.contiguous_format)
+    return data.view(dtype)
 
 
 def _float_dtype(bits: int) -> torch.dtype:
@@ -110,9 +129,13 @@ def quantize(values: torch.Tensor, *, bits: int, block: int) -> torch.Tensor:
         scale = _round_up_bf16(absmax / L)
         safe = torch.where(scale > 0, scale.to(torch.float32), torch.ones_like(absmax))
         codes = torch.round(grid / safe[:, None]).clamp_(-L, L).to(torch.int8)  # (blocks, block)
-    code_bytes = (
-        codes.view(torch.uint8).reshape(-1) if bits == 8 else pack_codes(codes.reshape(-1), bits)
-    )
+    if bits == 8:
+        code_bytes = codes.view(torch.uint8).reshape(-1)
+    else:
+        flat_codes = codes.reshape(-1)
+        spare = -flat_codes.numel() % _per_byte(bits)  # completes the last byte with zero bits
+        filler = torch.full((spare,), -(2 ** (bits - 1)), dtype=torch.int8, device=flat.device)
+        code_bytes = pack_codes(torch.cat([flat_codes, filler]), bits)
     return torch.cat([code_bytes, scale.view(torch.uint8)])
 
 
@@ -124,10 +147,10 @@ def dequantize(data: torch.Tensor, numel: int, *, bits: int, block: int) -> torc
             f"expected {expected} quantised bytes, got {data.numel()} of {data.dtype}"
         )
     blocks = math.ceil(numel / block)
-    code_bytes = blocks * block * bits // 8
+    code_bytes = _code_bytes(blocks * block, bits)
     raw, scale_bytes = data[:code_bytes], data[code_bytes:]
-    codes = raw.view(torch.int8) if bits == 8 else unpack_codes(raw, bits)
-    scale = _aligned(scale_bytes).view(torch.bfloat16).to(torch.float32)
+    codes = raw.view(torch.int8) if bits == 8 else unpack_codes(raw, bits)[: blocks * block]
+    scale = float_view(scale_bytes, 16).to(torch.float32)
     steps = codes.to(torch.float32) + (0.5 if bits == 2 else 0.0)  # int2 levels are midrise
     values = steps.view(blocks, block) * scale[:, None]
     return values.reshape(-1)[:numel]

@@ -9,6 +9,7 @@ import torch
 from outer_helpers import SIGNALS, blocking_round, build_clusters, start_locals, train_locals
 
 from trainer.outer import Gathered, OuterConfig
+from trainer.outer.codec import DenseCodec
 from trainer.outer.errors import CallOrderError, PayloadError
 
 
@@ -102,3 +103,17 @@ def test_local_parameters_of_the_wrong_shape_are_refused(named_params):
     local[0] = local[0].t()
     with pytest.raises(PayloadError, match=r"expected blocks.0.mlp.fc.weight of shape \(96, 48\)"):
         algo.contribution(0, local)
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2, 3])
+def test_an_fp32_payload_decodes_wherever_its_bytes_start(offset):
+    """A payload handed over as a slice of a larger buffer (a received message with a header,
+    say) need not start on a 4-byte boundary; ``Tensor.view`` to fp32 refuses such an offset."""
+    codec = DenseCodec([torch.Size([3, 2]), torch.Size([5])])
+    gradient = [torch.randn(3, 2), torch.randn(5)]
+    payload = codec.encode(0, gradient)
+    buffer = torch.cat([torch.zeros(offset, dtype=torch.uint8), payload])
+    coordinates = codec.coordinates(0, buffer[offset:])
+    assert all(torch.equal(c, g) for c, g in zip(coordinates, gradient, strict=True))
+    with pytest.raises(PayloadError, match="expected a payload of 44 bytes, got 43"):
+        codec.coordinates(0, buffer[offset + 1 :])

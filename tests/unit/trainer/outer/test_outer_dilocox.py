@@ -245,6 +245,30 @@ def test_fp32_factors_after_an_int8_norm_decode_exactly():
     assert float((exact[0] - decoded[0]).abs().max()) <= bound
 
 
+def test_int2_factors_in_blocks_of_six_round_trip_through_two_clusters():
+    """``quant_block`` 6 is accepted (an even block), and the 64 x 64 matrix's rank-8 factor is
+    86 blocks of 6 -- 516 int2 codes, whole bytes -- but the 6 x 3 head's rank-1 factor is one
+    block: 6 codes, a byte and a half. The encoder once refused its own codes there ("expected
+    a multiple of 4 int2 codes"). Both clusters' payloads are as long as the codec plans, and
+    decode."""
+    g = torch.Generator().manual_seed(11)
+    params = [
+        ("ln.weight", torch.ones(10)),
+        ("fc.weight", torch.randn(64, 64, generator=g) * 0.02),
+        ("head.weight", torch.randn(6, 3, generator=g) * 0.02),
+    ]
+    config = compressed(rank=8, max_rank=8, bits=2, quant_block=6, min_compress_dim=3, **PLAIN_SGD)
+    algos = build_clusters(config, params, n_clusters=2)
+    locals_ = start_locals(params, 2)
+    train_locals(locals_, params, 0)
+    payloads = [a.contribution(0, loc).payload for a, loc in zip(algos, locals_, strict=True)]
+    codec = algos[0].codec
+    assert codec.compressed == [False, True, True]
+    for payload in payloads:
+        assert payload.numel() == codec.payload_length(0)
+        assert all(bool(torch.isfinite(c).all()) for c in codec.coordinates(0, payload))
+
+
 @pytest.mark.parametrize("proxy", ["none", "own", "eager", "anchored"])
 def test_overlap_applies_every_rounds_mean_exactly_once(named_params, proxy):
     """The look-ahead only moves where a round starts, never θ: with plain SGD (lr 1) and

@@ -129,3 +129,41 @@ def test_a_segment_decodes_wherever_it_starts_in_the_payload(bits, offset):
 def test_a_width_it_does_not_send_is_refused():
     with pytest.raises(PayloadError, match="expected 2, 4, 8, 16 or 32 bits per element, got 12"):
         encoded_length(10, bits=12, block=64)
+
+
+@pytest.mark.parametrize("block", [2, 6, 10])
+@pytest.mark.parametrize("numel", [1, 6, 7, 13])
+def test_int2_codes_that_do_not_fill_a_byte_complete_it_with_zero_bits(block, numel):
+    """A block size of 2 mod 4 passes the configuration's check (even); with an odd number of
+    blocks the int2 codes end mid-byte. The encoder once refused its own codes there ("expected
+    a multiple of 4 int2 codes"), and the length the codec and planner plan with was a byte
+    short."""
+    values = torch.randn(numel, generator=torch.Generator().manual_seed(numel * block))
+    data = quantize(values, bits=2, block=block)
+    blocks = -(-numel // block)
+    assert data.numel() == quantized_length(numel, bits=2, block=block)
+    assert data.numel() == -(-blocks * block // 4) + 2 * blocks
+    decoded = dequantize(data, numel, bits=2, block=block)
+    assert decoded.shape == (numel,) and bool(torch.isfinite(decoded).all())
+    # Each value decodes to its own block's level: (k + 1/2) times the block's RMS.
+    counts = torch.tensor([min(block, numel - i * block) for i in range(blocks)])
+    squares = torch.nn.functional.pad(values, (0, -numel % block)).view(-1, block).pow(2)
+    rms = (squares.sum(dim=1) / counts).sqrt().to(torch.bfloat16).float()
+    steps = decoded / rms.repeat_interleave(block)[:numel] - 0.5
+    assert torch.allclose(steps, steps.round(), atol=1e-5)
+    spare_bits = (-blocks * block % 4) * 2
+    if spare_bits:
+        assert int(data[-2 * blocks - 1]) >> (8 - spare_bits) == 0  # the completing bits
+
+
+@pytest.mark.parametrize(("bits", "length"), [(32, 399), (32, 404), (16, 201), (16, 198)])
+def test_float_bytes_of_the_wrong_length_are_refused(bits, length):
+    with pytest.raises(PayloadError, match=f"expected {100 * bits // 8} bytes of 100 {bits}-bit"):
+        decode(torch.zeros(length, dtype=torch.uint8), 100, bits=bits, block=64)
+
+
+def test_float_decode_never_aliases_the_payload():
+    payload = encode(torch.arange(8.0), bits=32, block=64)
+    decoded = decode(payload, 8, bits=32, block=64)
+    payload.zero_()
+    assert torch.equal(decoded, torch.arange(8.0))
