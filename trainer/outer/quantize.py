@@ -17,7 +17,9 @@ block stores one bf16 scale ``s`` and one integer code per element.
   1960, Table II: step 0.996 σ, error 0.119 σ²).
 
 Round to nearest is biased and int2 clips, both harmless here: error feedback carries every
-residual into the next round. Scales are bf16 (fp32's exponent range, half its bytes); the
+residual into the next round. int2's RMS is a vectorised sum of squares, whose order (and so,
+rarely, the bf16 scale) follows the CPU's vector instruction set: bitwise within a hardware
+class, as everything re-executed is (docs/outer-algorithm.md §6). Scales are bf16 (fp32's exponent range, half its bytes); the
 receiver multiplies by exactly the scale the sender used.
 
 Byte layout of one quantised vector: all codes, then all scales (little-endian bf16).
