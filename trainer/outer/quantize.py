@@ -19,8 +19,8 @@ block stores one bf16 scale ``s`` and one integer code per element.
 Round to nearest is biased and int2 clips, both harmless here: error feedback carries every
 residual into the next round. int2's RMS is a vectorised sum of squares, whose order (and so,
 rarely, the bf16 scale) follows the CPU's vector instruction set: bitwise within a hardware
-class, as everything re-executed is (docs/outer-algorithm.md §6). Scales are bf16 (fp32's exponent range, half its bytes); the
-receiver multiplies by exactly the scale the sender used.
+class, as everything re-executed is (docs/outer-algorithm.md §6). Scales are bf16 (fp32's
+exponent range, half its bytes); the receiver multiplies by exactly the scale the sender used.
 
 Byte layout of one quantised vector: all codes, then all scales (little-endian bf16).
 * int8: one two's-complement byte per code.
