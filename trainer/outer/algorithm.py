@@ -24,9 +24,8 @@ lowrank_codec.py for DiLoCoX). This module owns *when* the mean is applied:
 Every reduction runs in cluster order on CPU tensors or in fixed-order elementwise kernels, so
 the result is bitwise identical on every cluster and on every re-run (same thread count, same
 hardware class: int2's block RMS in quantize.py is a vectorised sum, docs/outer-algorithm.md
-§6). The
-whole outer state lives on the host (``nesterov.HOME``) whatever device trains: ``local`` is read
-from its device and written back to it with explicit copies.
+§6). The whole outer state lives on the host (``nesterov.HOME``) whatever device trains:
+``local`` is read from its device and written back to it with explicit copies.
 """
 
 from __future__ import annotations
