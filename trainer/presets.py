@@ -201,15 +201,18 @@ RUN_PRESETS: dict[str, TrainConfig] = {
         inner_steps=25,
     ),
     # Trains a BPE of 8192 tokens on the stdlib corpus at data-build time; DiLoCoX with the
-    # outer algorithm's int4 rank-28 factors, bf16 small tensors and one-step-delay overlap, and
-    # tiny's outer step under that delay: lr 0.7, Nesterov 0.5, one warm-up round (the GPU study of
-    # docs/benchmarks.md: at T = 40 x H = 25 the loss gap to AllReduce falls from 0.069 / 0.147
-    # to 0.021 / 0.044 at seeds 0 / 1). A few outer steps on 2 CPU cores take minutes.
+    # outer algorithm's int4 rank-28 factors and bf16 small tensors, and tiny's outer step: lr
+    # 0.7, Nesterov 0.5 (the GPU study of docs/benchmarks.md: at T = 40 x H = 25, under the
+    # one-step delay with one warm-up round, the loss gap to AllReduce fell from 0.069 / 0.147 to
+    # 0.021 / 0.044 at seeds 0 / 1). Tiny's short overlap (``apply_delay=3``, no warm-up round)
+    # instead of that one-step delay: at `bench comm --quick`'s 8 x 25 the simulated gap falls
+    # from 0.164 / 0.264 / 0.156 to 0.051 / 0.176 / 0.062 (seeds 0 / 1 / 2; docs/benchmarks.md,
+    # "The short overlap at this width"). A few outer steps on 2 CPU cores take minutes.
     "qwen2-12m": TrainConfig(
         preset="qwen2-12m",
         method="dilocox",
         model=MODEL_PRESETS["qwen2-12m"],
-        outer=OuterConfig(kind="dilocox", outer_lr=0.7, outer_momentum=0.5, sync_rounds=1),
+        outer=OuterConfig(kind="dilocox", outer_lr=0.7, outer_momentum=0.5, apply_delay=3),
         data=DataConfig(
             stdlib_max_bytes=4_000_000,
             tokenizer_vocab_size=8192,
