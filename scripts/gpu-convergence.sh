@@ -9,7 +9,9 @@
 #   PYTHON=...         the interpreter (default python3; torch with CUDA and veritrain's deps)
 #   XDG_CACHE_HOME=... where the preset's corpus is (built on the first run otherwise: carry
 #                      the one built on the CPU machine, so both read the same tokens)
-#   ARMS="..."         arms beyond the three methods (lever names of convergence_study.py)
+#   ARMS="..."         arms beyond the three methods (lever names of convergence_study.py);
+#                      by default the preset before its short overlap (lr0.7-m0.5-warm-up:
+#                      the one-step delay and one warm-up round) and blocking-lr1-m0
 #   JOBS=N             runs at once on the GPU (default 8)
 # Writes OUT_DIR/convergence-qwen2-12m-{quick,full}.{json,png,log}.
 set -uo pipefail

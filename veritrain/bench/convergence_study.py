@@ -200,20 +200,23 @@ LEVERS: list[tuple[str, str, Callable[[OuterConfig], OuterConfig]]] = [
         "outer lr 1.0, no momentum (plain averaging)",
         lambda c: replace(c, outer_lr=1.0, outer_momentum=0.0),
     ),
+    # These three were measured under the one-step delay, and say so: at a preset with the
+    # short overlap (tiny-wide, qwen2-12m) they are the one-step delay again, not the preset's.
     (
         "lr0.7-m0.5",
-        "outer lr 0.7, Nesterov 0.5",
-        lambda c: replace(c, outer_lr=0.7, outer_momentum=0.5),
+        "outer lr 0.7, Nesterov 0.5 (the one-step delay)",
+        lambda c: replace(c, outer_lr=0.7, outer_momentum=0.5, apply_delay=None),
     ),
     (
         "lr0.7-m0.5-warm-up",
-        "... and round 0 applied before round 1 computes (sync_rounds 1: qwen2-12m's preset)",
-        lambda c: replace(c, outer_lr=0.7, outer_momentum=0.5, sync_rounds=1),
+        "... and round 0 applied before round 1 computes (sync_rounds 1: qwen2-12m's preset "
+        "before the short overlap)",
+        lambda c: replace(c, outer_lr=0.7, outer_momentum=0.5, apply_delay=None, sync_rounds=1),
     ),
     (
         "lr0.7-m0.5-warm-up2",
         "... rounds 0 and 1 synchronous (sync_rounds 2)",
-        lambda c: replace(c, outer_lr=0.7, outer_momentum=0.5, sync_rounds=2),
+        lambda c: replace(c, outer_lr=0.7, outer_momentum=0.5, apply_delay=None, sync_rounds=2),
     ),
     (
         "short-overlap",

@@ -32,8 +32,12 @@ def test_levers_change_the_tiny_study_reference_at_tiny_and_the_presets_own_else
     arms = {arm.name: arm for arm in study_arms(qwen, levers=False, only=("lr0.7-m0.5-warm-up",))}
     warm_up = arms["lr0.7-m0.5-warm-up"].outer
     assert warm_up is not None
-    # qwen2-12m's own int4 factors and bf16 small tensors, with only the lever's change.
-    assert warm_up == replace(qwen.outer, outer_lr=0.7, outer_momentum=0.5, sync_rounds=1)
+    # qwen2-12m's own int4 factors and bf16 small tensors, with only the lever's change: its
+    # outer step before the short overlap, so a study there still compares the two.
+    assert qwen.outer.apply_delay == 3 and warm_up.apply_delay is None
+    assert warm_up == replace(
+        qwen.outer, outer_lr=0.7, outer_momentum=0.5, apply_delay=None, sync_rounds=1
+    )
     assert (warm_up.bits, warm_up.dense_bits) == (qwen.outer.bits, qwen.outer.dense_bits)
 
 
