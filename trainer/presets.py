@@ -206,8 +206,10 @@ RUN_PRESETS: dict[str, TrainConfig] = {
     # one-step delay with one warm-up round, the loss gap to AllReduce fell from 0.069 / 0.147 to
     # 0.021 / 0.044 at seeds 0 / 1). Tiny's short overlap (``apply_delay=3``, no warm-up round)
     # instead of that one-step delay: at `bench comm --quick`'s 8 x 25 the simulated gap falls
-    # from 0.164 / 0.264 / 0.156 to 0.051 / 0.176 / 0.062 (seeds 0 / 1 / 2; docs/benchmarks.md,
-    # "The short overlap at this width"). A few outer steps on 2 CPU cores take minutes.
+    # from 0.164 / 0.264 / 0.156 to 0.051 / 0.176 / 0.062 (seeds 0 / 1 / 2), and `bench comm
+    # --quick`'s from 0.117 to 0.036 at seed 0; at seed 1 it is 0.148, level with uncompressed
+    # DiLoCo's 0.149 (docs/benchmarks.md, "The short overlap at this width"). A few outer steps on
+    # 2 CPU cores take minutes.
     "qwen2-12m": TrainConfig(
         preset="qwen2-12m",
         method="dilocox",
